@@ -1,0 +1,73 @@
+// updraft: one binary, one subcommand per role or tool (design.md §3).
+// Subcommands are registered here as the features behind them land; errors from any of them
+// are caught at this boundary, printed, and turned into exit code 1 (2 for usage errors).
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "app/config.h"
+#include "app/logging.h"
+#include "kernels/core/device.h"
+#include "kernels/core/error.h"
+#include "kernels/ops/gemv_cpu.h"
+
+#ifndef UPDRAFT_VERSION
+#define UPDRAFT_VERSION "0.0.0"
+#endif
+
+namespace {
+
+int run_info() {
+  std::printf("updraft %s\n", UPDRAFT_VERSION);
+  std::printf("  CPU threads        : %d\n", omp_get_max_threads());
+  std::printf("  CPU AVX-512 kernels: %s\n", updraft::ops::cpu::cpu_has_avx512() ? "yes" : "no (portable path)");
+  std::printf("  CUDA backend built : %s\n", updraft::cuda_compiled() ? "yes" : "no");
+  std::printf("  CUDA device usable : %s\n", updraft::cuda_available() ? "yes" : "no");
+  return 0;
+}
+
+int run_config_check(const std::string& path) {
+  updraft::Config cfg = updraft::Config::load_file(path);
+  std::printf("%s: valid YAML mapping\n", cfg.source().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"updraft: RL rollouts with EAGLE-3 speculative decoding and an online drafter"};
+  app.set_version_flag("--version", std::string("updraft ") + UPDRAFT_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
+  app.require_subcommand(1);
+
+  auto* info = app.add_subcommand("info", "Show the build and the compute backends available on this machine");
+
+  auto* config = app.add_subcommand("config", "Configuration tools");
+  config->require_subcommand(1);
+  std::string config_path;
+  auto* config_check = config->add_subcommand("check", "Parse a YAML config file and report the first error");
+  config_check->add_option("file", config_path, "config file")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    updraft::setup_logging(log_level);
+    if (info->parsed()) return run_info();
+    if (config_check->parsed()) return run_config_check(config_path);
+  } catch (const updraft::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const updraft::CheckFailure& e) {
+    spdlog::critical("internal error: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

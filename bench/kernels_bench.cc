@@ -1,0 +1,94 @@
+// Kernels benchmark: how close decode-shaped GEMV gets to the memory bandwidth and
+// prefill-shaped GEMM to the FMA peak, both measured on this machine in the same run.
+//
+//   build/bin/kernels_bench [--quick]
+//
+// Prints the machine limits, then one line per shape with the achieved rate and its fraction.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/machine_probe.h"
+#include "kernels/ops.h"
+
+using namespace updraft;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
+  Tensor t = Tensor::empty(s, DType::F32);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  return t.to_dtype(dt);
+}
+
+template <typename F>
+double median_seconds(int reps, F&& f) {
+  f();  // warm-up
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now();
+    f();
+    ts.push_back(now() - t0);
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::printf("updraft kernels benchmark (%s)\n", quick ? "quick" : "full");
+  const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
+  std::printf("machine: %d threads, AVX-512 %s\n", m.threads, m.avx512 ? "yes" : "no");
+  std::printf("measured streaming read bandwidth : %7.1f GB/s\n", m.read_gbps);
+  std::printf("measured f32 FMA peak             : %7.1f GFLOP/s\n\n", m.fma_gflops);
+
+  // Decode: y[T,N] = x[T,K] w[N,K]^T with w far larger than the last-level cache.
+  const int64_t K = 4096, N = quick ? 8192 : 16384;
+  std::printf("GEMV (decode) w[%ld,%ld]: bf16 %.0f MiB, f32 %.0f MiB\n", N, K, N * K * 2 / 1048576.0, N * K * 4 / 1048576.0);
+  std::printf("%-6s %-4s %10s %10s %10s\n", "wtype", "T", "ms", "GB/s", "of BW");
+  double worst_gemv = 1.0;
+  for (DType wt : {DType::BF16, DType::F32}) {
+    Tensor w = random_tensor({N, K}, wt, 1);
+    for (int64_t T : {1, 2, 4, 8}) {
+      Tensor x = random_tensor({T, K}, DType::F32, 2), y = Tensor::empty({T, N}, DType::F32);
+      const double s = median_seconds(quick ? 5 : 15, [&] { ops::linear(x, w, nullptr, y); });
+      const double bytes = static_cast<double>(w.nbytes() + x.nbytes() + y.nbytes());
+      const double gbps = bytes / s / 1e9;
+      worst_gemv = std::min(worst_gemv, gbps / m.read_gbps);
+      std::printf("%-6s %-4ld %10.3f %10.1f %9.0f%%\n", dtype_name(wt), T, s * 1e3, gbps, 100 * gbps / m.read_gbps);
+    }
+  }
+
+  // Prefill: y[T,N] = x[T,K] w[N,K]^T.
+  std::printf("\nGEMM (prefill)\n%-6s %-16s %10s %10s %10s\n", "wtype", "T x K x N", "ms", "GFLOP/s", "of peak");
+  double best_gemm_f32 = 0;
+  for (DType wt : {DType::F32, DType::BF16}) {
+    for (auto [T, Kp, Np] : std::vector<std::array<int64_t, 3>>{{256, 2048, 2048}, {512, 2048, 5632}}) {
+      if (quick && T > 256) continue;
+      Tensor w = random_tensor({Np, Kp}, wt, 3), x = random_tensor({T, Kp}, DType::F32, 4), y = Tensor::empty({T, Np}, DType::F32);
+      const double s = median_seconds(quick ? 3 : 7, [&] { ops::linear(x, w, nullptr, y); });
+      const double gflops = 2.0 * T * Kp * Np / s / 1e9;
+      if (wt == DType::F32) best_gemm_f32 = std::max(best_gemm_f32, gflops);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%ldx%ldx%ld", T, Kp, Np);
+      std::printf("%-6s %-16s %10.2f %10.1f %9.0f%%\n", dtype_name(wt), shape, s * 1e3, gflops, 100 * gflops / m.fma_gflops);
+    }
+  }
+  std::printf("\nsummary: GEMV worst fraction of bandwidth %.0f%% (target 70%%); GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",
+              100 * worst_gemv, 100 * best_gemm_f32 / m.fma_gflops);
+  return 0;
+}

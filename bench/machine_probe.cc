@@ -1,0 +1,79 @@
+#include "bench/machine_probe.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::bench {
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+double read_sum_generic(const float* p, size_t n) {
+  float acc[16] = {};
+  for (size_t i = 0; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += p[i + j];
+  double s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+
+double fma_loop_generic(long iters) {
+  float a[16], b = 1.0000001f, c = 1e-7f;
+  for (int j = 0; j < 16; ++j) a[j] = static_cast<float>(j);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 16; ++j) a[j] = a[j] * b + c;
+  double s = 0;
+  for (float x : a) s += x;
+  return s;
+}
+
+MachineLimits probe_machine(size_t buffer_bytes) {
+  MachineLimits m;
+  m.threads = omp_get_max_threads();
+  m.avx512 = ops::cpu::cpu_has_avx512();
+  const size_t n = buffer_bytes / sizeof(float);
+  float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;  // first touch by the thread that reads it
+  double best = 1e30, sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = now();
+#pragma omp parallel reduction(+ : sink)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      // Each thread reads its part as 4 interleaved streams, as a GEMV over several weight
+      // rows does; one stream per core leaves memory-level parallelism unused.
+      const size_t chunk = (n / nt) / 64 * 64, step = 16384;
+      const float* p = buf + chunk * static_cast<size_t>(t);
+      for (size_t off = 0; off + 4 * step <= chunk; off += 4 * step)
+        for (int s = 0; s < 4; ++s) sink += m.avx512 ? read_sum_avx512(p + off + s * step, step) : read_sum_generic(p + off + s * step, step);
+    }
+    best = std::min(best, now() - t0);
+  }
+  m.read_gbps = static_cast<double>(n * sizeof(float)) / best / 1e9;
+  std::free(buf);
+
+  const long iters = 20'000'000;
+  best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now();
+#pragma omp parallel reduction(+ : sink)
+    sink += m.avx512 ? fma_loop_avx512(iters) : fma_loop_generic(iters / 4);
+    best = std::min(best, now() - t0);
+  }
+  // avx512 loop: 12 chains x 16 lanes per iteration; generic: 16 lanes per iteration, iters/4.
+  const double flops = m.avx512 ? 2.0 * 12 * 16 * iters : 2.0 * 16 * (iters / 4);
+  m.fma_gflops = flops * m.threads / best / 1e9;
+  if (sink == 42.0) std::abort();  // keep the loops alive
+  return m;
+}
+
+}  // namespace updraft::bench

@@ -1,0 +1,25 @@
+// Measures what this machine can do, so benchmarks report fractions of it:
+// the streaming read bandwidth (all threads, a buffer far larger than the caches) and the
+// f32 FMA peak (all threads, register-resident independent FMA chains).
+#pragma once
+
+#include <cstddef>
+
+namespace updraft::bench {
+
+struct MachineLimits {
+  double read_gbps = 0;    // GB/s (1e9 bytes)
+  double fma_gflops = 0;   // GFLOP/s, an FMA counted as 2
+  int threads = 0;
+  bool avx512 = false;
+};
+
+MachineLimits probe_machine(size_t buffer_bytes = size_t{1} << 30);
+
+// Kernels used by the probe; the AVX-512 ones live in machine_probe_avx512.cc.
+double read_sum_avx512(const float* p, size_t n);
+double fma_loop_avx512(long iters);
+double read_sum_generic(const float* p, size_t n);
+double fma_loop_generic(long iters);
+
+}  // namespace updraft::bench

@@ -1,0 +1,55 @@
+#include "kernels/ops/gemm.h"
+
+#include "kernels/ops/backend.h"
+
+namespace updraft::ops {
+namespace {
+
+void check_gemm(const char* op, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c, int batch_dims) {
+  check_same_device(op, {&a, &b, &c});
+  const int64_t nd = 2 + batch_dims;
+  UPD_CHECK(a.dim() == nd && b.dim() == nd && c.dim() == nd)
+      << op << ": expected " << nd << "-D tensors, got " << a.str() << ", " << b.str() << ", " << c.str();
+  const int64_t M = ta ? a.size(-1) : a.size(-2);
+  const int64_t K = ta ? a.size(-2) : a.size(-1);
+  const int64_t Kb = tb ? b.size(-1) : b.size(-2);
+  const int64_t N = tb ? b.size(-2) : b.size(-1);
+  UPD_CHECK(K == Kb) << op << ": inner dimensions differ: " << a.str() << (ta ? "^T" : "") << " · " << b.str() << (tb ? "^T" : "");
+  UPD_CHECK(c.size(-2) == M && c.size(-1) == N) << op << ": output " << c.str() << ", expected [" << M << "," << N << "]";
+  if (batch_dims == 1)
+    UPD_CHECK(a.size(0) == b.size(0) && a.size(0) == c.size(0)) << op << ": batch sizes differ";
+  UPD_CHECK(c.raw() != a.raw() && c.raw() != b.raw()) << op << ": output aliases an input";
+  if (a.is_cpu()) {
+    check_dtype(op, "a", a, {DType::F32});
+    check_dtype(op, "b", b, {DType::F32, DType::BF16, DType::F16});
+    check_dtype(op, "c", c, {DType::F32});
+  } else {
+    check_dtype(op, "a", a, {DType::F32, DType::BF16});
+    UPD_CHECK(b.dtype() == a.dtype()) << op << ": on CUDA a and b must share a dtype";
+    check_dtype(op, "c", c, {DType::F32, DType::BF16});
+  }
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c, float alpha, float beta) {
+  check_gemm("gemm", a, trans_a, b, trans_b, c, 0);
+  UPD_DISPATCH(a.device(), gemm, a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c, float alpha, float beta) {
+  check_gemm("batched_gemm", a, trans_a, b, trans_b, c, 1);
+  UPD_DISPATCH(a.device(), batched_gemm, a, trans_a, b, trans_b, c, alpha, beta);
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
+  check_gemm("linear", x, false, w, true, y, 0);
+  if (bias != nullptr) {
+    check_shape("linear", "bias", *bias, {w.size(0)});
+    check_same_device("linear", {&x, bias});
+    check_dtype("linear", "bias", *bias, {DType::F32, w.dtype()});
+  }
+  UPD_DISPATCH(x.device(), linear, x, w, bias, y);
+}
+
+}  // namespace updraft::ops

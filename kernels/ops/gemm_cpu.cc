@@ -1,0 +1,94 @@
+// CPU matrix products: OpenBLAS sgemm for compute-bound shapes, our own GEMV for decode
+// shapes (T <= 8), and bf16/f16 weights widened to f32 panel by panel for sgemm.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/ops/backend.h"
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::ops::cpu {
+namespace {
+
+// Widens rows [r0, r1) of a row-major [*, K] 16-bit matrix into dst (f32, row stride K).
+void widen_rows(const void* src, DType dt, int64_t K, int64_t r0, int64_t r1, float* dst) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const int64_t n = (r1 - r0) * K;
+  const uint16_t* base = s + r0 * K;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = dt == DType::BF16 ? bf16_to_f32(base[i]) : f16_to_f32(base[i]);
+}
+
+Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to_dtype(DType::F32); }
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void gemm_2d(const float* a, bool ta, int64_t a_rows, int64_t a_cols, const float* b, bool tb, int64_t b_rows,
+             int64_t b_cols, float* c, float alpha, float beta) {
+  const int64_t M = ta ? a_cols : a_rows, K = ta ? a_rows : a_cols, N = tb ? b_rows : b_cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.f ? 0.f : beta * c[i];
+    return;
+  }
+  sgemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, c, N);
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
+  // Products with 16-bit weights outside linear() are rare (tools, training): widen b whole.
+  Tensor bf = as_f32(b);
+  gemm_2d(a.data<float>(), ta, a.size(0), a.size(1), bf.data<float>(), tb, bf.size(0), bf.size(1),
+          c.data<float>(), alpha, beta);
+}
+
+void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
+  Tensor bf = as_f32(b);
+  const int64_t Bt = a.size(0);
+  const int64_t sa = a.size(1) * a.size(2), sb = bf.size(1) * bf.size(2), sc = c.size(1) * c.size(2);
+  for (int64_t i = 0; i < Bt; ++i)
+    gemm_2d(a.data<float>() + i * sa, ta, a.size(1), a.size(2), bf.data<float>() + i * sb, tb, bf.size(1),
+            bf.size(2), c.data<float>() + i * sc, alpha, beta);
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  if (T == 0 || N == 0) return;
+  if (T <= kGemvMaxT) {
+    // Split rows in contiguous chunks (multiples of 8 rows) so each thread streams its part.
+    const int nthreads = omp_get_max_threads();
+    const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
+#pragma omp parallel for schedule(static) if (N * K > (1 << 15))
+    for (int64_t n0 = 0; n0 < N; n0 += chunk)
+      gemv_rows(xp, T, K, w.raw(), w.dtype(), n0, std::min(N, n0 + chunk), yp, N);
+  } else if (w.dtype() == DType::F32) {
+    sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
+  } else {
+    // Panels of weight rows, widened to f32, then sgemm into the matching output columns.
+    const int64_t panel = std::max<int64_t>(64, std::min<int64_t>(N, (int64_t{4} << 20) / std::max<int64_t>(K, 1)));
+    std::vector<float> buf(static_cast<size_t>(std::min(panel, N) * K));
+    for (int64_t n0 = 0; n0 < N; n0 += panel) {
+      const int64_t n1 = std::min(N, n0 + panel);
+      widen_rows(w.raw(), w.dtype(), K, n0, n1, buf.data());
+      sgemm(false, true, T, n1 - n0, K, 1.f, xp, K, buf.data(), K, 0.f, yp + n0, N);
+    }
+  }
+  if (bias != nullptr) {
+    Tensor bf = as_f32(*bias);
+    const float* bp = bf.data<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) yp[t * N + n] += bp[n];
+  }
+}
+
+}  // namespace updraft::ops::cpu

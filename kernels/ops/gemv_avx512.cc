@@ -1,0 +1,127 @@
+// AVX-512 GEMV for decode: each weight element is loaded once from memory and used for all T
+// input rows, so the kernel streams the weights at memory bandwidth. R weight rows are
+// processed together so that R*T independent accumulator chains hide the FMA latency.
+// Compiled with -mavx512*; only called when cpu_has_avx512().
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::ops::cpu {
+namespace {
+
+template <DType WT>
+inline __m512 load16(const void* w, int64_t i) {
+  if constexpr (WT == DType::F32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else if constexpr (WT == DType::BF16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+template <DType WT>
+inline __m512 load16_masked(const void* w, int64_t i, __mmask16 m) {
+  if constexpr (WT == DType::F32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
+  } else {
+    __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i);
+    if constexpr (WT == DType::BF16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
+  }
+}
+
+// Adds sum_{k in [k0,k1)} x[t,k] * w[n+r,k] to y[t*ldy + r] for r < R, t < T.
+template <DType WT, int T, int R>
+void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int64_t k1, float* y, int64_t ldy) {
+  __m512 acc[R][T];
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  int64_t k = k0;
+  for (; k + 16 <= k1; k += 16) {
+    __m512 wv[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = load16<WT>(w, (n + r) * K + k);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 xv = _mm512_loadu_ps(x + t * K + k);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  if (k < k1) {
+    __mmask16 m = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
+    __m512 wv[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = load16_masked<WT>(w, (n + r) * K + k, m);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + t * K + k);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) y[t * ldy + r] += _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// Rows are processed in chunks of kChunk and K in blocks that keep the T rows of x resident in
+// L1 (T * kb * 4 bytes <= 16 KiB): without the blocking, every group of R weight rows re-reads
+// all of x from L2, which for T >= 2 costs more than streaming the weights themselves.
+template <DType WT, int T>
+void rows_t(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  constexpr int R = T == 1 ? 8 : T == 2 ? 4 : T <= 4 ? 4 : 3;
+  constexpr int64_t kChunk = 24;  // a multiple of R for every R above
+  const int64_t kb = T == 1 ? K : std::max<int64_t>(64, (16384 / (4 * T)) / 16 * 16);
+  float part[kChunk * T];
+  for (int64_t c0 = n0; c0 < n1; c0 += kChunk) {
+    const int64_t c1 = std::min(n1, c0 + kChunk), rows = c1 - c0;
+    for (int64_t i = 0; i < rows * T; ++i) part[i] = 0.f;
+    for (int64_t k0 = 0; k0 < K; k0 += kb) {
+      const int64_t k1 = std::min(K, k0 + kb);
+      int64_t n = c0;
+      for (; n + R <= c1; n += R) block<WT, T, R>(x, K, w, n, k0, k1, part + (n - c0), kChunk);
+      for (; n < c1; ++n) block<WT, T, 1>(x, K, w, n, k0, k1, part + (n - c0), kChunk);
+    }
+    for (int t = 0; t < T; ++t)
+      for (int64_t r = 0; r < rows; ++r) y[t * ldy + c0 + r] = part[t * kChunk + r];
+  }
+}
+
+template <DType WT>
+void rows(const float* x, int64_t T, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (T) {
+    case 1: rows_t<WT, 1>(x, K, w, n0, n1, y, ldy); break;
+    case 2: rows_t<WT, 2>(x, K, w, n0, n1, y, ldy); break;
+    case 3: rows_t<WT, 3>(x, K, w, n0, n1, y, ldy); break;
+    case 4: rows_t<WT, 4>(x, K, w, n0, n1, y, ldy); break;
+    case 5: rows_t<WT, 5>(x, K, w, n0, n1, y, ldy); break;
+    case 6: rows_t<WT, 6>(x, K, w, n0, n1, y, ldy); break;
+    case 7: rows_t<WT, 7>(x, K, w, n0, n1, y, ldy); break;
+    default: rows_t<WT, 8>(x, K, w, n0, n1, y, ldy); break;
+  }
+}
+
+}  // namespace
+
+void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
+                      int64_t n_end, float* y, int64_t ldy) {
+  switch (wt) {
+    case DType::F32: rows<DType::F32>(x, T, K, w, n_begin, n_end, y, ldy); break;
+    case DType::BF16: rows<DType::BF16>(x, T, K, w, n_begin, n_end, y, ldy); break;
+    case DType::F16: rows<DType::F16>(x, T, K, w, n_begin, n_end, y, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace updraft::ops::cpu

@@ -1,0 +1,62 @@
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::ops::cpu {
+
+bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }();
+  return has;
+}
+
+namespace {
+
+template <typename Load>
+void gemv_generic_impl(const float* x, int64_t T, int64_t K, Load load, int64_t n_begin, int64_t n_end,
+                       float* y, int64_t ldy) {
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = x + t * K;
+      float acc = 0.f;
+      for (int64_t k = 0; k < K; ++k) acc += xt[k] * load(n * K + k);
+      y[t * ldy + n] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
+                       int64_t n_end, float* y, int64_t ldy) {
+  switch (wt) {
+    case DType::F32: {
+      const float* p = static_cast<const float*>(w);
+      gemv_generic_impl(x, T, K, [p](int64_t i) { return p[i]; }, n_begin, n_end, y, ldy);
+      break;
+    }
+    case DType::BF16: {
+      const uint16_t* p = static_cast<const uint16_t*>(w);
+      gemv_generic_impl(x, T, K, [p](int64_t i) { return bf16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
+      break;
+    }
+    case DType::F16: {
+      const uint16_t* p = static_cast<const uint16_t*>(w);
+      gemv_generic_impl(x, T, K, [p](int64_t i) { return f16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
+               float* y, int64_t ldy) {
+  if (cpu_has_avx512())
+    gemv_rows_avx512(x, T, K, w, wt, n_begin, n_end, y, ldy);
+  else
+    gemv_rows_generic(x, T, K, w, wt, n_begin, n_end, y, ldy);
+}
+
+}  // namespace updraft::ops::cpu

@@ -1,0 +1,27 @@
+// Internal: the bandwidth-bound matrix-vector kernels behind linear() for decode shapes.
+//
+// gemv_rows computes y[t, n] = sum_k x[t, k] * w[n, k] for t < T (1 <= T <= kGemvMaxT) and
+// rows n in [n_begin, n_end) of a row-major weight w [N, K] of dtype wt (f32/bf16/f16).
+// x is f32 [T, K] (row stride K); y is f32 with row stride ldy. Single-threaded; callers
+// split rows across threads.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/core/dtype.h"
+
+namespace updraft::ops::cpu {
+
+constexpr int64_t kGemvMaxT = 8;
+
+void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
+               int64_t n_end, float* y, int64_t ldy);
+
+// The portable version (any x86-64) and the AVX-512 one (only if the CPU has it).
+void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt,
+                       int64_t n_begin, int64_t n_end, float* y, int64_t ldy);
+void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt,
+                      int64_t n_begin, int64_t n_end, float* y, int64_t ldy);
+bool cpu_has_avx512();
+
+}  // namespace updraft::ops::cpu

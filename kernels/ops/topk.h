@@ -1,0 +1,15 @@
+// argmax and top-k over the last dimension.
+// argmax: x [R, C] -> out i32 [R]; the first (lowest) index among equal maxima.
+// topk:   x [R, C] -> values f32 [R, k], indices i32 [R, k], sorted by value descending,
+//         ties broken by lower index; 1 <= k <= C.
+// CPU: x f32. CUDA: x f32 or bf16.
+#pragma once
+
+#include "kernels/core/tensor.h"
+
+namespace updraft::ops {
+
+void argmax(const Tensor& x, Tensor out);
+void topk(const Tensor& x, int64_t k, Tensor values, Tensor indices);
+
+}  // namespace updraft::ops

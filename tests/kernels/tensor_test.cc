@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include "kernels/core/tensor.h"
+
+namespace updraft {
+namespace {
+
+TEST(Tensor, ShapeViewsShareStorage) {
+  Tensor t = Tensor::from_f32({0, 1, 2, 3, 4, 5}, {3, 2});
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 24u);
+  Tensor r = t.rows(1, 3);
+  EXPECT_EQ(r.shape(), (Shape{2, 2}));
+  EXPECT_EQ(r.data<float>()[0], 2.f);
+  r.data<float>()[0] = 42.f;
+  EXPECT_EQ(t.data<float>()[2], 42.f);
+  Tensor v = t.reshape({-1});
+  EXPECT_EQ(v.shape(), (Shape{6}));
+  EXPECT_EQ(t.reshape({2, -1}).shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.str(), "f32[3,2]@cpu");
+}
+
+TEST(Tensor, BadViewsAreCheckFailures) {
+  Tensor t = Tensor::zeros({3, 2}, DType::F32);
+  EXPECT_THROW(t.reshape({4, 2}), CheckFailure);
+  EXPECT_THROW(t.reshape({-1, -1}), CheckFailure);
+  EXPECT_THROW(t.rows(2, 4), CheckFailure);
+  EXPECT_THROW(t.size(2), CheckFailure);
+  Tensor undefined;
+  EXPECT_THROW(undefined.raw(), CheckFailure);
+}
+
+TEST(Tensor, DtypeConversionRoundTrips) {
+  Tensor t = Tensor::from_f32({1.0f, -2.5f, 0.1f, 65504.f}, {4});
+  Tensor b = t.to_dtype(DType::BF16);
+  EXPECT_EQ(b.dtype(), DType::BF16);
+  EXPECT_EQ(b.nbytes(), 8u);
+  auto back = b.to_f32_vector();
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], -2.5f);
+  EXPECT_NEAR(back[2], 0.1f, 1e-3);
+  auto h = t.to_dtype(DType::F16).to_f32_vector();
+  EXPECT_EQ(h[3], 65504.f);
+  Tensor i = Tensor::from_i32({1, -2, 3}, {3}).to_dtype(DType::I64);
+  EXPECT_EQ(i.data<int64_t>()[1], -2);
+  EXPECT_THROW(t.to_dtype(DType::I32), CheckFailure);
+}
+
+TEST(Tensor, CopyAndZero) {
+  Tensor a = Tensor::from_f32({1, 2, 3, 4}, {2, 2});
+  Tensor b = Tensor::empty({4}, DType::F32);
+  b.copy_from(a);
+  EXPECT_EQ(b.to_f32_vector(), (std::vector<float>{1, 2, 3, 4}));
+  b.zero_();
+  EXPECT_EQ(b.to_f32_vector(), (std::vector<float>{0, 0, 0, 0}));
+  EXPECT_THROW(b.copy_from(Tensor::zeros({3}, DType::F32)), CheckFailure);
+}
+
+TEST(Tensor, WrapKeepsOwnerAlive) {
+  auto owner = std::make_shared<std::vector<float>>(std::vector<float>{7, 8});
+  Tensor t = Tensor::wrap(owner->data(), {2}, DType::F32, Device::CPU, owner);
+  std::weak_ptr<std::vector<float>> weak = owner;
+  owner.reset();
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(t.data<float>()[1], 8.f);
+  t = Tensor();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(Device, CudaWithoutGpuIsAnError) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_THROW(Tensor::empty({4}, DType::F32, Device::CUDA), Error);
+}
+
+}  // namespace
+}  // namespace updraft
