@@ -86,7 +86,7 @@ void rows_t(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, fl
   float part[kChunk * T];
   for (int64_t c0 = n0; c0 < n1; c0 += kChunk) {
     const int64_t c1 = std::min(n1, c0 + kChunk), rows = c1 - c0;
-    for (int64_t i = 0; i < rows * T; ++i) part[i] = 0.f;
+    for (int64_t i = 0; i < kChunk * T; ++i) part[i] = 0.f;
     for (int64_t k0 = 0; k0 < K; k0 += kb) {
       const int64_t k1 = std::min(K, k0 + kb);
       int64_t n = c0;
