@@ -1,0 +1,119 @@
+// CUDA gemm / batched_gemm / linear: cuBLAS with f32 accumulation (no TF32), plus small
+// kernels for the cases cuBLAS does not cover (K == 0, f32 inputs with a bf16 output, bias).
+#include <climits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/ops/backend.h"
+
+namespace updraft::ops::cuda {
+namespace {
+
+using namespace ::updraft::cuda;
+
+cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+int as_int(int64_t v, const char* what) {
+  UPD_CHECK(v <= INT_MAX) << "gemm: " << what << "=" << v << " exceeds cuBLAS's int range";
+  return static_cast<int>(v);
+}
+
+// c *= beta, with beta == 0 writing zeros without reading c (BLAS semantics): the K == 0 case.
+template <typename T>
+__global__ void scale_kernel(T* c, int64_t n, float beta) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    c[i] = from_f32<T>(beta == 0.f ? 0.f : beta * to_f32(c[i]));
+}
+
+// dst = src between storage types (RNE): used to stage an f32 result for a bf16 output.
+template <typename S, typename D>
+__global__ void convert_kernel(const S* src, D* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[i]));
+}
+
+// y[t, n] += bias[n], in f32 then rounded to y's type.
+template <typename Y, typename B>
+__global__ void bias_kernel(Y* y, const B* bias, int64_t n_total, int64_t n_cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_total; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = from_f32<Y>(to_f32(y[i]) + to_f32(bias[i % n_cols]));
+}
+
+// Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B goes first and
+// the row-major leading dimensions are used unchanged.
+void cublas_gemm(const void* a, bool ta, const void* b, bool tb, void* c, cudaDataType_t ab_type,
+                 cudaDataType_t c_type, int64_t M, int64_t N, int64_t K, int64_t batch, bool batched,
+                 float alpha, float beta) {
+  const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
+  const int ld_b = as_int(tb ? K : N, "ldb"), ld_a = as_int(ta ? M : K, "lda"), ld_c = m;
+  cublasHandle_t h = cublas_handle();
+  if (!batched) {
+    UPD_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, m, n, k, &alpha, b, ab_type, ld_b, a, ab_type, ld_a,
+                                  &beta, c, c_type, ld_c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else {
+    UPD_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        h, op_b, op_a, m, n, k, &alpha, b, ab_type, ld_b, static_cast<long long>(K * N), a, ab_type, ld_a,
+        static_cast<long long>(M * K), &beta, c, c_type, ld_c, static_cast<long long>(M * N),
+        as_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta,
+              bool batched) {
+  const int64_t M = c.size(-2), N = c.size(-1), K = ta ? a.size(-2) : a.size(-1);
+  const int64_t batch = batched ? c.size(0) : 1;
+  const int64_t n_c = batch * M * N;
+  if (n_c == 0) return;
+  if (K == 0) {  // empty sum: c = beta * c (cuBLAS rejects lda = 0)
+    dispatch_f32_bf16(c.dtype(), "gemm", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      scale_kernel<<<elementwise_blocks(n_c), kElementwiseThreads, 0, stream()>>>(c.data<T>(), n_c, beta);
+      UPD_CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
+  if (a.dtype() == DType::F32 && c.dtype() == DType::BF16) {
+    // cuBLAS has no f32 x f32 -> bf16 GEMM: compute into f32 scratch and round once.
+    Scratch tmp(static_cast<size_t>(n_c) * sizeof(float));
+    float* t = tmp.get<float>();
+    const unsigned blocks = elementwise_blocks(n_c);
+    if (beta != 0.f) {
+      convert_kernel<<<blocks, kElementwiseThreads, 0, stream()>>>(c.data<__nv_bfloat16>(), t, n_c);
+      UPD_CUDA_CHECK_LAUNCH();
+    }
+    cublas_gemm(a.raw(), ta, b.raw(), tb, t, CUDA_R_32F, CUDA_R_32F, M, N, K, batch, batched, alpha, beta);
+    convert_kernel<<<blocks, kElementwiseThreads, 0, stream()>>>(static_cast<const float*>(t),
+                                                                 c.data<__nv_bfloat16>(), n_c);
+    UPD_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  cublas_gemm(a.raw(), ta, b.raw(), tb, c.raw(), cuda_type(a.dtype()), cuda_type(c.dtype()), M, N, K, batch,
+              batched, alpha, beta);
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
+  run_gemm(a, ta, b, tb, c, alpha, beta, false);
+}
+
+void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
+  run_gemm(a, ta, b, tb, c, alpha, beta, true);
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  run_gemm(x, false, w, true, y, 1.f, 0.f, false);
+  const int64_t n = y.numel(), cols = y.size(1);
+  if (bias == nullptr || n == 0) return;
+  dispatch_f32_bf16(y.dtype(), "linear", [&](auto ytag) {
+    using Y = typename decltype(ytag)::type;
+    dispatch_f32_bf16(bias->dtype(), "linear", [&](auto btag) {
+      using B = typename decltype(btag)::type;
+      bias_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream()>>>(y.data<Y>(), bias->data<B>(), n, cols);
+      UPD_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace updraft::ops::cuda
