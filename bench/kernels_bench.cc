@@ -57,20 +57,37 @@ int main(int argc, char** argv) {
   std::printf("measured f32 FMA peak             : %7.1f GFLOP/s\n\n", m.fma_gflops);
 
   // Decode: y[T,N] = x[T,K] w[N,K]^T with w far larger than the last-level cache.
-  const int64_t K = 4096, N = quick ? 8192 : 16384;
+  const int64_t K = 4096, N = 16384;  // 128 MiB in bf16: four times the 32 MiB L3 of these machines
   std::printf("GEMV (decode) w[%ld,%ld]: bf16 %.0f MiB, f32 %.0f MiB\n", N, K, N * K * 2 / 1048576.0, N * K * 4 / 1048576.0);
-  std::printf("%-6s %-4s %10s %10s %10s\n", "wtype", "T", "ms", "GB/s", "of BW");
-  double worst_gemv = 1.0;
+  struct Row {
+    DType wt;
+    int64_t T;
+    double ms, gbps;
+  };
+  std::vector<Row> rows;
   for (DType wt : {DType::BF16, DType::F32}) {
     Tensor w = random_tensor({N, K}, wt, 1);
     for (int64_t T : {1, 2, 4, 8}) {
       Tensor x = random_tensor({T, K}, DType::F32, 2), y = Tensor::empty({T, N}, DType::F32);
       const double s = median_seconds(quick ? 5 : 15, [&] { ops::linear(x, w, nullptr, y); });
       const double bytes = static_cast<double>(w.nbytes() + x.nbytes() + y.nbytes());
-      const double gbps = bytes / s / 1e9;
-      worst_gemv = std::min(worst_gemv, gbps / m.read_gbps);
-      std::printf("%-6s %-4ld %10.3f %10.1f %9.0f%%\n", dtype_name(wt), T, s * 1e3, gbps, 100 * gbps / m.read_gbps);
+      rows.push_back({wt, T, s * 1e3, bytes / s / 1e9});
     }
+  }
+  // The probe is a lower bound: the batch-1 GEMV itself can stream faster than the probe's
+  // loop. The stricter reference is the best rate any measured read achieved in this run.
+  double best_bw = m.read_gbps;
+  for (const Row& r : rows) best_bw = std::max(best_bw, r.gbps);
+  std::printf("reference bandwidth: probe %.1f GB/s, best observed read %.1f GB/s\n", m.read_gbps, best_bw);
+  std::printf("%-6s %-4s %10s %10s %12s %12s %14s\n", "wtype", "T", "ms", "GB/s", "of probe", "of best", "FMA-bound at");
+  double worst_gemv = 1.0, worst_gemv_strict = 1.0;
+  for (const Row& r : rows) {
+    // Roofline: 2*T flops per weight; the FMA peak caps the weight stream at peak/(2T) weights/s.
+    const double ceiling = m.fma_gflops / (2.0 * r.T) * static_cast<double>(dtype_size(r.wt));
+    worst_gemv = std::min(worst_gemv, r.gbps / m.read_gbps);
+    worst_gemv_strict = std::min(worst_gemv_strict, r.gbps / best_bw);
+    std::printf("%-6s %-4ld %10.3f %10.1f %11.0f%% %11.0f%% %9.1f GB/s\n", dtype_name(r.wt), r.T, r.ms, r.gbps,
+                100 * r.gbps / m.read_gbps, 100 * r.gbps / best_bw, ceiling);
   }
 
   // Prefill: y[T,N] = x[T,K] w[N,K]^T.
@@ -88,7 +105,8 @@ int main(int argc, char** argv) {
       std::printf("%-6s %-16s %10.2f %10.1f %9.0f%%\n", dtype_name(wt), shape, s * 1e3, gflops, 100 * gflops / m.fma_gflops);
     }
   }
-  std::printf("\nsummary: GEMV worst fraction of bandwidth %.0f%% (target 70%%); GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",
-              100 * worst_gemv, 100 * best_gemm_f32 / m.fma_gflops);
+  std::printf("\nsummary: GEMV worst fraction of bandwidth %.0f%% of probe, %.0f%% of best observed (target 70%%);"
+              " GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",
+              100 * worst_gemv, 100 * worst_gemv_strict, 100 * best_gemm_f32 / m.fma_gflops);
   return 0;
 }

@@ -18,6 +18,7 @@ MachineLimits probe_machine(size_t buffer_bytes = size_t{1} << 30);
 
 // Kernels used by the probe; the AVX-512 ones live in machine_probe_avx512.cc.
 double read_sum_avx512(const float* p, size_t n);
+double read_sum8_avx512(const float* p, size_t stride, size_t n);  // 8 streams, stride apart
 double fma_loop_avx512(long iters);
 double read_sum_generic(const float* p, size_t n);
 double fma_loop_generic(long iters);

@@ -37,7 +37,7 @@ inline __m512 load16_masked(const void* w, int64_t i, __mmask16 m) {
   }
 }
 
-// Adds sum_{k in [k0,k1)} x[t,k] * w[n+r,k] to y[t*ldy + r] for r < R, t < T.
+// Writes sum_{k in [k0,k1)} x[t,k] * w[n+r,k] to y[t*ldy + r] for r < R, t < T.
 template <DType WT, int T, int R>
 void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int64_t k1, float* y, int64_t ldy) {
   __m512 acc[R][T];
@@ -72,30 +72,18 @@ void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int6
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
     #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) y[t * ldy + r] += _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-// Rows are processed in chunks of kChunk and K in blocks that keep the T rows of x resident in
-// L1 (T * kb * 4 bytes <= 16 KiB): without the blocking, every group of R weight rows re-reads
-// all of x from L2, which for T >= 2 costs more than streaming the weights themselves.
+// R rows at a time: R*T accumulators (<= 24 zmm) hide the FMA latency and each x vector
+// loaded serves R rows. x itself stays in L2 (T*K*4 bytes); blocking K to keep it in L1 was
+// measured slower (it splits every weight row into short streams the prefetcher handles badly).
 template <DType WT, int T>
 void rows_t(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  constexpr int R = T == 1 ? 8 : T == 2 ? 4 : T <= 4 ? 4 : 3;
-  constexpr int64_t kChunk = 24;  // a multiple of R for every R above
-  const int64_t kb = T == 1 ? K : std::max<int64_t>(64, (16384 / (4 * T)) / 16 * 16);
-  float part[kChunk * T];
-  for (int64_t c0 = n0; c0 < n1; c0 += kChunk) {
-    const int64_t c1 = std::min(n1, c0 + kChunk), rows = c1 - c0;
-    for (int64_t i = 0; i < kChunk * T; ++i) part[i] = 0.f;
-    for (int64_t k0 = 0; k0 < K; k0 += kb) {
-      const int64_t k1 = std::min(K, k0 + kb);
-      int64_t n = c0;
-      for (; n + R <= c1; n += R) block<WT, T, R>(x, K, w, n, k0, k1, part + (n - c0), kChunk);
-      for (; n < c1; ++n) block<WT, T, 1>(x, K, w, n, k0, k1, part + (n - c0), kChunk);
-    }
-    for (int t = 0; t < T; ++t)
-      for (int64_t r = 0; r < rows; ++r) y[t * ldy + c0 + r] = part[t * kChunk + r];
-  }
+  constexpr int R = T == 1 ? 8 : T <= 4 ? 4 : 3;
+  int64_t n = n0;
+  for (; n + R <= n1; n += R) block<WT, T, R>(x, K, w, n, 0, K, y + n, ldy);
+  for (; n < n1; ++n) block<WT, T, 1>(x, K, w, n, 0, K, y + n, ldy);
 }
 
 template <DType WT>
