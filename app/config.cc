@@ -23,10 +23,11 @@ Config Config::parse(const std::string& text, const std::string& source) {
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    UPD_FAIL() << source << ": invalid YAML at line " << e.mark.line + 1 << ", column " << e.mark.column + 1
-               << ": " << e.msg;
+    UPD_FAIL() << source << ": invalid YAML at line " << e.mark.line + 1 << ", column " << e.mark.column + 1 << ": "
+               << e.msg;
   }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (root.IsNull())
+    root = YAML::Node(YAML::NodeType::Map);
   UPD_REQUIRE(root.IsMap()) << source << ": the top level must be a mapping of keys to values";
   return Config(root, source, "");
 }
@@ -35,13 +36,18 @@ std::string Config::where(const std::string& key) const {
   return source_ + ": " + (path_.empty() ? key : path_ + "." + key);
 }
 
-YAML::Node Config::node(const std::string& key) const { return node_[key]; }
+YAML::Node Config::node(const std::string& key) const {
+  return node_[key];
+}
 
-bool Config::has(const std::string& key) const { return node_[key].IsDefined() && !node_[key].IsNull(); }
+bool Config::has(const std::string& key) const {
+  return node_[key].IsDefined() && !node_[key].IsNull();
+}
 
 Config Config::section(const std::string& key) const {
   YAML::Node n = node_[key];
-  if (!n.IsDefined() || n.IsNull()) return Config(YAML::Node(YAML::NodeType::Map), source_, path_.empty() ? key : path_ + "." + key);
+  if (!n.IsDefined() || n.IsNull())
+    return Config(YAML::Node(YAML::NodeType::Map), source_, path_.empty() ? key : path_ + "." + key);
   UPD_REQUIRE(n.IsMap()) << where(key) << ": expected a mapping (a section of keys)";
   return Config(n, source_, path_.empty() ? key : path_ + "." + key);
 }
@@ -50,7 +56,8 @@ namespace {
 
 template <typename T>
 T convert(const YAML::Node& n, const std::string& where, const char* expected) {
-  if (!n.IsScalar()) UPD_FAIL() << where << ": expected " << expected << ", got a " << (n.IsSequence() ? "list" : "mapping");
+  if (!n.IsScalar())
+    UPD_FAIL() << where << ": expected " << expected << ", got a " << (n.IsSequence() ? "list" : "mapping");
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
@@ -78,7 +85,8 @@ bool Config::get_bool(const std::string& key, bool def) const {
 }
 
 std::vector<int64_t> Config::get_int_list(const std::string& key, const std::vector<int64_t>& def) const {
-  if (!has(key)) return def;
+  if (!has(key))
+    return def;
   YAML::Node n = node(key);
   UPD_REQUIRE(n.IsSequence()) << where(key) << ": expected a list of integers";
   std::vector<int64_t> out;
@@ -101,10 +109,12 @@ void Config::check_keys(const std::vector<std::string>& allowed) const {
   for (const auto& kv : node_) {
     const std::string k = kv.first.as<std::string>();
     bool ok = false;
-    for (const auto& a : allowed) ok = ok || a == k;
+    for (const auto& a : allowed)
+      ok = ok || a == k;
     if (!ok) {
       std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      for (const auto& a : allowed)
+        list += (list.empty() ? "" : ", ") + a;
       UPD_FAIL() << where(k) << ": unknown key (known keys here: " << list << ")";
     }
   }

@@ -17,7 +17,7 @@ namespace updraft {
 
 class Config {
  public:
-  static Config load_file(const std::string& path);   // throws Error (missing file, bad YAML)
+  static Config load_file(const std::string& path);  // throws Error (missing file, bad YAML)
   static Config parse(const std::string& text, const std::string& source = "<string>");
 
   bool has(const std::string& key) const;

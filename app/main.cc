@@ -60,8 +60,10 @@ int main(int argc, char** argv) {
 
   try {
     updraft::setup_logging(log_level);
-    if (info->parsed()) return run_info();
-    if (config_check->parsed()) return run_config_check(config_path);
+    if (info->parsed())
+      return run_info();
+    if (config_check->parsed())
+      return run_config_check(config_path);
   } catch (const updraft::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -22,14 +22,17 @@ using namespace updraft;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
   Tensor t = Tensor::empty(s, DType::F32);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = d(rng);
   return t.to_dtype(dt);
 }
 
@@ -58,7 +61,8 @@ int main(int argc, char** argv) {
 
   // Decode: y[T,N] = x[T,K] w[N,K]^T with w far larger than the last-level cache.
   const int64_t K = 4096, N = 16384;  // 128 MiB in bf16: four times the 32 MiB L3 of these machines
-  std::printf("GEMV (decode) w[%ld,%ld]: bf16 %.0f MiB, f32 %.0f MiB\n", N, K, N * K * 2 / 1048576.0, N * K * 4 / 1048576.0);
+  std::printf("GEMV (decode) w[%ld,%ld]: bf16 %.0f MiB, f32 %.0f MiB\n", N, K, N * K * 2 / 1048576.0,
+              N * K * 4 / 1048576.0);
   struct Row {
     DType wt;
     int64_t T;
@@ -77,9 +81,11 @@ int main(int argc, char** argv) {
   // The probe is a lower bound: the batch-1 GEMV itself can stream faster than the probe's
   // loop. The stricter reference is the best rate any measured read achieved in this run.
   double best_bw = m.read_gbps;
-  for (const Row& r : rows) best_bw = std::max(best_bw, r.gbps);
+  for (const Row& r : rows)
+    best_bw = std::max(best_bw, r.gbps);
   std::printf("reference bandwidth: probe %.1f GB/s, best observed read %.1f GB/s\n", m.read_gbps, best_bw);
-  std::printf("%-6s %-4s %10s %10s %12s %12s %14s\n", "wtype", "T", "ms", "GB/s", "of probe", "of best", "FMA-bound at");
+  std::printf("%-6s %-4s %10s %10s %12s %12s %14s\n", "wtype", "T", "ms", "GB/s", "of probe", "of best",
+              "FMA-bound at");
   double worst_gemv = 1.0, worst_gemv_strict = 1.0;
   for (const Row& r : rows) {
     // Roofline: 2*T flops per weight; the FMA peak caps the weight stream at peak/(2T) weights/s.
@@ -95,18 +101,23 @@ int main(int argc, char** argv) {
   double best_gemm_f32 = 0;
   for (DType wt : {DType::F32, DType::BF16}) {
     for (auto [T, Kp, Np] : std::vector<std::array<int64_t, 3>>{{256, 2048, 2048}, {512, 2048, 5632}}) {
-      if (quick && T > 256) continue;
-      Tensor w = random_tensor({Np, Kp}, wt, 3), x = random_tensor({T, Kp}, DType::F32, 4), y = Tensor::empty({T, Np}, DType::F32);
+      if (quick && T > 256)
+        continue;
+      Tensor w = random_tensor({Np, Kp}, wt, 3), x = random_tensor({T, Kp}, DType::F32, 4),
+             y = Tensor::empty({T, Np}, DType::F32);
       const double s = median_seconds(quick ? 3 : 7, [&] { ops::linear(x, w, nullptr, y); });
       const double gflops = 2.0 * T * Kp * Np / s / 1e9;
-      if (wt == DType::F32) best_gemm_f32 = std::max(best_gemm_f32, gflops);
+      if (wt == DType::F32)
+        best_gemm_f32 = std::max(best_gemm_f32, gflops);
       char shape[64];
       std::snprintf(shape, sizeof shape, "%ldx%ldx%ld", T, Kp, Np);
-      std::printf("%-6s %-16s %10.2f %10.1f %9.0f%%\n", dtype_name(wt), shape, s * 1e3, gflops, 100 * gflops / m.fma_gflops);
+      std::printf("%-6s %-16s %10.2f %10.1f %9.0f%%\n", dtype_name(wt), shape, s * 1e3, gflops,
+                  100 * gflops / m.fma_gflops);
     }
   }
-  std::printf("\nsummary: GEMV worst fraction of bandwidth %.0f%% of probe, %.0f%% of best observed (target 70%%);"
-              " GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",
-              100 * worst_gemv, 100 * worst_gemv_strict, 100 * best_gemm_f32 / m.fma_gflops);
+  std::printf(
+      "\nsummary: GEMV worst fraction of bandwidth %.0f%% of probe, %.0f%% of best observed (target 70%%);"
+      " GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",
+      100 * worst_gemv, 100 * worst_gemv_strict, 100 * best_gemm_f32 / m.fma_gflops);
   return 0;
 }

@@ -13,25 +13,32 @@
 namespace updraft::bench {
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 double read_sum_generic(const float* p, size_t n) {
   float acc[16] = {};
   for (size_t i = 0; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += p[i + j];
+    for (int j = 0; j < 16; ++j)
+      acc[j] += p[i + j];
   double s = 0;
-  for (float a : acc) s += a;
+  for (float a : acc)
+    s += a;
   return s;
 }
 
 double fma_loop_generic(long iters) {
   float a[16], b = 1.0000001f, c = 1e-7f;
-  for (int j = 0; j < 16; ++j) a[j] = static_cast<float>(j);
+  for (int j = 0; j < 16; ++j)
+    a[j] = static_cast<float>(j);
   for (long i = 0; i < iters; ++i)
-    for (int j = 0; j < 16; ++j) a[j] = a[j] * b + c;
+    for (int j = 0; j < 16; ++j)
+      a[j] = a[j] * b + c;
   double s = 0;
-  for (float x : a) s += x;
+  for (float x : a)
+    s += x;
   return s;
 }
 
@@ -42,7 +49,8 @@ MachineLimits probe_machine(size_t buffer_bytes) {
   const size_t n = buffer_bytes / sizeof(float);
   float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;  // first touch by the thread that reads it
+  for (size_t i = 0; i < n; ++i)
+    buf[i] = 1.0f;  // first touch by the thread that reads it
   double best = 1e30, sink = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const double t0 = now();
@@ -57,7 +65,8 @@ MachineLimits probe_machine(size_t buffer_bytes) {
       if (m.avx512) {
         sink += read_sum8_avx512(p, part, part);
       } else {
-        for (size_t s = 0; s < 8; ++s) sink += read_sum_generic(p + s * part, part);
+        for (size_t s = 0; s < 8; ++s)
+          sink += read_sum_generic(p + s * part, part);
       }
     }
     best = std::min(best, now() - t0);
@@ -76,7 +85,8 @@ MachineLimits probe_machine(size_t buffer_bytes) {
   // avx512 loop: 12 chains x 16 lanes per iteration; generic: 16 lanes per iteration, iters/4.
   const double flops = m.avx512 ? 2.0 * 12 * 16 * iters : 2.0 * 16 * (iters / 4);
   m.fma_gflops = flops * m.threads / best / 1e9;
-  if (sink == 42.0) std::abort();  // keep the loops alive
+  if (sink == 42.0)
+    std::abort();  // keep the loops alive
   return m;
 }
 

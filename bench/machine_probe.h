@@ -8,8 +8,8 @@
 namespace updraft::bench {
 
 struct MachineLimits {
-  double read_gbps = 0;    // GB/s (1e9 bytes)
-  double fma_gflops = 0;   // GFLOP/s, an FMA counted as 2
+  double read_gbps = 0;   // GB/s (1e9 bytes)
+  double fma_gflops = 0;  // GFLOP/s, an FMA counted as 2
   int threads = 0;
   bool avx512 = false;
 };

@@ -11,7 +11,9 @@
 
 namespace updraft {
 
-const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+const char* device_name(Device d) {
+  return d == Device::CPU ? "cpu" : "cuda";
+}
 
 bool cuda_compiled() {
 #ifdef UPDRAFT_WITH_CUDA
@@ -55,7 +57,8 @@ void* device_alloc(Device d, size_t bytes) {
 }
 
 void device_free(Device d, void* p) noexcept {
-  if (p == nullptr) return;
+  if (p == nullptr)
+    return;
   if (d == Device::CPU) {
     std::free(p);
     return;
@@ -66,7 +69,8 @@ void device_free(Device d, void* p) noexcept {
 }
 
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0)
+    return;
   if (dst_dev == Device::CPU && src_dev == Device::CPU) {
     std::memcpy(dst, src, bytes);
     return;
@@ -84,7 +88,8 @@ void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
 }
 
 void device_zero(void* p, Device d, size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0)
+    return;
   if (d == Device::CPU) {
     std::memset(p, 0, bytes);
     return;
@@ -97,7 +102,8 @@ void device_zero(void* p, Device d, size_t bytes) {
 }
 
 void device_sync(Device d) {
-  if (d == Device::CPU) return;
+  if (d == Device::CPU)
+    return;
 #ifdef UPDRAFT_WITH_CUDA
   UPD_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
 #endif

@@ -19,8 +19,8 @@ bool cuda_available();
 // True when this build was compiled with the CUDA backend (even if no GPU is present).
 bool cuda_compiled();
 
-void* device_alloc(Device d, size_t bytes);      // throws Error on failure; bytes may be 0
-void device_free(Device d, void* p) noexcept;    // p may be null
+void* device_alloc(Device d, size_t bytes);    // throws Error on failure; bytes may be 0
+void device_free(Device d, void* p) noexcept;  // p may be null
 // Copies bytes between any two devices; returns when the copy is complete.
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 // Sets bytes to zero.

@@ -33,15 +33,16 @@ namespace detail {
 // macros below; the destructor is noexcept(false) on purpose.
 class Thrower {
  public:
-  Thrower(bool is_check, const char* file, int line, const char* cond)
-      : is_check_(is_check) {
+  Thrower(bool is_check, const char* file, int line, const char* cond) : is_check_(is_check) {
     os_ << file << ":" << line << ": ";
-    if (cond != nullptr) os_ << "check failed: " << cond << " ";
+    if (cond != nullptr)
+      os_ << "check failed: " << cond << " ";
   }
   Thrower(const Thrower&) = delete;
   Thrower& operator=(const Thrower&) = delete;
   ~Thrower() noexcept(false) {
-    if (is_check_) throw CheckFailure(os_.str());
+    if (is_check_)
+      throw CheckFailure(os_.str());
     throw Error(os_.str());
   }
   template <typename T>

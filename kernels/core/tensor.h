@@ -33,7 +33,7 @@ int64_t shape_numel(const Shape& s);
 
 class Storage {
  public:
-  Storage(Device device, size_t bytes);                                       // allocates
+  Storage(Device device, size_t bytes);                                                // allocates
   Storage(Device device, void* data, size_t bytes, std::shared_ptr<void> keep_alive);  // wraps
   ~Storage();
   Storage(const Storage&) = delete;
@@ -58,8 +58,7 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
   // Wraps external host or device memory without copying; keep_alive is held by the tensor.
-  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device,
-                     std::shared_ptr<void> keep_alive);
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device, std::shared_ptr<void> keep_alive);
   // CPU f32 / i32 / i64 tensors from values (for tests and small constants).
   static Tensor from_f32(const std::vector<float>& v, const Shape& shape);
   static Tensor from_i32(const std::vector<int32_t>& v, const Shape& shape);

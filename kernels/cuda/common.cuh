@@ -19,9 +19,13 @@ using u64 = unsigned long long;  // the 64-bit type the shuffle/atomic intrinsic
 
 // ---- host-side launch helpers ------------------------------------------------------------
 
-constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
-inline cudaStream_t stream() { return current_stream(); }
+inline cudaStream_t stream() {
+  return current_stream();
+}
 
 constexpr int kElementwiseThreads = 256;
 
@@ -33,7 +37,8 @@ inline unsigned elementwise_blocks(int64_t n, int threads = kElementwiseThreads)
 // Threads for a one-block-per-row kernel over rows of c elements: a power of two in [32, max].
 inline int row_threads(int64_t c, int max_threads = 1024) {
   int t = 32;
-  while (t < max_threads && t < c) t *= 2;
+  while (t < max_threads && t < c)
+    t *= 2;
   return t;
 }
 
@@ -48,9 +53,14 @@ struct Tag {
 template <typename F>
 void dispatch_f32_bf16(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32: f(Tag<float>{}); return;
-    case DType::BF16: f(Tag<__nv_bfloat16>{}); return;
-    default: UPD_FAIL() << op << ": dtype " << dtype_name(t) << " is not supported on CUDA";
+    case DType::F32:
+      f(Tag<float>{});
+      return;
+    case DType::BF16:
+      f(Tag<__nv_bfloat16>{});
+      return;
+    default:
+      UPD_FAIL() << op << ": dtype " << dtype_name(t) << " is not supported on CUDA";
   }
 }
 
@@ -58,10 +68,17 @@ void dispatch_f32_bf16(DType t, const char* op, F&& f) {
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32: f(Tag<float>{}); return;
-    case DType::BF16: f(Tag<__nv_bfloat16>{}); return;
-    case DType::F16: f(Tag<__half>{}); return;
-    default: UPD_FAIL() << op << ": dtype " << dtype_name(t) << " is not supported on CUDA";
+    case DType::F32:
+      f(Tag<float>{});
+      return;
+    case DType::BF16:
+      f(Tag<__nv_bfloat16>{});
+      return;
+    case DType::F16:
+      f(Tag<__half>{});
+      return;
+    default:
+      UPD_FAIL() << op << ": dtype " << dtype_name(t) << " is not supported on CUDA";
   }
 }
 
@@ -69,9 +86,15 @@ void dispatch_float(DType t, const char* op, F&& f) {
 // Conversions go through dtype.h so that rounding (RNE) and NaN handling are bit-identical
 // to the CPU backend.
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return bf16_to_f32(__bfloat16_as_ushort(v)); }
-__device__ __forceinline__ float to_f32(__half v) { return f16_to_f32(__half_as_ushort(v)); }
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
+  return bf16_to_f32(__bfloat16_as_ushort(v));
+}
+__device__ __forceinline__ float to_f32(__half v) {
+  return f16_to_f32(__half_as_ushort(v));
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
@@ -92,7 +115,9 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
 
 struct SumOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -104,7 +129,8 @@ struct MinOp {
 
 template <typename T, typename Op>
 __device__ __forceinline__ T warp_reduce(T v, Op op) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -116,18 +142,31 @@ __device__ T block_reduce(T v, Op op, T identity) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_reduce(v, op);
   __syncthreads();  // a previous call may still be reading `partial`
-  if (lane == 0) partial[warp] = v;
+  if (lane == 0)
+    partial[warp] = v;
   __syncthreads();
   v = lane < nwarps ? partial[lane] : identity;
   return warp_reduce(v, op);  // every warp folds the same partials
 }
 
-__device__ __forceinline__ float block_sum(float v) { return block_reduce(v, SumOp{}, 0.f); }
-__device__ __forceinline__ u64 block_sum(u64 v) { return block_reduce(v, SumOp{}, 0ull); }
-__device__ __forceinline__ double block_sum(double v) { return block_reduce(v, SumOp{}, 0.0); }
-__device__ __forceinline__ float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }
-__device__ __forceinline__ u64 block_max(u64 v) { return block_reduce(v, MaxOp{}, 0ull); }
-__device__ __forceinline__ u64 block_min(u64 v) { return block_reduce(v, MinOp{}, ~0ull); }
+__device__ __forceinline__ float block_sum(float v) {
+  return block_reduce(v, SumOp{}, 0.f);
+}
+__device__ __forceinline__ u64 block_sum(u64 v) {
+  return block_reduce(v, SumOp{}, 0ull);
+}
+__device__ __forceinline__ double block_sum(double v) {
+  return block_reduce(v, SumOp{}, 0.0);
+}
+__device__ __forceinline__ float block_max(float v) {
+  return block_reduce(v, MaxOp{}, -INFINITY);
+}
+__device__ __forceinline__ u64 block_max(u64 v) {
+  return block_reduce(v, MaxOp{}, 0ull);
+}
+__device__ __forceinline__ u64 block_min(u64 v) {
+  return block_reduce(v, MinOp{}, ~0ull);
+}
 
 // ---- ranking keys ---------------------------------------------------------------------------
 // rank_key(v, i) orders elements by value descending, then index ascending, as one unsigned
@@ -135,8 +174,10 @@ __device__ __forceinline__ u64 block_min(u64 v) { return block_reduce(v, MinOp{}
 // exact, deterministic tie-breaking. NaN ranks below -inf; -0 and +0 are equal.
 
 __device__ __forceinline__ uint32_t ordered_bits(float v) {
-  if (v != v) return 0u;
-  if (v == 0.f) v = 0.f;
+  if (v != v)
+    return 0u;
+  if (v == 0.f)
+    v = 0.f;
   const uint32_t u = __float_as_uint(v);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
@@ -156,10 +197,12 @@ __device__ __forceinline__ int64_t rank_index(u64 key) {
 class Scratch {
  public:
   explicit Scratch(size_t bytes) : stream_(stream()) {
-    if (bytes > 0) UPD_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
+    if (bytes > 0)
+      UPD_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
   }
   ~Scratch() {
-    if (p_ != nullptr) cudaFreeAsync(p_, stream_);
+    if (p_ != nullptr)
+      cudaFreeAsync(p_, stream_);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

@@ -16,19 +16,25 @@ struct CublasHolder {
   CublasHolder(const CublasHolder&) = delete;
   CublasHolder& operator=(const CublasHolder&) = delete;
   ~CublasHolder() {
-    if (handle != nullptr) cublasDestroy(handle);  // errors at thread exit cannot be reported
+    if (handle != nullptr)
+      cublasDestroy(handle);  // errors at thread exit cannot be reported
   }
 };
 thread_local CublasHolder t_cublas;
 
 }  // namespace
 
-cudaStream_t current_stream() { return t_stream; }
+cudaStream_t current_stream() {
+  return t_stream;
+}
 
-void set_current_stream(cudaStream_t s) { t_stream = s; }
+void set_current_stream(cudaStream_t s) {
+  t_stream = s;
+}
 
 cublasHandle_t cublas_handle() {
-  if (t_cublas.handle == nullptr) UPD_CUBLAS_CHECK(cublasCreate(&t_cublas.handle));
+  if (t_cublas.handle == nullptr)
+    UPD_CUBLAS_CHECK(cublasCreate(&t_cublas.handle));
   // Rebind on every use: the thread may have switched streams since the last call.
   UPD_CUBLAS_CHECK(cublasSetStream(t_cublas.handle, t_stream));
   return t_cublas.handle;

@@ -7,21 +7,20 @@
 
 #include "kernels/core/error.h"
 
-#define UPD_CUDA_CHECK(call)                                                                \
-  do {                                                                                      \
-    cudaError_t upd_err_ = (call);                                                          \
-    if (upd_err_ != cudaSuccess)                                                            \
-      ::updraft::detail::Thrower(false, __FILE__, __LINE__, nullptr)                        \
-          << "CUDA error " << cudaGetErrorName(upd_err_) << ": " << cudaGetErrorString(upd_err_) \
-          << " in " << #call;                                                               \
+#define UPD_CUDA_CHECK(call)                                                                                         \
+  do {                                                                                                               \
+    cudaError_t upd_err_ = (call);                                                                                   \
+    if (upd_err_ != cudaSuccess)                                                                                     \
+      ::updraft::detail::Thrower(false, __FILE__, __LINE__, nullptr)                                                 \
+          << "CUDA error " << cudaGetErrorName(upd_err_) << ": " << cudaGetErrorString(upd_err_) << " in " << #call; \
   } while (0)
 
-#define UPD_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                      \
-    cublasStatus_t upd_st_ = (call);                                                        \
-    if (upd_st_ != CUBLAS_STATUS_SUCCESS)                                                   \
-      ::updraft::detail::Thrower(false, __FILE__, __LINE__, nullptr)                        \
-          << "cuBLAS error " << cublasGetStatusName(upd_st_) << " in " << #call;           \
+#define UPD_CUBLAS_CHECK(call)                                                   \
+  do {                                                                           \
+    cublasStatus_t upd_st_ = (call);                                             \
+    if (upd_st_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::updraft::detail::Thrower(false, __FILE__, __LINE__, nullptr)             \
+          << "cuBLAS error " << cublasGetStatusName(upd_st_) << " in " << #call; \
   } while (0)
 
 // Checks the launch of the last kernel (configuration errors surface here).

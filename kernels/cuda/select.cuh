@@ -33,10 +33,12 @@ __device__ u64 block_select(int64_t n, u64 target, Item item, SelectShared& sh) 
     __syncthreads();
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       u64 key, w;
-      if (!item(i, key, w) || (key & hi_mask) != prefix) continue;
+      if (!item(i, key, w) || (key & hi_mask) != prefix)
+        continue;
       const int b = static_cast<int>((key >> shift) & 0xffu);
       atomicAdd(&sh.count[b], 1u);
-      if (w != 0) atomicAdd(&sh.weight[b], w);
+      if (w != 0)
+        atomicAdd(&sh.weight[b], w);
     }
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -10,7 +10,8 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   const float* u = up.data<float>();
   float* o = out.data<float>();
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -19,7 +20,8 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const float* bp = b.data<float>();
   float* o = out.data<float>();
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) o[i] = ap[i] + bp[i];
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = ap[i] + bp[i];
 }
 
 void convert(const Tensor& src, Tensor& dst) {
@@ -28,7 +30,8 @@ void convert(const Tensor& src, Tensor& dst) {
   const void* s = src.raw();
   void* d = dst.raw();
   auto load = [&](int64_t i) -> float {
-    if (st == DType::F32) return static_cast<const float*>(s)[i];
+    if (st == DType::F32)
+      return static_cast<const float*>(s)[i];
     const uint16_t h = static_cast<const uint16_t*>(s)[i];
     return st == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
   };

@@ -38,29 +38,31 @@ __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
 
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = out.numel();
-  if (n == 0) return;
+  if (n == 0)
+    return;
   dispatch_f32_bf16(out.dtype(), "silu_mul", [&](auto tag) {
     using T = typename decltype(tag)::type;
     silu_mul_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream()>>>(gate.data<T>(), up.data<T>(),
-                                                                                out.data<T>(), n);
+                                                                                 out.data<T>(), n);
     UPD_CUDA_CHECK_LAUNCH();
   });
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t n = out.numel();
-  if (n == 0) return;
+  if (n == 0)
+    return;
   dispatch_f32_bf16(out.dtype(), "add", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream()>>>(a.data<T>(), b.data<T>(),
-                                                                           out.data<T>(), n);
+    add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream()>>>(a.data<T>(), b.data<T>(), out.data<T>(), n);
     UPD_CUDA_CHECK_LAUNCH();
   });
 }
 
 void convert(const Tensor& src, Tensor& dst) {
   const int64_t n = src.numel();
-  if (n == 0) return;
+  if (n == 0)
+    return;
   if (src.dtype() == dst.dtype()) {  // a plain copy keeps every bit, NaN payloads included
     if (src.raw() != dst.raw())
       UPD_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()));

@@ -28,9 +28,9 @@ enum class MaskKind { Causal, Tree, TTT };
 
 struct AttentionMask {
   MaskKind kind = MaskKind::Causal;
-  int64_t q_offset = 0;  // Causal, Tree
-  Tensor tree_mask;      // Tree: bool [T, T], CPU
-  int64_t ttt_steps = 0; // TTT: extra steps after step 0
+  int64_t q_offset = 0;   // Causal, Tree
+  Tensor tree_mask;       // Tree: bool [T, T], CPU
+  int64_t ttt_steps = 0;  // TTT: extra steps after step 0
 
   static AttentionMask causal(int64_t q_offset) { return {MaskKind::Causal, q_offset, {}, 0}; }
   static AttentionMask tree(int64_t prefix, Tensor mask) { return {MaskKind::Tree, prefix, std::move(mask), 0}; }
@@ -41,7 +41,7 @@ struct AttentionMask {
 // definition that every backend implements; also used by tests.
 bool attention_visible(const AttentionMask& mask, int64_t T, int64_t i, int64_t j);
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
-               float scale, Tensor out, Tensor* lse = nullptr);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask, float scale, Tensor out,
+               Tensor* lse = nullptr);
 
 }  // namespace updraft::ops

@@ -14,16 +14,21 @@ void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_
   out.clear();
   switch (m.kind) {
     case MaskKind::Causal:
-      for (int64_t j = 0; j <= m.q_offset + i; ++j) out.push_back(j);
+      for (int64_t j = 0; j <= m.q_offset + i; ++j)
+        out.push_back(j);
       break;
     case MaskKind::Tree:
-      for (int64_t j = 0; j < m.q_offset; ++j) out.push_back(j);
+      for (int64_t j = 0; j < m.q_offset; ++j)
+        out.push_back(j);
       for (int64_t j = 0; j < T; ++j)
-        if (tree[i * T + j]) out.push_back(m.q_offset + j);
+        if (tree[i * T + j])
+          out.push_back(m.q_offset + j);
       break;
     case MaskKind::TTT:
-      for (int64_t j = 0; j <= i; ++j) out.push_back(j);
-      for (int64_t s = 1; s <= m.ttt_steps; ++s) out.push_back(s * T + i);
+      for (int64_t j = 0; j <= i; ++j)
+        out.push_back(j);
+      for (int64_t s = 1; s <= m.ttt_steps; ++s)
+        out.push_back(s * T + i);
       break;
   }
 }
@@ -57,13 +62,16 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
       for (size_t n = 0; n < keys.size(); ++n) {
         const float* kv = kp + (keys[n] * NKV + g) * HD;
         float dot = 0.f;
-        for (int64_t d = 0; d < HD; ++d) dot += qv[d] * kv[d];
+        for (int64_t d = 0; d < HD; ++d)
+          dot += qv[d] * kv[d];
         scores[n] = dot * scale;
         m = std::max(m, scores[n]);
       }
-      for (int64_t d = 0; d < HD; ++d) ov[d] = 0.f;
+      for (int64_t d = 0; d < HD; ++d)
+        ov[d] = 0.f;
       if (keys.empty()) {
-        if (lp) lp[i * NH + h] = -std::numeric_limits<float>::infinity();
+        if (lp)
+          lp[i * NH + h] = -std::numeric_limits<float>::infinity();
         continue;
       }
       float sum = 0.f;
@@ -75,9 +83,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
       for (size_t n = 0; n < keys.size(); ++n) {
         const float p = scores[n] * inv;
         const float* vv = vp + (keys[n] * NKV + g) * HD;
-        for (int64_t d = 0; d < HD; ++d) ov[d] += p * vv[d];
+        for (int64_t d = 0; d < HD; ++d)
+          ov[d] += p * vv[d];
       }
-      if (lp) lp[i * NH + h] = m + std::log(sum);
+      if (lp)
+        lp[i * NH + h] = m + std::log(sum);
     }
   }
 }

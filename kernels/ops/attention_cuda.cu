@@ -25,9 +25,12 @@ struct Mask {
 // by tree_visible().
 __device__ __forceinline__ int64_t num_candidates(const Mask& m, int64_t S, int64_t i) {
   switch (m.kind) {
-    case MaskKind::Causal: return m.q_offset + i + 1;
-    case MaskKind::Tree: return S;
-    case MaskKind::TTT: return i + 1 + m.steps;
+    case MaskKind::Causal:
+      return m.q_offset + i + 1;
+    case MaskKind::Tree:
+      return S;
+    case MaskKind::TTT:
+      return i + 1 + m.steps;
   }
   return 0;
 }
@@ -72,7 +75,8 @@ __global__ void __launch_bounds__(kThreads)
       if (tree_visible(mask, T, i, j)) {  // warp-uniform branch
         const E* kr = k + (j * NKV + kvh) * HD;
         float dot = 0.f;
-        for (int64_t d = lane; d < HD; d += 32) dot += q_s[d] * to_f32(kr[d]);
+        for (int64_t d = lane; d < HD; d += 32)
+          dot += q_s[d] * to_f32(kr[d]);
         s = warp_reduce(dot, SumOp{}) * scale;
       }
       if (lane == 0) {
@@ -83,20 +87,24 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     // 2. new running max (every thread computes the same value) and the tile's exponentials.
     float m_new = m_run;
-    for (int t = 0; t < tile; ++t) m_new = fmaxf(m_new, score[t]);
+    for (int t = 0; t < tile; ++t)
+      m_new = fmaxf(m_new, score[t]);
     const bool none = m_new == -INFINITY;  // nothing visible yet: avoid exp(-inf - -inf)
     const float corr = none ? 1.f : expf(m_run - m_new);
-    if (threadIdx.x < tile) prob[threadIdx.x] = none ? 0.f : expf(score[threadIdx.x] - m_new);
+    if (threadIdx.x < tile)
+      prob[threadIdx.x] = none ? 0.f : expf(score[threadIdx.x] - m_new);
     __syncthreads();
     // 3. rescale and accumulate; the sums run in the same order in every thread.
     float p_sum = 0.f;
-    for (int t = 0; t < tile; ++t) p_sum += prob[t];
+    for (int t = 0; t < tile; ++t)
+      p_sum += prob[t];
     l_run = l_run * corr + p_sum;
     m_run = m_new;
     for (int64_t d = threadIdx.x; d < HD; d += blockDim.x) {
       float a = acc[d] * corr;
       for (int t = 0; t < tile; ++t)
-        if (prob[t] != 0.f) a += prob[t] * to_f32(v[(key[t] * NKV + kvh) * HD + d]);
+        if (prob[t] != 0.f)
+          a += prob[t] * to_f32(v[(key[t] * NKV + kvh) * HD + d]);
       acc[d] = a;
     }
     __syncthreads();  // score/prob/key are rewritten by the next tile
@@ -105,8 +113,10 @@ __global__ void __launch_bounds__(kThreads)
   // A query that sees no key at all (possible only with an empty tree-mask row and no
   // prefix) gets zeros and lse = -inf rather than NaN.
   E* outr = out + (i * NH + h) * HD;
-  for (int64_t d = threadIdx.x; d < HD; d += blockDim.x) outr[d] = from_f32<E>(l_run > 0.f ? acc[d] / l_run : 0.f);
-  if (lse != nullptr && threadIdx.x == 0) lse[i * NH + h] = l_run > 0.f ? m_run + logf(l_run) : -INFINITY;
+  for (int64_t d = threadIdx.x; d < HD; d += blockDim.x)
+    outr[d] = from_f32<E>(l_run > 0.f ? acc[d] / l_run : 0.f);
+  if (lse != nullptr && threadIdx.x == 0)
+    lse[i * NH + h] = l_run > 0.f ? m_run + logf(l_run) : -INFINITY;
 }
 
 }  // namespace
@@ -114,11 +124,13 @@ __global__ void __launch_bounds__(kThreads)
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse) {
   const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), S = k.size(0), NKV = k.size(1);
-  if (T == 0 || NH == 0 || HD == 0) return;
+  if (T == 0 || NH == 0 || HD == 0)
+    return;
   UPD_CHECK(T * NH <= INT32_MAX) << "attention: T*NH=" << T * NH << " too large for one launch";
   UPD_CHECK(HD <= 4096) << "attention: head dim " << HD << " exceeds the CUDA kernel's shared memory plan";
   Mask m{mask.kind, mask.q_offset, nullptr, mask.ttt_steps};
-  if (mask.kind == MaskKind::Tree) m.tree = tree_mask_dev.data<uint8_t>();
+  if (mask.kind == MaskKind::Tree)
+    m.tree = tree_mask_dev.data<uint8_t>();
   float* lse_ptr = lse != nullptr ? lse->data<float>() : nullptr;
   const size_t smem = static_cast<size_t>(2 * HD) * sizeof(float);
   dispatch_f32_bf16(q.dtype(), "attention", [&](auto tag) {

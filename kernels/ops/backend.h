@@ -8,27 +8,27 @@
 
 namespace updraft::ops {
 
-#define UPD_OPS_DECLARE_BACKEND(ns)                                                              \
-  namespace ns {                                                                                 \
-  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta); \
-  void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta); \
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);                 \
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out);                       \
-  void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);                        \
-  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);                             \
-  void add(const Tensor& a, const Tensor& b, Tensor& out);                                      \
-  void convert(const Tensor& src, Tensor& dst);                                                 \
-  void softmax(const Tensor& x, Tensor& out, bool log);                                         \
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,  \
-                 const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse);           \
-  void embedding(const Tensor& ids, const Tensor& table, Tensor& out);                          \
-  void argmax(const Tensor& x, Tensor& out);                                                    \
-  void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);                       \
-  void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k,     \
-                      const Tensor& top_p, Tensor& probs);                                      \
-  void sample_from_probs(const Tensor& probs, const Tensor& uniforms, Tensor& out);             \
-  void cross_entropy(const Tensor& logits, const Tensor& target, Tensor& loss);                 \
-  void soft_cross_entropy(const Tensor& logits, const Tensor& teacher, Tensor& loss);           \
+#define UPD_OPS_DECLARE_BACKEND(ns)                                                                              \
+  namespace ns {                                                                                                 \
+  void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta);             \
+  void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta);     \
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y);                                  \
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out);                                       \
+  void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq);                                         \
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);                                              \
+  void add(const Tensor& a, const Tensor& b, Tensor& out);                                                       \
+  void convert(const Tensor& src, Tensor& dst);                                                                  \
+  void softmax(const Tensor& x, Tensor& out, bool log);                                                          \
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,                   \
+                 const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse);                            \
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out);                                           \
+  void argmax(const Tensor& x, Tensor& out);                                                                     \
+  void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);                                        \
+  void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k, const Tensor& top_p, \
+                      Tensor& probs);                                                                            \
+  void sample_from_probs(const Tensor& probs, const Tensor& uniforms, Tensor& out);                              \
+  void cross_entropy(const Tensor& logits, const Tensor& target, Tensor& loss);                                  \
+  void soft_cross_entropy(const Tensor& logits, const Tensor& teacher, Tensor& loss);                            \
   }
 
 UPD_OPS_DECLARE_BACKEND(cpu)
@@ -39,21 +39,21 @@ UPD_OPS_DECLARE_BACKEND(cuda)
 
 // Calls the backend of `device` (a Device value) for op `name` with the given arguments.
 #ifdef UPDRAFT_WITH_CUDA
-#define UPD_DISPATCH(device, name, ...)                         \
-  do {                                                          \
-    if ((device) == ::updraft::Device::CPU) {                   \
-      ::updraft::ops::cpu::name(__VA_ARGS__);                   \
-    } else {                                                    \
-      ::updraft::ops::cuda::name(__VA_ARGS__);                  \
-    }                                                           \
+#define UPD_DISPATCH(device, name, ...)        \
+  do {                                         \
+    if ((device) == ::updraft::Device::CPU) {  \
+      ::updraft::ops::cpu::name(__VA_ARGS__);  \
+    } else {                                   \
+      ::updraft::ops::cuda::name(__VA_ARGS__); \
+    }                                          \
   } while (0)
 #else
-#define UPD_DISPATCH(device, name, ...)                                           \
-  do {                                                                            \
-    if ((device) == ::updraft::Device::CPU) {                                     \
-      ::updraft::ops::cpu::name(__VA_ARGS__);                                     \
-    } else {                                                                      \
-      UPD_FAIL() << #name ": built without CUDA, cannot run on a CUDA tensor";    \
-    }                                                                             \
+#define UPD_DISPATCH(device, name, ...)                                        \
+  do {                                                                         \
+    if ((device) == ::updraft::Device::CPU) {                                  \
+      ::updraft::ops::cpu::name(__VA_ARGS__);                                  \
+    } else {                                                                   \
+      UPD_FAIL() << #name ": built without CUDA, cannot run on a CUDA tensor"; \
+    }                                                                          \
   } while (0)
 #endif

@@ -6,7 +6,8 @@ namespace updraft::ops {
 
 void embedding(const Tensor& ids, const Tensor& table, Tensor out) {
   check_same_device("embedding", {&ids, &table, &out});
-  UPD_CHECK(ids.dim() == 1 && table.dim() == 2) << "embedding: ids [T], table [V, H]; got " << ids.str() << ", " << table.str();
+  UPD_CHECK(ids.dim() == 1 && table.dim() == 2)
+      << "embedding: ids [T], table [V, H]; got " << ids.str() << ", " << table.str();
   check_dtype("embedding", "ids", ids, {DType::I32});
   check_dtype("embedding", "table", table, {DType::F32, DType::BF16, DType::F16});
   check_shape("embedding", "out", out, {ids.size(0), table.size(1)});

@@ -15,17 +15,20 @@ void embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
     switch (table.dtype()) {
       case DType::F32: {
         const float* s = table.data<float>() + row * H;
-        for (int64_t i = 0; i < H; ++i) orow[i] = s[i];
+        for (int64_t i = 0; i < H; ++i)
+          orow[i] = s[i];
         break;
       }
       case DType::BF16: {
         const uint16_t* s = table.data<uint16_t>() + row * H;
-        for (int64_t i = 0; i < H; ++i) orow[i] = bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < H; ++i)
+          orow[i] = bf16_to_f32(s[i]);
         break;
       }
       default: {
         const uint16_t* s = table.data<uint16_t>() + row * H;
-        for (int64_t i = 0; i < H; ++i) orow[i] = f16_to_f32(s[i]);
+        for (int64_t i = 0; i < H; ++i)
+          orow[i] = f16_to_f32(s[i]);
         break;
       }
     }

@@ -32,7 +32,8 @@ __global__ void embedding_kernel(const int32_t* ids, const S* table, D* out, int
 
 void embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
   const int64_t T = ids.size(0), V = table.size(0), H = table.size(1);
-  if (T == 0 || H == 0) return;
+  if (T == 0 || H == 0)
+    return;
   UPD_CHECK(T <= INT32_MAX) << "embedding: too many ids for one launch: " << T;
   dispatch_float(table.dtype(), "embedding", [&](auto stag) {
     using S = typename decltype(stag)::type;

@@ -14,8 +14,10 @@ void check_gemm(const char* op, const Tensor& a, bool ta, const Tensor& b, bool 
   const int64_t K = ta ? a.size(-2) : a.size(-1);
   const int64_t Kb = tb ? b.size(-1) : b.size(-2);
   const int64_t N = tb ? b.size(-2) : b.size(-1);
-  UPD_CHECK(K == Kb) << op << ": inner dimensions differ: " << a.str() << (ta ? "^T" : "") << " · " << b.str() << (tb ? "^T" : "");
-  UPD_CHECK(c.size(-2) == M && c.size(-1) == N) << op << ": output " << c.str() << ", expected [" << M << "," << N << "]";
+  UPD_CHECK(K == Kb) << op << ": inner dimensions differ: " << a.str() << (ta ? "^T" : "") << " · " << b.str()
+                     << (tb ? "^T" : "");
+  UPD_CHECK(c.size(-2) == M && c.size(-1) == N)
+      << op << ": output " << c.str() << ", expected [" << M << "," << N << "]";
   if (batch_dims == 1)
     UPD_CHECK(a.size(0) == b.size(0) && a.size(0) == c.size(0)) << op << ": batch sizes differ";
   UPD_CHECK(c.raw() != a.raw() && c.raw() != b.raw()) << op << ": output aliases an input";

@@ -19,11 +19,10 @@
 
 namespace updraft::ops {
 
-void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c,
-          float alpha = 1.f, float beta = 0.f);
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c, float alpha = 1.f, float beta = 0.f);
 
-void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c,
-                  float alpha = 1.f, float beta = 0.f);
+void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c, float alpha = 1.f,
+                  float beta = 0.f);
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
 

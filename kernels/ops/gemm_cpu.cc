@@ -18,24 +18,29 @@ void widen_rows(const void* src, DType dt, int64_t K, int64_t r0, int64_t r1, fl
   const int64_t n = (r1 - r0) * K;
   const uint16_t* base = s + r0 * K;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = dt == DType::BF16 ? bf16_to_f32(base[i]) : f16_to_f32(base[i]);
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = dt == DType::BF16 ? bf16_to_f32(base[i]) : f16_to_f32(base[i]);
 }
 
-Tensor as_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to_dtype(DType::F32); }
+Tensor as_f32(const Tensor& t) {
+  return t.dtype() == DType::F32 ? t : t.to_dtype(DType::F32);
+}
 
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 void gemm_2d(const float* a, bool ta, int64_t a_rows, int64_t a_cols, const float* b, bool tb, int64_t b_rows,
              int64_t b_cols, float* c, float alpha, float beta) {
   const int64_t M = ta ? a_cols : a_rows, K = ta ? a_rows : a_cols, N = tb ? b_rows : b_cols;
-  if (M == 0 || N == 0) return;
+  if (M == 0 || N == 0)
+    return;
   if (K == 0) {
-    for (int64_t i = 0; i < M * N; ++i) c[i] = beta == 0.f ? 0.f : beta * c[i];
+    for (int64_t i = 0; i < M * N; ++i)
+      c[i] = beta == 0.f ? 0.f : beta * c[i];
     return;
   }
   sgemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, c, N);
@@ -46,8 +51,8 @@ void gemm_2d(const float* a, bool ta, int64_t a_rows, int64_t a_cols, const floa
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
   // Products with 16-bit weights outside linear() are rare (tools, training): widen b whole.
   Tensor bf = as_f32(b);
-  gemm_2d(a.data<float>(), ta, a.size(0), a.size(1), bf.data<float>(), tb, bf.size(0), bf.size(1),
-          c.data<float>(), alpha, beta);
+  gemm_2d(a.data<float>(), ta, a.size(0), a.size(1), bf.data<float>(), tb, bf.size(0), bf.size(1), c.data<float>(),
+          alpha, beta);
 }
 
 void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
@@ -55,15 +60,16 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
   const int64_t Bt = a.size(0);
   const int64_t sa = a.size(1) * a.size(2), sb = bf.size(1) * bf.size(2), sc = c.size(1) * c.size(2);
   for (int64_t i = 0; i < Bt; ++i)
-    gemm_2d(a.data<float>() + i * sa, ta, a.size(1), a.size(2), bf.data<float>() + i * sb, tb, bf.size(1),
-            bf.size(2), c.data<float>() + i * sc, alpha, beta);
+    gemm_2d(a.data<float>() + i * sa, ta, a.size(1), a.size(2), bf.data<float>() + i * sb, tb, bf.size(1), bf.size(2),
+            c.data<float>() + i * sc, alpha, beta);
 }
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  if (T == 0 || N == 0) return;
+  if (T == 0 || N == 0)
+    return;
   if (T <= kGemvMaxT) {
     // Split rows in contiguous chunks (multiples of 8 rows) so each thread streams its part.
     const int nthreads = omp_get_max_threads();
@@ -87,7 +93,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
     Tensor bf = as_f32(*bias);
     const float* bp = bf.data<float>();
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t n = 0; n < N; ++n) yp[t * N + n] += bp[n];
+      for (int64_t n = 0; n < N; ++n)
+        yp[t * N + n] += bp[n];
   }
 }
 

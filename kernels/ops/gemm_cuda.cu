@@ -10,7 +10,9 @@ namespace {
 
 using namespace ::updraft::cuda;
 
-cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 int as_int(int64_t v, const char* what) {
   UPD_CHECK(v <= INT_MAX) << "gemm: " << what << "=" << v << " exceeds cuBLAS's int range";
@@ -40,31 +42,30 @@ __global__ void bias_kernel(Y* y, const B* bias, int64_t n_total, int64_t n_cols
 
 // Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B goes first and
 // the row-major leading dimensions are used unchanged.
-void cublas_gemm(const void* a, bool ta, const void* b, bool tb, void* c, cudaDataType_t ab_type,
-                 cudaDataType_t c_type, int64_t M, int64_t N, int64_t K, int64_t batch, bool batched,
-                 float alpha, float beta) {
+void cublas_gemm(const void* a, bool ta, const void* b, bool tb, void* c, cudaDataType_t ab_type, cudaDataType_t c_type,
+                 int64_t M, int64_t N, int64_t K, int64_t batch, bool batched, float alpha, float beta) {
   const cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   const int ld_b = as_int(tb ? K : N, "ldb"), ld_a = as_int(ta ? M : K, "lda"), ld_c = m;
   cublasHandle_t h = cublas_handle();
   if (!batched) {
-    UPD_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, m, n, k, &alpha, b, ab_type, ld_b, a, ab_type, ld_a,
-                                  &beta, c, c_type, ld_c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    UPD_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, m, n, k, &alpha, b, ab_type, ld_b, a, ab_type, ld_a, &beta, c, c_type,
+                                  ld_c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     UPD_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         h, op_b, op_a, m, n, k, &alpha, b, ab_type, ld_b, static_cast<long long>(K * N), a, ab_type, ld_a,
-        static_cast<long long>(M * K), &beta, c, c_type, ld_c, static_cast<long long>(M * N),
-        as_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        static_cast<long long>(M * K), &beta, c, c_type, ld_c, static_cast<long long>(M * N), as_int(batch, "batch"),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
-void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta,
-              bool batched) {
+void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta, bool batched) {
   const int64_t M = c.size(-2), N = c.size(-1), K = ta ? a.size(-2) : a.size(-1);
   const int64_t batch = batched ? c.size(0) : 1;
   const int64_t n_c = batch * M * N;
-  if (n_c == 0) return;
+  if (n_c == 0)
+    return;
   if (K == 0) {  // empty sum: c = beta * c (cuBLAS rejects lda = 0)
     dispatch_f32_bf16(c.dtype(), "gemm", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -83,13 +84,13 @@ void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, flo
       UPD_CUDA_CHECK_LAUNCH();
     }
     cublas_gemm(a.raw(), ta, b.raw(), tb, t, CUDA_R_32F, CUDA_R_32F, M, N, K, batch, batched, alpha, beta);
-    convert_kernel<<<blocks, kElementwiseThreads, 0, stream()>>>(static_cast<const float*>(t),
-                                                                 c.data<__nv_bfloat16>(), n_c);
+    convert_kernel<<<blocks, kElementwiseThreads, 0, stream()>>>(static_cast<const float*>(t), c.data<__nv_bfloat16>(),
+                                                                 n_c);
     UPD_CUDA_CHECK_LAUNCH();
     return;
   }
-  cublas_gemm(a.raw(), ta, b.raw(), tb, c.raw(), cuda_type(a.dtype()), cuda_type(c.dtype()), M, N, K, batch,
-              batched, alpha, beta);
+  cublas_gemm(a.raw(), ta, b.raw(), tb, c.raw(), cuda_type(a.dtype()), cuda_type(c.dtype()), M, N, K, batch, batched,
+              alpha, beta);
 }
 
 }  // namespace
@@ -105,7 +106,8 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   run_gemm(x, false, w, true, y, 1.f, 0.f, false);
   const int64_t n = y.numel(), cols = y.size(1);
-  if (bias == nullptr || n == 0) return;
+  if (bias == nullptr || n == 0)
+    return;
   dispatch_f32_bf16(y.dtype(), "linear", [&](auto ytag) {
     using Y = typename decltype(ytag)::type;
     dispatch_f32_bf16(bias->dtype(), "linear", [&](auto btag) {

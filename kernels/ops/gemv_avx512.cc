@@ -41,38 +41,44 @@ inline __m512 load16_masked(const void* w, int64_t i, __mmask16 m) {
 template <DType WT, int T, int R>
 void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int64_t k1, float* y, int64_t ldy) {
   __m512 acc[R][T];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      acc[r][t] = _mm512_setzero_ps();
   int64_t k = k0;
   for (; k + 16 <= k1; k += 16) {
     __m512 wv[R];
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = load16<WT>(w, (n + r) * K + k);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      wv[r] = load16<WT>(w, (n + r) * K + k);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m512 xv = _mm512_loadu_ps(x + t * K + k);
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
   if (k < k1) {
     __mmask16 m = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
     __m512 wv[R];
-    #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = load16_masked<WT>(w, (n + r) * K + k, m);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      wv[r] = load16_masked<WT>(w, (n + r) * K + k, m);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m512 xv = _mm512_maskz_loadu_ps(m, x + t * K + k);
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+      y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 // R rows at a time: R*T accumulators (<= 24 zmm) hide the FMA latency and each x vector
@@ -82,33 +88,58 @@ template <DType WT, int T>
 void rows_t(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   constexpr int R = T == 1 ? 8 : T <= 4 ? 4 : 3;
   int64_t n = n0;
-  for (; n + R <= n1; n += R) block<WT, T, R>(x, K, w, n, 0, K, y + n, ldy);
-  for (; n < n1; ++n) block<WT, T, 1>(x, K, w, n, 0, K, y + n, ldy);
+  for (; n + R <= n1; n += R)
+    block<WT, T, R>(x, K, w, n, 0, K, y + n, ldy);
+  for (; n < n1; ++n)
+    block<WT, T, 1>(x, K, w, n, 0, K, y + n, ldy);
 }
 
 template <DType WT>
 void rows(const float* x, int64_t T, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (T) {
-    case 1: rows_t<WT, 1>(x, K, w, n0, n1, y, ldy); break;
-    case 2: rows_t<WT, 2>(x, K, w, n0, n1, y, ldy); break;
-    case 3: rows_t<WT, 3>(x, K, w, n0, n1, y, ldy); break;
-    case 4: rows_t<WT, 4>(x, K, w, n0, n1, y, ldy); break;
-    case 5: rows_t<WT, 5>(x, K, w, n0, n1, y, ldy); break;
-    case 6: rows_t<WT, 6>(x, K, w, n0, n1, y, ldy); break;
-    case 7: rows_t<WT, 7>(x, K, w, n0, n1, y, ldy); break;
-    default: rows_t<WT, 8>(x, K, w, n0, n1, y, ldy); break;
+    case 1:
+      rows_t<WT, 1>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 2:
+      rows_t<WT, 2>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 3:
+      rows_t<WT, 3>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 4:
+      rows_t<WT, 4>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 5:
+      rows_t<WT, 5>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 6:
+      rows_t<WT, 6>(x, K, w, n0, n1, y, ldy);
+      break;
+    case 7:
+      rows_t<WT, 7>(x, K, w, n0, n1, y, ldy);
+      break;
+    default:
+      rows_t<WT, 8>(x, K, w, n0, n1, y, ldy);
+      break;
   }
 }
 
 }  // namespace
 
-void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
-                      int64_t n_end, float* y, int64_t ldy) {
+void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
+                      float* y, int64_t ldy) {
   switch (wt) {
-    case DType::F32: rows<DType::F32>(x, T, K, w, n_begin, n_end, y, ldy); break;
-    case DType::BF16: rows<DType::BF16>(x, T, K, w, n_begin, n_end, y, ldy); break;
-    case DType::F16: rows<DType::F16>(x, T, K, w, n_begin, n_end, y, ldy); break;
-    default: break;
+    case DType::F32:
+      rows<DType::F32>(x, T, K, w, n_begin, n_end, y, ldy);
+      break;
+    case DType::BF16:
+      rows<DType::BF16>(x, T, K, w, n_begin, n_end, y, ldy);
+      break;
+    case DType::F16:
+      rows<DType::F16>(x, T, K, w, n_begin, n_end, y, ldy);
+      break;
+    default:
+      break;
   }
 }
 

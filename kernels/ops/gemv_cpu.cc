@@ -14,13 +14,14 @@ bool cpu_has_avx512() {
 namespace {
 
 template <typename Load>
-void gemv_generic_impl(const float* x, int64_t T, int64_t K, Load load, int64_t n_begin, int64_t n_end,
-                       float* y, int64_t ldy) {
+void gemv_generic_impl(const float* x, int64_t T, int64_t K, Load load, int64_t n_begin, int64_t n_end, float* y,
+                       int64_t ldy) {
   for (int64_t n = n_begin; n < n_end; ++n) {
     for (int64_t t = 0; t < T; ++t) {
       const float* xt = x + t * K;
       float acc = 0.f;
-      for (int64_t k = 0; k < K; ++k) acc += xt[k] * load(n * K + k);
+      for (int64_t k = 0; k < K; ++k)
+        acc += xt[k] * load(n * K + k);
       y[t * ldy + n] = acc;
     }
   }
@@ -28,22 +29,25 @@ void gemv_generic_impl(const float* x, int64_t T, int64_t K, Load load, int64_t 
 
 }  // namespace
 
-void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy) {
+void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
+                       float* y, int64_t ldy) {
   switch (wt) {
     case DType::F32: {
       const float* p = static_cast<const float*>(w);
-      gemv_generic_impl(x, T, K, [p](int64_t i) { return p[i]; }, n_begin, n_end, y, ldy);
+      gemv_generic_impl(
+          x, T, K, [p](int64_t i) { return p[i]; }, n_begin, n_end, y, ldy);
       break;
     }
     case DType::BF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w);
-      gemv_generic_impl(x, T, K, [p](int64_t i) { return bf16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
+      gemv_generic_impl(
+          x, T, K, [p](int64_t i) { return bf16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
       break;
     }
     case DType::F16: {
       const uint16_t* p = static_cast<const uint16_t*>(w);
-      gemv_generic_impl(x, T, K, [p](int64_t i) { return f16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
+      gemv_generic_impl(
+          x, T, K, [p](int64_t i) { return f16_to_f32(p[i]); }, n_begin, n_end, y, ldy);
       break;
     }
     default:
@@ -51,8 +55,8 @@ void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DTyp
   }
 }
 
-void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
-               float* y, int64_t ldy) {
+void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end, float* y,
+               int64_t ldy) {
   if (cpu_has_avx512())
     gemv_rows_avx512(x, T, K, w, wt, n_begin, n_end, y, ldy);
   else

@@ -14,14 +14,14 @@ namespace updraft::ops::cpu {
 
 constexpr int64_t kGemvMaxT = 8;
 
-void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin,
-               int64_t n_end, float* y, int64_t ldy);
+void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end, float* y,
+               int64_t ldy);
 
 // The portable version (any x86-64) and the AVX-512 one (only if the CPU has it).
-void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt,
-                       int64_t n_begin, int64_t n_end, float* y, int64_t ldy);
-void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt,
-                      int64_t n_begin, int64_t n_end, float* y, int64_t ldy);
+void gemv_rows_generic(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
+                       float* y, int64_t ldy);
+void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end,
+                      float* y, int64_t ldy);
 bool cpu_has_avx512();
 
 }  // namespace updraft::ops::cpu

@@ -8,9 +8,11 @@ namespace {
 
 float row_logsumexp(const float* z, int64_t C) {
   float m = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < C; ++i) m = std::max(m, z[i]);
+  for (int64_t i = 0; i < C; ++i)
+    m = std::max(m, z[i]);
   float s = 0.f;
-  for (int64_t i = 0; i < C; ++i) s += std::exp(z[i] - m);
+  for (int64_t i = 0; i < C; ++i)
+    s += std::exp(z[i] - m);
   return m + std::log(s);
 }
 
@@ -45,7 +47,8 @@ void soft_cross_entropy(const Tensor& logits, const Tensor& teacher, Tensor& los
     const float lse = row_logsumexp(zr, C);
     float acc = 0.f;
     for (int64_t i = 0; i < C; ++i)
-      if (pr[i] != 0.f) acc -= pr[i] * (zr[i] - lse);
+      if (pr[i] != 0.f)
+        acc -= pr[i] * (zr[i] - lse);
     l[r] = acc;
   }
 }

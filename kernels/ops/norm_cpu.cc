@@ -15,9 +15,11 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
     const float* xr = xp + r * H;
     float* orow = op + r * H;
     float ss = 0.f;
-    for (int64_t i = 0; i < H; ++i) ss += xr[i] * xr[i];
+    for (int64_t i = 0; i < H; ++i)
+      ss += xr[i] * xr[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + eps);
-    for (int64_t i = 0; i < H; ++i) orow[i] = xr[i] * inv * wp[i];
+    for (int64_t i = 0; i < H; ++i)
+      orow[i] = xr[i] * inv * wp[i];
   }
 }
 

@@ -20,21 +20,23 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(const T* x, const W* w, 
   }
   ss = block_sum(ss);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(H) + eps);  // IEEE sqrt/div, not rsqrtf
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) outr[i] = from_f32<T>(to_f32(xr[i]) * inv * to_f32(w[i]));
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    outr[i] = from_f32<T>(to_f32(xr[i]) * inv * to_f32(w[i]));
 }
 
 }  // namespace
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const int64_t R = x.size(0), H = x.size(1);
-  if (R == 0 || H == 0) return;
+  if (R == 0 || H == 0)
+    return;
   UPD_CHECK(R <= INT32_MAX) << "rms_norm: too many rows for one launch: " << R;
   dispatch_f32_bf16(x.dtype(), "rms_norm", [&](auto xtag) {
     using T = typename decltype(xtag)::type;
     dispatch_f32_bf16(w.dtype(), "rms_norm", [&](auto wtag) {
       using W = typename decltype(wtag)::type;
       rms_norm_kernel<<<static_cast<unsigned>(R), row_threads(H), 0, stream()>>>(x.data<T>(), w.data<W>(),
-                                                                              out.data<T>(), H, eps);
+                                                                                 out.data<T>(), H, eps);
       UPD_CUDA_CHECK_LAUNCH();
     });
   });

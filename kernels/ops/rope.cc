@@ -19,7 +19,8 @@ Tensor rope_inv_freq(const RopeParams& p, int64_t head_dim, Device device) {
   }
   if (p.scaling == "linear") {
     UPD_REQUIRE(p.factor > 0) << "rope: linear scaling factor must be positive";
-    for (float& f : inv) f = static_cast<float>(f / p.factor);
+    for (float& f : inv)
+      f = static_cast<float>(f / p.factor);
   } else if (p.scaling == "llama3") {
     // Llama 3.1: wavelengths longer than original_max/low_freq_factor are divided by factor,
     // shorter than original_max/high_freq_factor kept, and a linear blend in between:
@@ -34,8 +35,8 @@ Tensor rope_inv_freq(const RopeParams& p, int64_t head_dim, Device device) {
       if (wavelen > low_wavelen) {
         f = static_cast<float>(f / p.factor);
       } else if (wavelen >= high_wavelen) {
-        const double smooth = (p.original_max_position / wavelen - p.low_freq_factor) /
-                              (p.high_freq_factor - p.low_freq_factor);
+        const double smooth =
+            (p.original_max_position / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
         f = static_cast<float>((1.0 - smooth) * f / p.factor + smooth * f);
       }
     }

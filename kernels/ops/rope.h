@@ -21,10 +21,10 @@ namespace updraft::ops {
 
 struct RopeParams {
   double theta = 10000.0;
-  std::string scaling = "none";  // "none", "linear", "llama3"
-  double factor = 1.0;            // linear, llama3
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
+  std::string scaling = "none";          // "none", "linear", "llama3"
+  double factor = 1.0;                   // linear, llama3
+  double low_freq_factor = 1.0;          // llama3
+  double high_freq_factor = 4.0;         // llama3
   int64_t original_max_position = 8192;  // llama3
 };
 

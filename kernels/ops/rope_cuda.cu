@@ -30,7 +30,8 @@ __global__ void rope_kernel(T* x, const int32_t* pos, const float* inv_freq, int
 void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
   const int64_t NH = x.size(1), half = x.size(2) / 2;
   const int64_t n_pairs = x.size(0) * NH * half;
-  if (n_pairs == 0) return;
+  if (n_pairs == 0)
+    return;
   dispatch_f32_bf16(x.dtype(), "rope", [&](auto tag) {
     using T = typename decltype(tag)::type;
     rope_kernel<<<elementwise_blocks(n_pairs), kElementwiseThreads, 0, stream()>>>(

@@ -4,8 +4,8 @@
 
 namespace updraft::ops {
 
-void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k,
-                    const Tensor& top_p, Tensor probs) {
+void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k, const Tensor& top_p,
+                    Tensor probs) {
   const char* op = "sampling_probs";
   check_same_device(op, {&logits, &temperature, &top_k, &top_p, &probs});
   UPD_CHECK(logits.dim() == 2) << op << ": logits must be [R, V], got " << logits.str();

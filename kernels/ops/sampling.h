@@ -37,8 +37,8 @@ UPD_HD float uniform01(uint64_t seed, uint64_t counter) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
-void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k,
-                    const Tensor& top_p, Tensor probs);
+void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k, const Tensor& top_p,
+                    Tensor probs);
 
 void sample_from_probs(const Tensor& probs, const Tensor& uniforms, Tensor out);
 

@@ -26,23 +26,27 @@ void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tenso
     if (temp[r] == 0.f) {
       int64_t best = 0;
       for (int64_t i = 1; i < V; ++i)
-        if (z[i] > z[best]) best = i;
+        if (z[i] > z[best])
+          best = i;
       std::fill(p, p + V, 0.f);
       p[best] = 1.f;
       continue;
     }
     const float inv_t = 1.0f / temp[r];
     float m = z[0] * inv_t;
-    for (int64_t i = 1; i < V; ++i) m = std::max(m, z[i] * inv_t);
+    for (int64_t i = 1; i < V; ++i)
+      m = std::max(m, z[i] * inv_t);
     float sum = 0.f;
     for (int64_t i = 0; i < V; ++i) {
       p[i] = std::exp(z[i] * inv_t - m);
       sum += p[i];
     }
-    for (int64_t i = 0; i < V; ++i) p[i] /= sum;
+    for (int64_t i = 0; i < V; ++i)
+      p[i] /= sum;
     const bool use_k = tk[r] > 0 && tk[r] < V;
     const bool use_p = tp[r] < 1.f;
-    if (!use_k && !use_p) continue;
+    if (!use_k && !use_p)
+      continue;
     // Rank tokens by probability (descending, ties by lower index), then keep a prefix.
     order.resize(static_cast<size_t>(V));
     std::iota(order.begin(), order.end(), 0);
@@ -53,7 +57,8 @@ void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tenso
     else
       std::sort(order.begin(), order.end(), better);
     float kept_mass = 0.f;
-    for (int64_t j = 0; j < limit; ++j) kept_mass += p[order[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < limit; ++j)
+      kept_mass += p[order[static_cast<size_t>(j)]];
     int64_t keep = limit;
     if (use_p) {
       // top-p applies to the distribution renormalised after top-k.
@@ -62,15 +67,19 @@ void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tenso
       while (keep < limit) {
         cum += p[order[static_cast<size_t>(keep)]] / kept_mass;
         ++keep;
-        if (cum >= tp[r]) break;
+        if (cum >= tp[r])
+          break;
       }
     }
     float mass = 0.f;
-    for (int64_t j = 0; j < keep; ++j) mass += p[order[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < keep; ++j)
+      mass += p[order[static_cast<size_t>(j)]];
     std::vector<float> kept(static_cast<size_t>(keep));
-    for (int64_t j = 0; j < keep; ++j) kept[static_cast<size_t>(j)] = p[order[static_cast<size_t>(j)]] / mass;
+    for (int64_t j = 0; j < keep; ++j)
+      kept[static_cast<size_t>(j)] = p[order[static_cast<size_t>(j)]] / mass;
     std::fill(p, p + V, 0.f);
-    for (int64_t j = 0; j < keep; ++j) p[order[static_cast<size_t>(j)]] = kept[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < keep; ++j)
+      p[order[static_cast<size_t>(j)]] = kept[static_cast<size_t>(j)];
   }
 }
 
@@ -82,13 +91,15 @@ void sample_from_probs(const Tensor& probs, const Tensor& uniforms, Tensor& out)
   for (int64_t r = 0; r < R; ++r) {
     const float* p = pp + r * V;
     double total = 0.0;
-    for (int64_t i = 0; i < V; ++i) total += p[i];
+    for (int64_t i = 0; i < V; ++i)
+      total += p[i];
     UPD_REQUIRE(total > 0.0) << "sample_from_probs: row " << r << " has no probability mass";
     const double target = static_cast<double>(u[r]) * total;
     double cum = 0.0;
     int64_t pick = -1, last_nonzero = -1;
     for (int64_t i = 0; i < V; ++i) {
-      if (p[i] <= 0.f) continue;
+      if (p[i] <= 0.f)
+        continue;
       last_nonzero = i;
       cum += p[i];
       if (cum > target) {

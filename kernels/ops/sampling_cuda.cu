@@ -17,14 +17,16 @@ constexpr int kSampleThreads = 512;  // the f64 block scan spills registers at 1
 
 // Probability mass as 2^-60 fixed point: integer sums are exact and order-independent, so the
 // top-p cut is the same on every run. Sums of a row's probabilities stay below 2^61.
-__device__ __forceinline__ u64 to_fixed(float p) { return static_cast<u64>(static_cast<double>(p) * 0x1p60); }
+__device__ __forceinline__ u64 to_fixed(float p) {
+  return static_cast<u64>(static_cast<double>(p) * 0x1p60);
+}
 
 // probs[r] = one-hot(argmax) when temperature is 0, else softmax(logits / t) restricted to the
 // top_k best and then to the top_p nucleus (the mass is that of the top-k set, and the token
 // that crosses top_p is kept), renormalised. Ties rank the lower index first.
 __global__ void __launch_bounds__(kThreads)
-    sampling_probs_kernel(const float* logits, const float* temperature, const int32_t* top_k,
-                          const float* top_p, float* probs, int64_t V) {
+    sampling_probs_kernel(const float* logits, const float* temperature, const int32_t* top_k, const float* top_p,
+                          float* probs, int64_t V) {
   __shared__ SelectShared sh;
   const float* x = logits + blockIdx.x * V;
   float* p = probs + blockIdx.x * V;  // also the working buffer; thread i-ownership never changes
@@ -32,25 +34,31 @@ __global__ void __launch_bounds__(kThreads)
 
   if (t == 0.f) {  // greedy (block-uniform branch)
     u64 best = 0;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) best = max(best, rank_key(x[i], i));
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+      best = max(best, rank_key(x[i], i));
     const int64_t arg = rank_index(block_max(best));
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) p[i] = i == arg ? 1.f : 0.f;
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+      p[i] = i == arg ? 1.f : 0.f;
     return;
   }
 
   const float inv_t = 1.f / t;  // scale by the reciprocal, as the CPU backend does
   float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[i] * inv_t);
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    m = fmaxf(m, x[i] * inv_t);
   m = block_max(m);
   float s = 0.f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) s += expf(x[i] * inv_t - m);
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    s += expf(x[i] * inv_t - m);
   s = block_sum(s);
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(x[i] * inv_t - m) / s;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    p[i] = expf(x[i] * inv_t - m) / s;
 
   const int64_t k = top_k[blockIdx.x];
   const float tp = top_p[blockIdx.x];
   const bool use_k = k > 0 && k < V, use_p = tp < 1.f;
-  if (!use_k && !use_p) return;  // the plain softmax already sums to 1
+  if (!use_k && !use_p)
+    return;  // the plain softmax already sums to 1
   __syncthreads();
 
   // Every rank key is > 0, so tau = 0 keeps everything.
@@ -67,7 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   if (use_p) {
     u64 mass = 0;
     for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-      if (rank_key(p[i], i) >= tau_k) mass += to_fixed(p[i]);
+      if (rank_key(p[i], i) >= tau_k)
+        mass += to_fixed(p[i]);
     mass = block_sum(mass);
     // Keep a token iff the kept mass ranked above it is < top_p * mass (it has not yet been
     // reached). For integer W, W < x iff W < ceil(x). top_p <= 0 keeps the best token only.
@@ -85,9 +94,11 @@ __global__ void __launch_bounds__(kThreads)
 
   float kept = 0.f;
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-    if (rank_key(p[i], i) >= tau) kept += p[i];
+    if (rank_key(p[i], i) >= tau)
+      kept += p[i];
   kept = block_sum(kept);
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) p[i] = rank_key(p[i], i) >= tau ? p[i] / kept : 0.f;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    p[i] = rank_key(p[i], i) >= tau ? p[i] / kept : 0.f;
 }
 
 // out[r] = smallest i with p[i] > 0 and cumsum(p)[i] > u * sum(p) (the cumsum skips
@@ -105,7 +116,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   u64 last_nz = 0;  // index + 1 of the last positive entry
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
     total += p[i];
-    if (p[i] > 0.f) last_nz = static_cast<u64>(i) + 1;
+    if (p[i] > 0.f)
+      last_nz = static_cast<u64>(i) + 1;
   }
   total = block_sum(total);
   last_nz = block_max(last_nz);
@@ -135,20 +147,22 @@ __global__ void __launch_bounds__(kSampleThreads)
 void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tensor& top_k, const Tensor& top_p,
                     Tensor& probs) {
   const int64_t R = logits.size(0), V = logits.size(1);
-  if (R == 0 || V == 0) return;
+  if (R == 0 || V == 0)
+    return;
   UPD_CHECK(R <= INT32_MAX && V <= INT32_MAX) << "sampling_probs: " << logits.str() << " too large";
   sampling_probs_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream()>>>(
-      logits.data<float>(), temperature.data<float>(), top_k.data<int32_t>(), top_p.data<float>(),
-      probs.data<float>(), V);
+      logits.data<float>(), temperature.data<float>(), top_k.data<int32_t>(), top_p.data<float>(), probs.data<float>(),
+      V);
   UPD_CUDA_CHECK_LAUNCH();
 }
 
 void sample_from_probs(const Tensor& probs, const Tensor& uniforms, Tensor& out) {
   const int64_t R = probs.size(0), V = probs.size(1);
-  if (R == 0) return;
+  if (R == 0)
+    return;
   UPD_CHECK(R <= INT32_MAX && V <= INT32_MAX) << "sample_from_probs: " << probs.str() << " too large";
-  sample_kernel<<<static_cast<unsigned>(R), kSampleThreads, 0, stream()>>>(
-      probs.data<float>(), uniforms.data<float>(), out.data<int32_t>(), V);
+  sample_kernel<<<static_cast<unsigned>(R), kSampleThreads, 0, stream()>>>(probs.data<float>(), uniforms.data<float>(),
+                                                                           out.data<int32_t>(), V);
   UPD_CUDA_CHECK_LAUNCH();
 }
 

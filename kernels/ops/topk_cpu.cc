@@ -14,7 +14,8 @@ void argmax(const Tensor& x, Tensor& out) {
     const float* xr = xp + r * C;
     int64_t best = 0;
     for (int64_t i = 1; i < C; ++i)
-      if (xr[i] > xr[best]) best = i;
+      if (xr[i] > xr[best])
+        best = i;
     o[r] = static_cast<int32_t>(best);
   }
 }

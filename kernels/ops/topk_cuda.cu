@@ -20,9 +20,11 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const T* x, int64_t C, int32_t* out) {
   const T* xr = x + blockIdx.x * C;
   u64 best = 0;
-  for (int64_t i = threadIdx.x; i < C; i += blockDim.x) best = max(best, rank_key(to_f32(xr[i]), i));
+  for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
+    best = max(best, rank_key(to_f32(xr[i]), i));
   best = block_max(best);
-  if (threadIdx.x == 0) out[blockIdx.x] = best == 0 ? 0 : static_cast<int32_t>(rank_index(best));  // empty row: 0
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = best == 0 ? 0 : static_cast<int32_t>(rank_index(best));  // empty row: 0
 }
 
 // Top-k of one row for k <= kMaxBlockK: radix-select the k-th key, gather the k keys at or
@@ -42,15 +44,19 @@ __global__ void __launch_bounds__(kThreads)
   const u64 tau = k == C ? 0ull : block_select(C, static_cast<u64>(k), item, sh);  // keys are > 0
 
   int P = 1;  // sort size: a power of two >= k, padded with key 0 (ranks below every real key)
-  while (P < k) P *= 2;
-  for (int j = threadIdx.x; j < P; j += blockDim.x) picked[j] = 0;
-  if (threadIdx.x == 0) n_picked = 0;
+  while (P < k)
+    P *= 2;
+  for (int j = threadIdx.x; j < P; j += blockDim.x)
+    picked[j] = 0;
+  if (threadIdx.x == 0)
+    n_picked = 0;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
     const u64 key = rank_key(to_f32(xr[i]), i);
     if (key >= tau) {
       const unsigned slot = atomicAdd(&n_picked, 1u);
-      if (slot < static_cast<unsigned>(P)) picked[slot] = key;  // exactly k keys qualify (keys are unique)
+      if (slot < static_cast<unsigned>(P))
+        picked[slot] = key;  // exactly k keys qualify (keys are unique)
     }
   }
   __syncthreads();
@@ -89,8 +95,8 @@ __global__ void make_keys_kernel(const T* x, int64_t rows, int64_t C, u64* keys,
 
 // The first k of each sorted row become values/indices.
 template <typename T>
-__global__ void gather_topk_kernel(const T* x, const u64* sorted, int64_t rows, int64_t C, int64_t k,
-                                   float* values, int32_t* indices) {
+__global__ void gather_topk_kernel(const T* x, const u64* sorted, int64_t rows, int64_t C, int64_t k, float* values,
+                                   int32_t* indices) {
   const int64_t n = rows * k;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = e / k, j = e % k;
@@ -131,7 +137,8 @@ void topk_by_sort(const T* x, int64_t R, int64_t C, int64_t k, float* values, in
 
 void argmax(const Tensor& x, Tensor& out) {
   const int64_t R = x.size(0), C = x.size(1);
-  if (R == 0) return;
+  if (R == 0)
+    return;
   UPD_CHECK(R <= INT32_MAX) << "argmax: too many rows for one launch: " << R;
   dispatch_f32_bf16(x.dtype(), "argmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -142,13 +149,14 @@ void argmax(const Tensor& x, Tensor& out) {
 
 void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices) {
   const int64_t R = x.size(0), C = x.size(1);
-  if (R == 0) return;
+  if (R == 0)
+    return;
   UPD_CHECK(R <= INT32_MAX) << "topk: too many rows for one launch: " << R;
   dispatch_f32_bf16(x.dtype(), "topk", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (k <= kMaxBlockK) {
       topk_block_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream()>>>(x.data<T>(), C, k, values.data<float>(),
-                                                                            indices.data<int32_t>());
+                                                                             indices.data<int32_t>());
       UPD_CUDA_CHECK_LAUNCH();
     } else {
       topk_by_sort(x.data<T>(), R, C, k, values.data<float>(), indices.data<int32_t>());

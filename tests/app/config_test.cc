@@ -17,7 +17,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(Config, ReadsTypedValuesWithDefaults) {
-  Config c = Config::parse("worker:\n  batch_size: 16\n  temperature: 0.7\n  spec: true\n  layers: [2, 8, 13]\n", "t.yaml");
+  Config c =
+      Config::parse("worker:\n  batch_size: 16\n  temperature: 0.7\n  spec: true\n  layers: [2, 8, 13]\n", "t.yaml");
   Config w = c.section("worker");
   EXPECT_EQ(w.get_int("batch_size", 1), 16);
   EXPECT_DOUBLE_EQ(w.get_double("temperature", 1.0), 0.7);
@@ -30,9 +31,13 @@ TEST(Config, ReadsTypedValuesWithDefaults) {
 TEST(Config, ErrorsNameFileKeyAndExpectation) {
   Config c = Config::parse("worker:\n  batch_size: sixteen\n  layers: [1, x]\n", "serve.yaml");
   Config w = c.section("worker");
-  EXPECT_NE(error_of([&] { w.get_int("batch_size", 1); }).find("serve.yaml: worker.batch_size: expected an integer, got \"sixteen\""), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              w.get_int("batch_size", 1);
+            }).find("serve.yaml: worker.batch_size: expected an integer, got \"sixteen\""),
+            std::string::npos);
   EXPECT_NE(error_of([&] { w.get_int_list("layers", {}); }).find("worker.layers[1]"), std::string::npos);
-  EXPECT_NE(error_of([&] { w.require_string("model"); }).find("worker.model: required key is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.require_string("model"); }).find("worker.model: required key is missing"),
+            std::string::npos);
 }
 
 TEST(Config, UnknownKeysAreRejected) {
@@ -45,7 +50,8 @@ TEST(Config, UnknownKeysAreRejected) {
 TEST(Config, MalformedYamlGivesLineNumber) {
   std::string e = error_of([] { Config::parse("a: [1, 2\nb: 3\n", "bad.yaml"); });
   EXPECT_NE(e.find("bad.yaml: invalid YAML at line"), std::string::npos) << e;
-  EXPECT_NE(error_of([] { Config::parse("- 1\n- 2\n", "list.yaml"); }).find("top level must be a mapping"), std::string::npos);
+  EXPECT_NE(error_of([] { Config::parse("- 1\n- 2\n", "list.yaml"); }).find("top level must be a mapping"),
+            std::string::npos);
   EXPECT_NE(error_of([] { Config::load_file("/nonexistent/x.yaml"); }).find("cannot open"), std::string::npos);
 }
 

@@ -33,10 +33,8 @@ struct Backend {
 
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> b = {
-      {"cpu", Device::CPU, DType::F32, DType::F32},
-      {"cpu_wbf16", Device::CPU, DType::F32, DType::BF16},
-      {"cpu_wf16", Device::CPU, DType::F32, DType::F16},
-      {"cuda_f32", Device::CUDA, DType::F32, DType::F32},
+      {"cpu", Device::CPU, DType::F32, DType::F32},          {"cpu_wbf16", Device::CPU, DType::F32, DType::BF16},
+      {"cpu_wf16", Device::CPU, DType::F32, DType::F16},     {"cuda_f32", Device::CUDA, DType::F32, DType::F32},
       {"cuda_bf16", Device::CUDA, DType::BF16, DType::BF16},
   };
   return b;
@@ -48,7 +46,8 @@ std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.f, float hi 
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v)
+    x = d(rng);
   return v;
 }
 
@@ -57,8 +56,10 @@ Vec rounded(const std::vector<float>& v, DType dt) {
   Vec out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     float f = v[i];
-    if (dt == DType::BF16) f = bf16_to_f32(f32_to_bf16(f));
-    if (dt == DType::F16) f = f16_to_f32(f32_to_f16(f));
+    if (dt == DType::BF16)
+      f = bf16_to_f32(f32_to_bf16(f));
+    if (dt == DType::F16)
+      f = f16_to_f32(f32_to_f16(f));
     out[i] = f;
   }
   return out;
@@ -77,8 +78,12 @@ Vec fetch(const Tensor& t) {
   return Vec(f.begin(), f.end());
 }
 
-double atol(const Backend& b) { return b.act == DType::BF16 ? 3e-2 : 1e-4; }
-double rtol(const Backend& b) { return b.act == DType::BF16 ? 3e-2 : 1e-4; }
+double atol(const Backend& b) {
+  return b.act == DType::BF16 ? 3e-2 : 1e-4;
+}
+double rtol(const Backend& b) {
+  return b.act == DType::BF16 ? 3e-2 : 1e-4;
+}
 
 void expect_close(const Vec& got, const Vec& want, double at, double rt, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -86,7 +91,8 @@ void expect_close(const Vec& got, const Vec& want, double at, double rt, const s
   for (size_t i = 0; i < got.size(); ++i) {
     const double tol = at + rt * std::abs(want[i]);
     if (!(std::abs(got[i] - want[i]) <= tol)) {
-      if (++bad <= 5) ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (tol " << tol << ")";
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (tol " << tol << ")";
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " values out of tolerance";
@@ -107,7 +113,8 @@ void gemm_case(const Backend& b, int64_t M, int64_t K, int64_t N, bool ta, bool 
   Tensor a = make(av, sa, b, b.act), w = make(bv, sb, b, b.weight), c = make(cv, {M, N}, b, b.act);
   ops::gemm(a, ta, w, tb, c, alpha, beta);
   Vec want = ref::gemm(A, ta, sa[0], sa[1], B, tb, sb[0], sb[1]);
-  for (size_t i = 0; i < want.size(); ++i) want[i] = alpha * want[i] + beta * C0[i];
+  for (size_t i = 0; i < want.size(); ++i)
+    want[i] = alpha * want[i] + beta * C0[i];
   expect_close(fetch(c), want, atol(b) * std::sqrt(K), rtol(b), "gemm");
 }
 
@@ -120,18 +127,22 @@ void linear_case(const Backend& b, int64_t T, int64_t K, int64_t N, bool with_bi
   Vec want = ref::gemm(X, false, T, K, W, true, N, K);
   if (with_bias)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t n = 0; n < N; ++n) want[t * N + n] += Bi[n];
+      for (int64_t n = 0; n < N; ++n)
+        want[t * N + n] += Bi[n];
   expect_close(fetch(y), want, atol(b) * std::sqrt(K), rtol(b), "linear");
 }
 
 void attention_case(const Backend& b, const ops::AttentionMask& mask, int64_t T, int64_t S, int64_t NH, int64_t NKV,
                     int64_t HD) {
-  auto qv = rand_vec(T * NH * HD, 20 + T, -2, 2), kv = rand_vec(S * NKV * HD, 21 + S, -2, 2), vv = rand_vec(S * NKV * HD, 22);
-  Tensor q = make(qv, {T, NH, HD}, b, b.act), k = make(kv, {S, NKV, HD}, b, b.act), v = make(vv, {S, NKV, HD}, b, b.act);
+  auto qv = rand_vec(T * NH * HD, 20 + T, -2, 2), kv = rand_vec(S * NKV * HD, 21 + S, -2, 2),
+       vv = rand_vec(S * NKV * HD, 22);
+  Tensor q = make(qv, {T, NH, HD}, b, b.act), k = make(kv, {S, NKV, HD}, b, b.act),
+         v = make(vv, {S, NKV, HD}, b, b.act);
   Tensor out = Tensor::empty({T, NH, HD}, b.act, b.device), lse = Tensor::empty({T, NH}, DType::F32, b.device);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   ops::attention(q, k, v, mask, scale, out, &lse);
-  auto [want, want_lse] = ref::attention(rounded(qv, b.act), rounded(kv, b.act), rounded(vv, b.act), mask, T, NH, HD, S, NKV, scale);
+  auto [want, want_lse] =
+      ref::attention(rounded(qv, b.act), rounded(kv, b.act), rounded(vv, b.act), mask, T, NH, HD, S, NKV, scale);
   expect_close(fetch(out), want, atol(b), rtol(b), "attention out");
   expect_close(fetch(lse), want_lse, atol(b), rtol(b), "attention lse");
 }
@@ -144,7 +155,8 @@ Tensor random_tree_mask(int64_t T, uint64_t seed) {
   for (int64_t i = 0; i < T; ++i) {
     if (i > 0) {
       const int64_t parent = static_cast<int64_t>(rng() % static_cast<uint64_t>(i));
-      for (int64_t j = 0; j < T; ++j) p[i * T + j] = p[parent * T + j];
+      for (int64_t j = 0; j < T; ++j)
+        p[i * T + j] = p[parent * T + j];
     }
     p[i * T + i] = 1;
   }
@@ -160,7 +172,8 @@ void sampling_case(const Backend& b) {
   auto zv = rand_vec(R * V, 30, -4, 4);
   Tensor logits = make(zv, {R, V}, b, DType::F32);
   Tensor probs = Tensor::empty({R, V}, DType::F32, b.device);
-  ops::sampling_probs(logits, make(temps, {R}, b, DType::F32), make_i32(ks, {R}, b), make(ps, {R}, b, DType::F32), probs);
+  ops::sampling_probs(logits, make(temps, {R}, b, DType::F32), make_i32(ks, {R}, b), make(ps, {R}, b, DType::F32),
+                      probs);
   Vec Z = rounded(zv, DType::F32), want;
   for (int64_t r = 0; r < R; ++r) {
     Vec row = ref::sampling_probs(Z.data() + r * V, V, temps[r], ks[r], ps[r]);
@@ -170,19 +183,23 @@ void sampling_case(const Backend& b) {
 
   // Inverse-CDF sampling on the full-softmax rows with fixed uniforms.
   std::vector<float> us;
-  for (int64_t r = 0; r < R; ++r) us.push_back(ops::uniform01(7, static_cast<uint64_t>(r)));
+  for (int64_t r = 0; r < R; ++r)
+    us.push_back(ops::uniform01(7, static_cast<uint64_t>(r)));
   Tensor ids = Tensor::empty({R}, DType::I32, b.device);
   ops::sample_from_probs(probs, make(us, {R}, b, DType::F32), ids);
   auto got = ids.to_i32_vector();
   auto pv = fetch(probs);
   for (int64_t r = 0; r < R; ++r) {
     double total = 0, cum = 0;
-    for (int64_t i = 0; i < V; ++i) total += pv[r * V + i];
+    for (int64_t i = 0; i < V; ++i)
+      total += pv[r * V + i];
     int32_t expect = -1;
     for (int64_t i = 0; i < V && expect < 0; ++i) {
-      if (pv[r * V + i] <= 0) continue;
+      if (pv[r * V + i] <= 0)
+        continue;
       cum += pv[r * V + i];
-      if (cum > us[r] * total) expect = static_cast<int32_t>(i);
+      if (cum > us[r] * total)
+        expect = static_cast<int32_t>(i);
     }
     EXPECT_EQ(got[r], expect) << "sample_from_probs row " << r;
   }
@@ -193,7 +210,8 @@ std::vector<OpCase> op_cases() {
   for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{1, 64, 96}, {7, 33, 65}, {64, 128, 80}})
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
-      c.push_back({"gemm_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + (ta ? "_ta" : "") + (tb ? "_tb" : ""),
+      c.push_back({"gemm_" + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + (ta ? "_ta" : "") +
+                       (tb ? "_tb" : ""),
                    true, [=](const Backend& b) { gemm_case(b, M, K, N, ta, tb, 1.f, 0.f); }});
     }
   c.push_back({"gemm_alpha_beta", true, [](const Backend& b) { gemm_case(b, 9, 40, 24, false, true, 1.5f, 0.5f); }});
@@ -205,13 +223,15 @@ std::vector<OpCase> op_cases() {
                  ops::batched_gemm(a, false, w, true, out);
                  Vec A = rounded(av, b.act), B = rounded(bv, b.weight), want;
                  for (int64_t i = 0; i < Bt; ++i) {
-                   Vec ai(A.begin() + i * M * K, A.begin() + (i + 1) * M * K), bi(B.begin() + i * N * K, B.begin() + (i + 1) * N * K);
+                   Vec ai(A.begin() + i * M * K, A.begin() + (i + 1) * M * K),
+                       bi(B.begin() + i * N * K, B.begin() + (i + 1) * N * K);
                    Vec ci = ref::gemm(ai, false, M, K, bi, true, N, K);
                    want.insert(want.end(), ci.begin(), ci.end());
                  }
                  expect_close(fetch(out), want, atol(b) * 4, rtol(b), "batched_gemm");
                }});
-  for (auto [T, K, N] : std::vector<std::array<int64_t, 3>>{{1, 100, 70}, {3, 100, 70}, {8, 256, 512}, {9, 100, 70}, {40, 96, 130}})
+  for (auto [T, K, N] :
+       std::vector<std::array<int64_t, 3>>{{1, 100, 70}, {3, 100, 70}, {8, 256, 512}, {9, 100, 70}, {40, 96, 130}})
     c.push_back({"linear_T" + std::to_string(T) + "_K" + std::to_string(K) + "_N" + std::to_string(N), true,
                  [=](const Backend& b) { linear_case(b, T, K, N, false); }});
   c.push_back({"linear_bias_decode", true, [](const Backend& b) { linear_case(b, 2, 48, 24, true); }});
@@ -248,12 +268,15 @@ std::vector<OpCase> op_cases() {
 
   c.push_back({"silu_mul_add", false, [](const Backend& b) {
                  auto gv = rand_vec(7 * 33, 70, -6, 6), uv = rand_vec(7 * 33, 71);
-                 Tensor g = make(gv, {7, 33}, b, b.act), u = make(uv, {7, 33}, b, b.act), o = Tensor::empty({7, 33}, b.act, b.device);
+                 Tensor g = make(gv, {7, 33}, b, b.act), u = make(uv, {7, 33}, b, b.act),
+                        o = Tensor::empty({7, 33}, b.act, b.device);
                  ops::silu_mul(g, u, o);
-                 expect_close(fetch(o), ref::silu_mul(rounded(gv, b.act), rounded(uv, b.act)), atol(b), rtol(b), "silu_mul");
+                 expect_close(fetch(o), ref::silu_mul(rounded(gv, b.act), rounded(uv, b.act)), atol(b), rtol(b),
+                              "silu_mul");
                  ops::add(g, u, o);
                  Vec G = rounded(gv, b.act), U = rounded(uv, b.act), want(G.size());
-                 for (size_t i = 0; i < G.size(); ++i) want[i] = G[i] + U[i];
+                 for (size_t i = 0; i < G.size(); ++i)
+                   want[i] = G[i] + U[i];
                  expect_close(fetch(o), want, atol(b), rtol(b), "add");
                }});
 
@@ -281,16 +304,21 @@ std::vector<OpCase> op_cases() {
                    auto xv = rand_vec(R * C, 90, -20, 20);
                    Tensor x = make(xv, {R, C}, b, b.act), out = Tensor::empty({R, C}, DType::F32, b.device);
                    log ? ops::log_softmax(x, out) : ops::softmax(x, out);
-                   expect_close(fetch(out), ref::softmax(rounded(xv, b.act), R, C, log), log ? atol(b) : 1e-6, rtol(b), "softmax");
+                   expect_close(fetch(out), ref::softmax(rounded(xv, b.act), R, C, log), log ? atol(b) : 1e-6, rtol(b),
+                                "softmax");
                  }});
 
-  c.push_back({"attention_causal_prefill", false, [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(0), 7, 7, 4, 2, 16); }});
-  c.push_back({"attention_causal_decode", false, [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(19), 1, 20, 4, 1, 32); }});
-  c.push_back({"attention_causal_chunk", false, [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(8), 4, 12, 6, 2, 8); }});
+  c.push_back({"attention_causal_prefill", false,
+               [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(0), 7, 7, 4, 2, 16); }});
+  c.push_back({"attention_causal_decode", false,
+               [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(19), 1, 20, 4, 1, 32); }});
+  c.push_back({"attention_causal_chunk", false,
+               [](const Backend& b) { attention_case(b, ops::AttentionMask::causal(8), 4, 12, 6, 2, 8); }});
   c.push_back({"attention_tree", false, [](const Backend& b) {
                  attention_case(b, ops::AttentionMask::tree(5, random_tree_mask(6, 3)), 6, 11, 4, 2, 16);
                }});
-  c.push_back({"attention_ttt", false, [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3), 6, 24, 4, 2, 16); }});
+  c.push_back({"attention_ttt", false,
+               [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3), 6, 24, 4, 2, 16); }});
 
   c.push_back({"embedding", true, [](const Backend& b) {
                  const int64_t V = 50, H = 24;
@@ -300,33 +328,36 @@ std::vector<OpCase> op_cases() {
                  Tensor out = Tensor::empty({T, H}, b.act, b.device);
                  ops::embedding(make_i32(ids, {T}, b), make(tv, {V, H}, b, b.weight), out);
                  Vec tab = rounded(tv, b.weight), want;
-                 for (int32_t id : ids) want.insert(want.end(), tab.begin() + id * H, tab.begin() + (id + 1) * H);
-                 expect_close(fetch(out), rounded(std::vector<float>(want.begin(), want.end()), b.act), 0, 0, "embedding");
+                 for (int32_t id : ids)
+                   want.insert(want.end(), tab.begin() + id * H, tab.begin() + (id + 1) * H);
+                 expect_close(fetch(out), rounded(std::vector<float>(want.begin(), want.end()), b.act), 0, 0,
+                              "embedding");
                }});
 
   for (int64_t k : {1, 5, 200})
-    c.push_back({"topk_" + std::to_string(k), false, [=](const Backend& b) {
-                   const int64_t R = 3, C = 200;
-                   auto xv = rand_vec(R * C, 110 + k);
-                   xv[5] = xv[9] = 2.f;  // an exact tie at the top: lower index first
-                   Tensor x = make(xv, {R, C}, b, b.act);
-                   Tensor vals = Tensor::empty({R, k}, DType::F32, b.device), idx = Tensor::empty({R, k}, DType::I32, b.device);
-                   ops::topk(x, k, vals, idx);
-                   Tensor am = Tensor::empty({R}, DType::I32, b.device);
-                   ops::argmax(x, am);
-                   Vec X = rounded(xv, b.act);
-                   auto gi = idx.to_i32_vector();
-                   auto gv = fetch(vals);
-                   auto ga = am.to_i32_vector();
-                   for (int64_t r = 0; r < R; ++r) {
-                     auto want = ref::topk(X.data() + r * C, C, k);
-                     EXPECT_EQ(ga[r], want[0]) << "argmax row " << r;
-                     for (int64_t j = 0; j < k; ++j) {
-                       EXPECT_EQ(gi[r * k + j], want[j]) << "topk row " << r << " rank " << j;
-                       EXPECT_EQ(gv[r * k + j], X[r * C + want[j]]);
-                     }
-                   }
-                 }});
+    c.push_back(
+        {"topk_" + std::to_string(k), false, [=](const Backend& b) {
+           const int64_t R = 3, C = 200;
+           auto xv = rand_vec(R * C, 110 + k);
+           xv[5] = xv[9] = 2.f;  // an exact tie at the top: lower index first
+           Tensor x = make(xv, {R, C}, b, b.act);
+           Tensor vals = Tensor::empty({R, k}, DType::F32, b.device), idx = Tensor::empty({R, k}, DType::I32, b.device);
+           ops::topk(x, k, vals, idx);
+           Tensor am = Tensor::empty({R}, DType::I32, b.device);
+           ops::argmax(x, am);
+           Vec X = rounded(xv, b.act);
+           auto gi = idx.to_i32_vector();
+           auto gv = fetch(vals);
+           auto ga = am.to_i32_vector();
+           for (int64_t r = 0; r < R; ++r) {
+             auto want = ref::topk(X.data() + r * C, C, k);
+             EXPECT_EQ(ga[r], want[0]) << "argmax row " << r;
+             for (int64_t j = 0; j < k; ++j) {
+               EXPECT_EQ(gi[r * k + j], want[j]) << "topk row " << r << " rank " << j;
+               EXPECT_EQ(gv[r * k + j], X[r * C + want[j]]);
+             }
+           }
+         }});
 
   c.push_back({"sampling", false, sampling_case});
 
@@ -337,7 +368,8 @@ std::vector<OpCase> op_cases() {
                  Tensor z = make(zv, {R, C}, b, b.act), loss = Tensor::empty({R}, DType::F32, b.device);
                  ops::cross_entropy(z, make_i32(tg, {R}, b), loss);
                  Vec ls = ref::softmax(rounded(zv, b.act), R, C, true), want(R);
-                 for (int64_t r = 0; r < R; ++r) want[r] = tg[r] < 0 ? 0 : -ls[r * C + tg[r]];
+                 for (int64_t r = 0; r < R; ++r)
+                   want[r] = tg[r] < 0 ? 0 : -ls[r * C + tg[r]];
                  expect_close(fetch(loss), want, atol(b), rtol(b), "cross_entropy");
                  auto tv = rand_vec(R * C, 121, -3, 3);
                  Vec P = ref::softmax(rounded(tv, DType::F32), R, C, false);
@@ -346,7 +378,8 @@ std::vector<OpCase> op_cases() {
                  Vec Pf = rounded(std::vector<float>(P.begin(), P.end()), DType::F32);
                  for (int64_t r = 0; r < R; ++r) {
                    want[r] = 0;
-                   for (int64_t i = 0; i < C; ++i) want[r] -= Pf[r * C + i] * ls[r * C + i];
+                   for (int64_t i = 0; i < C; ++i)
+                     want[r] -= Pf[r * C + i] * ls[r * C + i];
                  }
                  expect_close(fetch(loss), want, atol(b), rtol(b), "soft_cross_entropy");
                }});
@@ -360,7 +393,9 @@ struct Param {
   size_t backend;
 };
 
-void PrintTo(const Param& p, std::ostream* os) { *os << "op " << p.op << " on backend " << backends()[p.backend].name; }
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << "op " << p.op << " on backend " << backends()[p.backend].name;
+}
 
 class BackendParity : public ::testing::TestWithParam<Param> {};
 
@@ -369,7 +404,8 @@ TEST_P(BackendParity, MatchesReference) {
   const OpCase& c = cases[GetParam().op];
   const Backend& b = backends()[GetParam().backend];
   if (b.device == Device::CUDA && !cuda_available())
-    GTEST_SKIP() << "no usable CUDA device on this machine (" << (cuda_compiled() ? "CUDA backend built" : "built without CUDA") << ")";
+    GTEST_SKIP() << "no usable CUDA device on this machine ("
+                 << (cuda_compiled() ? "CUDA backend built" : "built without CUDA") << ")";
   c.run(b);
 }
 
@@ -379,7 +415,8 @@ std::vector<Param> all_params() {
   for (size_t i = 0; i < cases.size(); ++i)
     for (size_t j = 0; j < backends().size(); ++j) {
       const Backend& b = backends()[j];
-      if (!cases[i].uses_weights && b.weight != b.act) continue;  // same computation as another backend
+      if (!cases[i].uses_weights && b.weight != b.act)
+        continue;  // same computation as another backend
       out.push_back({i, j});
     }
   return out;

@@ -1,10 +1,10 @@
 // bf16 / f16 conversions against values worked out by hand from the IEEE rules.
+#include "kernels/core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-
-#include "kernels/core/dtype.h"
 
 namespace updraft {
 namespace {
@@ -30,7 +30,8 @@ TEST(Bf16, RoundToNearestEvenEdgeCases) {
       {bits_f32(0x00000001), 0x0000},  // smallest f32 subnormal -> 0
       {bits_f32(0x00010000), 0x0001},  // smallest bf16 subnormal is exact
   };
-  for (const auto& c : cases) EXPECT_EQ(f32_to_bf16(c.in), c.want) << "input bits " << std::hex << f32_bits(c.in);
+  for (const auto& c : cases)
+    EXPECT_EQ(f32_to_bf16(c.in), c.want) << "input bits " << std::hex << f32_bits(c.in);
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(bits_f32(0x7f800001)))));  // signalling NaN stays NaN
 }
@@ -40,28 +41,30 @@ TEST(F16, RoundToNearestEvenEdgeCases) {
       {0.0f, 0x0000},
       {-0.0f, 0x8000},
       {1.0f, 0x3c00},
-      {65504.0f, 0x7bff},                   // largest f16
-      {65519.0f, 0x7bff},                   // below the half-way point to 65536 -> max
-      {65520.0f, 0x7c00},                   // half-way, ties to even (inf)
+      {65504.0f, 0x7bff},  // largest f16
+      {65519.0f, 0x7bff},  // below the half-way point to 65536 -> max
+      {65520.0f, 0x7c00},  // half-way, ties to even (inf)
       {1e6f, 0x7c00},
-      {std::ldexp(1.0f, -14), 0x0400},      // smallest normal
-      {std::ldexp(1.0f, -24), 0x0001},      // smallest subnormal
-      {std::ldexp(1.0f, -25), 0x0000},      // half of it: ties to even -> 0
-      {std::ldexp(1.5f, -25), 0x0001},      // above half -> 1 ulp
-      {std::ldexp(3.0f, -25), 0x0002},      // 1.5 ulp: tie -> even (2)
+      {std::ldexp(1.0f, -14), 0x0400},                          // smallest normal
+      {std::ldexp(1.0f, -24), 0x0001},                          // smallest subnormal
+      {std::ldexp(1.0f, -25), 0x0000},                          // half of it: ties to even -> 0
+      {std::ldexp(1.5f, -25), 0x0001},                          // above half -> 1 ulp
+      {std::ldexp(3.0f, -25), 0x0002},                          // 1.5 ulp: tie -> even (2)
       {std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25), 0x0400},  // rounds up into the normals
-      {1.0f + std::ldexp(1.0f, -11), 0x3c00},  // half-way above 1, lsb 0 -> down
-      {1.0f + 3 * std::ldexp(1.0f, -11), 0x3c02},  // half-way, lsb 1 -> up
+      {1.0f + std::ldexp(1.0f, -11), 0x3c00},                   // half-way above 1, lsb 0 -> down
+      {1.0f + 3 * std::ldexp(1.0f, -11), 0x3c02},               // half-way, lsb 1 -> up
       {-std::numeric_limits<float>::infinity(), 0xfc00},
   };
-  for (const auto& c : cases) EXPECT_EQ(f32_to_f16(c.in), c.want) << "input " << c.in;
+  for (const auto& c : cases)
+    EXPECT_EQ(f32_to_f16(c.in), c.want) << "input " << c.in;
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(F16, EveryHalfRoundTripsExactly) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = f16_to_f32(static_cast<uint16_t>(h));
-    if (std::isnan(f)) continue;
+    if (std::isnan(f))
+      continue;
     ASSERT_EQ(f32_to_f16(f), h) << "f16 bits " << std::hex << h;
   }
 }
@@ -69,13 +72,15 @@ TEST(F16, EveryHalfRoundTripsExactly) {
 TEST(Bf16, EveryBf16RoundTripsExactly) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = bf16_to_f32(static_cast<uint16_t>(h));
-    if (std::isnan(f)) continue;
+    if (std::isnan(f))
+      continue;
     ASSERT_EQ(f32_to_bf16(f), h) << "bf16 bits " << std::hex << h;
   }
 }
 
 TEST(F16, SubnormalsDecodeToTheirValue) {
-  for (uint16_t m = 1; m < 0x400; ++m) EXPECT_EQ(f16_to_f32(m), std::ldexp(static_cast<float>(m), -24));
+  for (uint16_t m = 1; m < 0x400; ++m)
+    EXPECT_EQ(f16_to_f32(m), std::ldexp(static_cast<float>(m), -24));
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ std::vector<float> rand_vec(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v)
+    x = d(rng);
   return v;
 }
 
@@ -24,7 +25,8 @@ TEST(AttentionMask, TttIsCausalOnStepZeroPlusTheDiagonal) {
   // Row 1 sees step-0 keys 0,1 and step-1 key 4 and step-2 key 7, nothing else.
   std::vector<int64_t> seen;
   for (int64_t j = 0; j < 3 * T; ++j)
-    if (ops::attention_visible(m, T, 1, j)) seen.push_back(j);
+    if (ops::attention_visible(m, T, 1, j))
+      seen.push_back(j);
   EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 4, 7}));
 }
 
@@ -32,13 +34,16 @@ TEST(Attention, TttRowEqualsCausalAttentionOverItsOwnChain) {
   // Row p at step k must behave like a query attending to [step-0 keys 0..p, step-1 key p, ..., step-k key p].
   const int64_t T = 5, NH = 2, NKV = 1, HD = 8, steps = 2, S = (steps + 1) * T;
   auto qv = rand_vec(T * NH * HD, 1), kv = rand_vec(S * NKV * HD, 2), vv = rand_vec(S * NKV * HD, 3);
-  Tensor q = Tensor::from_f32(qv, {T, NH, HD}), k = Tensor::from_f32(kv, {S, NKV, HD}), v = Tensor::from_f32(vv, {S, NKV, HD});
+  Tensor q = Tensor::from_f32(qv, {T, NH, HD}), k = Tensor::from_f32(kv, {S, NKV, HD}),
+         v = Tensor::from_f32(vv, {S, NKV, HD});
   Tensor out = Tensor::empty({T, NH, HD}, DType::F32);
   ops::attention(q, k, v, ops::AttentionMask::ttt(steps), 0.35f, out);
   for (int64_t p = 0; p < T; ++p) {
     std::vector<int64_t> rows;
-    for (int64_t j = 0; j <= p; ++j) rows.push_back(j);
-    for (int64_t s = 1; s <= steps; ++s) rows.push_back(s * T + p);
+    for (int64_t j = 0; j <= p; ++j)
+      rows.push_back(j);
+    for (int64_t s = 1; s <= steps; ++s)
+      rows.push_back(s * T + p);
     const int64_t n = static_cast<int64_t>(rows.size());
     Tensor kc = Tensor::empty({n, NKV, HD}, DType::F32), vc = Tensor::empty({n, NKV, HD}, DType::F32);
     for (int64_t r = 0; r < n; ++r) {
@@ -48,7 +53,8 @@ TEST(Attention, TttRowEqualsCausalAttentionOverItsOwnChain) {
     Tensor o1 = Tensor::empty({1, NH, HD}, DType::F32);
     ops::attention(q.row(p), kc, vc, ops::AttentionMask::causal(n - 1), 0.35f, o1);
     auto a = out.row(p).to_f32_vector(), b = o1.to_f32_vector();
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "row " << p;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], 1e-5) << "row " << p;
   }
 }
 
@@ -56,9 +62,11 @@ TEST(Attention, ChainTreeEqualsCausal) {
   const int64_t prefix = 4, T = 3, S = prefix + T, NH = 2, HD = 8;
   Tensor mask = Tensor::zeros({T, T}, DType::Bool);
   for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j <= i; ++j) mask.data<uint8_t>()[i * T + j] = 1;
+    for (int64_t j = 0; j <= i; ++j)
+      mask.data<uint8_t>()[i * T + j] = 1;
   Tensor q = Tensor::from_f32(rand_vec(T * NH * HD, 4), {T, NH, HD});
-  Tensor k = Tensor::from_f32(rand_vec(S * NH * HD, 5), {S, NH, HD}), v = Tensor::from_f32(rand_vec(S * NH * HD, 6), {S, NH, HD});
+  Tensor k = Tensor::from_f32(rand_vec(S * NH * HD, 5), {S, NH, HD}),
+         v = Tensor::from_f32(rand_vec(S * NH * HD, 6), {S, NH, HD});
   Tensor a = Tensor::empty({T, NH, HD}, DType::F32), b = Tensor::empty({T, NH, HD}, DType::F32);
   ops::attention(q, k, v, ops::AttentionMask::tree(prefix, mask), 0.3f, a);
   ops::attention(q, k, v, ops::AttentionMask::causal(prefix), 0.3f, b);
@@ -66,8 +74,10 @@ TEST(Attention, ChainTreeEqualsCausal) {
 }
 
 TEST(Attention, BadShapesAreRejected) {
-  Tensor q = Tensor::zeros({2, 3, 8}, DType::F32), k = Tensor::zeros({4, 2, 8}, DType::F32), out = Tensor::zeros({2, 3, 8}, DType::F32);
-  EXPECT_THROW(ops::attention(q, k, k, ops::AttentionMask::causal(0), 1.f, out), CheckFailure);  // 3 heads over 2 kv heads
+  Tensor q = Tensor::zeros({2, 3, 8}, DType::F32), k = Tensor::zeros({4, 2, 8}, DType::F32),
+         out = Tensor::zeros({2, 3, 8}, DType::F32);
+  EXPECT_THROW(ops::attention(q, k, k, ops::AttentionMask::causal(0), 1.f, out),
+               CheckFailure);  // 3 heads over 2 kv heads
   Tensor q2 = Tensor::zeros({3, 2, 8}, DType::F32), o2 = Tensor::zeros({3, 2, 8}, DType::F32);
   EXPECT_THROW(ops::attention(q2, k, k, ops::AttentionMask::causal(2), 1.f, o2), CheckFailure);  // S < q_offset + T
   EXPECT_THROW(ops::attention(q2, k, k, ops::AttentionMask::ttt(1), 1.f, o2), CheckFailure);     // S != 2T
@@ -109,7 +119,8 @@ TEST(Rope, PositionZeroIsIdentityAndRotationKeepsNorms) {
   Tensor x = Tensor::from_f32(xv, {T, NH, HD});
   ops::rope(x, Tensor::from_i32({0, 12345}, {T}), ops::rope_inv_freq({}, HD));
   auto y = x.to_f32_vector();
-  for (int i = 0; i < HD; ++i) EXPECT_EQ(y[i], xv[i]);
+  for (int i = 0; i < HD; ++i)
+    EXPECT_EQ(y[i], xv[i]);
   for (int i = 0; i < HD / 2; ++i) {
     const float a = xv[HD + i], b = xv[HD + i + HD / 2], c = y[HD + i], d = y[HD + i + HD / 2];
     EXPECT_NEAR(a * a + b * b, c * c + d * d, 1e-5);
@@ -160,15 +171,18 @@ TEST(Sampling, InverseCdfSamplesFollowTheDistribution) {
   Tensor p = Tensor::empty({n, 3}, DType::F32);
   std::vector<float> us(n);
   for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < 3; ++j) p.data<float>()[i * 3 + j] = probs[j];
+    for (int j = 0; j < 3; ++j)
+      p.data<float>()[i * 3 + j] = probs[j];
     us[i] = ops::uniform01(42, static_cast<uint64_t>(i));
   }
   Tensor ids = Tensor::empty({n}, DType::I32);
   ops::sample_from_probs(p, Tensor::from_f32(us, {n}), ids);
   int count[3] = {0, 0, 0};
-  for (int32_t id : ids.to_i32_vector()) count[id]++;
+  for (int32_t id : ids.to_i32_vector())
+    count[id]++;
   double chi2 = 0;
-  for (int j = 0; j < 3; ++j) chi2 += std::pow(count[j] - n * probs[j], 2) / (n * probs[j]);
+  for (int j = 0; j < 3; ++j)
+    chi2 += std::pow(count[j] - n * probs[j], 2) / (n * probs[j]);
   EXPECT_LT(chi2, 13.8) << count[0] << " " << count[1] << " " << count[2];
   // And a zero-probability token is never drawn, even at u close to 1.
   Tensor q = Tensor::from_f32({0.5f, 0.5f, 0.f}, {1, 3});
@@ -201,7 +215,8 @@ TEST(Embedding, OutOfRangeIdIsAnErrorNamingIt) {
 }
 
 TEST(Gemm, MismatchedShapesAndDevicesAreCheckFailures) {
-  Tensor a = Tensor::zeros({2, 3}, DType::F32), b = Tensor::zeros({4, 5}, DType::F32), c = Tensor::zeros({2, 5}, DType::F32);
+  Tensor a = Tensor::zeros({2, 3}, DType::F32), b = Tensor::zeros({4, 5}, DType::F32),
+         c = Tensor::zeros({2, 5}, DType::F32);
   EXPECT_THROW(ops::gemm(a, false, b, false, c), CheckFailure);
   Tensor w = Tensor::zeros({5, 3}, DType::F32);
   EXPECT_THROW(ops::linear(a, w, nullptr, a), CheckFailure);  // output shape
@@ -227,7 +242,8 @@ TEST(Gemv, DecodePathMatchesPortablePathForEveryBatchSize) {
     Tensor wf = w.to_dtype(DType::F32);
     ops::gemm(x, false, wf, true, y2);  // BLAS
     auto a = y1.to_f32_vector(), b = y2.to_f32_vector();
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << T << " i=" << i;
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << T << " i=" << i;
   }
 }
 

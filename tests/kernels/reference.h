@@ -37,15 +37,17 @@ inline Vec rms_norm(const Vec& x, const Vec& w, int64_t R, int64_t H, double eps
   Vec o(x.size());
   for (int64_t r = 0; r < R; ++r) {
     double ss = 0;
-    for (int64_t i = 0; i < H; ++i) ss += x[r * H + i] * x[r * H + i];
+    for (int64_t i = 0; i < H; ++i)
+      ss += x[r * H + i] * x[r * H + i];
     double inv = 1.0 / std::sqrt(ss / H + eps);
-    for (int64_t i = 0; i < H; ++i) o[r * H + i] = x[r * H + i] * inv * w[i];
+    for (int64_t i = 0; i < H; ++i)
+      o[r * H + i] = x[r * H + i] * inv * w[i];
   }
   return o;
 }
 
-inline Vec rope(const Vec& x, const std::vector<int32_t>& pos, const std::vector<float>& inv_freq, int64_t T, int64_t NH,
-                int64_t HD) {
+inline Vec rope(const Vec& x, const std::vector<int32_t>& pos, const std::vector<float>& inv_freq, int64_t T,
+                int64_t NH, int64_t HD) {
   Vec o = x;
   const int64_t half = HD / 2;
   for (int64_t t = 0; t < T; ++t)
@@ -62,7 +64,8 @@ inline Vec rope(const Vec& x, const std::vector<int32_t>& pos, const std::vector
 
 inline Vec silu_mul(const Vec& g, const Vec& u) {
   Vec o(g.size());
-  for (size_t i = 0; i < g.size(); ++i) o[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+  for (size_t i = 0; i < g.size(); ++i)
+    o[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
   return o;
 }
 
@@ -70,17 +73,20 @@ inline Vec softmax(const Vec& x, int64_t R, int64_t C, bool log) {
   Vec o(x.size());
   for (int64_t r = 0; r < R; ++r) {
     double m = -std::numeric_limits<double>::infinity();
-    for (int64_t i = 0; i < C; ++i) m = std::max(m, x[r * C + i]);
+    for (int64_t i = 0; i < C; ++i)
+      m = std::max(m, x[r * C + i]);
     double s = 0;
-    for (int64_t i = 0; i < C; ++i) s += std::exp(x[r * C + i] - m);
-    for (int64_t i = 0; i < C; ++i) o[r * C + i] = log ? x[r * C + i] - m - std::log(s) : std::exp(x[r * C + i] - m) / s;
+    for (int64_t i = 0; i < C; ++i)
+      s += std::exp(x[r * C + i] - m);
+    for (int64_t i = 0; i < C; ++i)
+      o[r * C + i] = log ? x[r * C + i] - m - std::log(s) : std::exp(x[r * C + i] - m) / s;
   }
   return o;
 }
 
 // Returns out [T,NH,HD] and lse [T,NH].
-inline std::pair<Vec, Vec> attention(const Vec& q, const Vec& k, const Vec& v, const ops::AttentionMask& mask, int64_t T,
-                                     int64_t NH, int64_t HD, int64_t S, int64_t NKV, double scale) {
+inline std::pair<Vec, Vec> attention(const Vec& q, const Vec& k, const Vec& v, const ops::AttentionMask& mask,
+                                     int64_t T, int64_t NH, int64_t HD, int64_t S, int64_t NKV, double scale) {
   Vec out(static_cast<size_t>(T * NH * HD), 0.0), lse(static_cast<size_t>(T * NH));
   const int64_t group = NH / NKV;
   for (int64_t i = 0; i < T; ++i)
@@ -89,19 +95,24 @@ inline std::pair<Vec, Vec> attention(const Vec& q, const Vec& k, const Vec& v, c
       std::vector<double> sc(static_cast<size_t>(S), -std::numeric_limits<double>::infinity());
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < S; ++j) {
-        if (!ops::attention_visible(mask, T, i, j)) continue;
+        if (!ops::attention_visible(mask, T, i, j))
+          continue;
         double d = 0;
-        for (int64_t e = 0; e < HD; ++e) d += q[(i * NH + h) * HD + e] * k[(j * NKV + g) * HD + e];
+        for (int64_t e = 0; e < HD; ++e)
+          d += q[(i * NH + h) * HD + e] * k[(j * NKV + g) * HD + e];
         sc[j] = d * scale;
         m = std::max(m, sc[j]);
       }
       double s = 0;
       for (int64_t j = 0; j < S; ++j)
-        if (sc[j] > -std::numeric_limits<double>::infinity()) s += std::exp(sc[j] - m);
+        if (sc[j] > -std::numeric_limits<double>::infinity())
+          s += std::exp(sc[j] - m);
       for (int64_t j = 0; j < S; ++j) {
-        if (sc[j] == -std::numeric_limits<double>::infinity()) continue;
+        if (sc[j] == -std::numeric_limits<double>::infinity())
+          continue;
         double p = std::exp(sc[j] - m) / s;
-        for (int64_t e = 0; e < HD; ++e) out[(i * NH + h) * HD + e] += p * v[(j * NKV + g) * HD + e];
+        for (int64_t e = 0; e < HD; ++e)
+          out[(i * NH + h) * HD + e] += p * v[(j * NKV + g) * HD + e];
       }
       lse[i * NH + h] = m + std::log(s);
     }
@@ -125,28 +136,35 @@ inline Vec sampling_probs(const double* z, int64_t V, double temp, int32_t top_k
     return p;
   }
   double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < V; ++i) m = std::max(m, z[i] / temp);
+  for (int64_t i = 0; i < V; ++i)
+    m = std::max(m, z[i] / temp);
   double s = 0;
-  for (int64_t i = 0; i < V; ++i) s += (p[i] = std::exp(z[i] / temp - m));
-  for (auto& x : p) x /= s;
+  for (int64_t i = 0; i < V; ++i)
+    s += (p[i] = std::exp(z[i] / temp - m));
+  for (auto& x : p)
+    x /= s;
   std::vector<int32_t> order = topk(p.data(), V, V);
   int64_t keep = (top_k > 0 && top_k < V) ? top_k : V;
   double kept = 0;
-  for (int64_t j = 0; j < keep; ++j) kept += p[order[j]];
+  for (int64_t j = 0; j < keep; ++j)
+    kept += p[order[j]];
   if (top_p < 1) {
     double cum = 0;
     int64_t n = 0;
     while (n < keep) {
       cum += p[order[n]] / kept;
       ++n;
-      if (cum >= top_p) break;
+      if (cum >= top_p)
+        break;
     }
     keep = n;
   }
   Vec out(static_cast<size_t>(V), 0.0);
   double mass = 0;
-  for (int64_t j = 0; j < keep; ++j) mass += p[order[j]];
-  for (int64_t j = 0; j < keep; ++j) out[order[j]] = p[order[j]] / mass;
+  for (int64_t j = 0; j < keep; ++j)
+    mass += p[order[j]];
+  for (int64_t j = 0; j < keep; ++j)
+    out[order[j]] = p[order[j]] / mass;
   return out;
 }
 

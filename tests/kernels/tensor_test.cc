@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kernels/core/tensor.h"
+
+#include <gtest/gtest.h>
 
 namespace updraft {
 namespace {
@@ -68,7 +68,8 @@ TEST(Tensor, WrapKeepsOwnerAlive) {
 }
 
 TEST(Device, CudaWithoutGpuIsAnError) {
-  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  if (cuda_available())
+    GTEST_SKIP() << "a GPU is present";
   EXPECT_THROW(Tensor::empty({4}, DType::F32, Device::CUDA), Error);
 }
 
