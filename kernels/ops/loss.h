@@ -2,7 +2,8 @@
 //
 // cross_entropy:      loss[r] = logsumexp(z[r]) - z[r, target[r]];  target < 0 -> loss 0
 //                     (ignored row). logits [R, C]; target i32 [R]; loss f32 [R].
-//                     A target >= C throws CheckFailure (CPU).
+//                     A target >= C throws CheckFailure (CPU); on CUDA it yields NaN
+//                     (targets come from validated token ids).
 // soft_cross_entropy: loss[r] = -sum_c p[r, c] * log_softmax(z[r])[c].
 //                     logits [R, C]; teacher probs [R, C] (rows sum to 1 or are all 0);
 //                     loss f32 [R].

@@ -14,6 +14,10 @@
 // sample_from_probs: out[r] = smallest i with cumsum(probs[r])[i] > u[r] * sum(probs[r]),
 //   skipping zero-probability entries. uniforms f32 [R] in [0,1); out i32 [R].
 //
+// Errors: the CPU backend throws Error for temperature < 0, top_p outside (0, 1], top_k < 0
+// and a row with no mass; kernels cannot throw, so on CUDA the request path validates sampling
+// params on the host before they reach the op.
+//
 // uniform01(seed, counter): a counter-based random number in [0, 1) with 24 bits, the same
 //   on host and device, so that a seeded request draws the same numbers on every backend.
 #pragma once
