@@ -34,10 +34,11 @@ const char* st_dtype_name(DType t) {
 }
 
 DType parse_st_dtype(const std::string& s, const std::string& where) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64, DType::Bool})
-    if (s == st_dtype_name(t))
-      return t;
-  UPD_FAIL() << where << ": unsupported dtype \"" << s << "\" (supported: F32, BF16, F16, I32, I64, BOOL)";
+  try {
+    return dtype_from_name(s);
+  } catch (const Error&) {
+    UPD_FAIL() << where << ": unsupported dtype \"" << s << "\" (supported: F32, BF16, F16, I32, I64, BOOL)";
+  }
   return DType::F32;
 }
 
