@@ -37,17 +37,17 @@ inline __m512 load16_masked(const void* w, int64_t i, __mmask16 m) {
   }
 }
 
-// Writes sum_{k in [k0,k1)} x[t,k] * w[n+r,k] to y[t*ldy + r] for r < R, t < T.
+// Writes sum_k x[t,k] * w[n+r,k] to y[t*ldy + r] for r < R, t < T.
 template <DType WT, int T, int R>
-void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int64_t k1, float* y, int64_t ldy) {
+void block(const float* x, int64_t K, const void* w, int64_t n, float* y, int64_t ldy) {
   __m512 acc[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t)
       acc[r][t] = _mm512_setzero_ps();
-  int64_t k = k0;
-  for (; k + 16 <= k1; k += 16) {
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -60,8 +60,8 @@ void block(const float* x, int64_t K, const void* w, int64_t n, int64_t k0, int6
         acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
-  if (k < k1) {
-    __mmask16 m = static_cast<__mmask16>((1u << (k1 - k)) - 1u);
+  if (k < K) {
+    __mmask16 m = static_cast<__mmask16>((1u << (K - k)) - 1u);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -89,39 +89,17 @@ void rows_t(const float* x, int64_t K, const void* w, int64_t n0, int64_t n1, fl
   constexpr int R = T == 1 ? 8 : T <= 4 ? 4 : 3;
   int64_t n = n0;
   for (; n + R <= n1; n += R)
-    block<WT, T, R>(x, K, w, n, 0, K, y + n, ldy);
+    block<WT, T, R>(x, K, w, n, y + n, ldy);
   for (; n < n1; ++n)
-    block<WT, T, 1>(x, K, w, n, 0, K, y + n, ldy);
+    block<WT, T, 1>(x, K, w, n, y + n, ldy);
 }
 
 template <DType WT>
 void rows(const float* x, int64_t T, int64_t K, const void* w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (T) {
-    case 1:
-      rows_t<WT, 1>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 2:
-      rows_t<WT, 2>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 3:
-      rows_t<WT, 3>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 4:
-      rows_t<WT, 4>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 5:
-      rows_t<WT, 5>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 6:
-      rows_t<WT, 6>(x, K, w, n0, n1, y, ldy);
-      break;
-    case 7:
-      rows_t<WT, 7>(x, K, w, n0, n1, y, ldy);
-      break;
-    default:
-      rows_t<WT, 8>(x, K, w, n0, n1, y, ldy);
-      break;
-  }
+  using Fn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t);
+  static constexpr Fn kByT[] = {rows_t<WT, 1>, rows_t<WT, 2>, rows_t<WT, 3>, rows_t<WT, 4>,
+                                rows_t<WT, 5>, rows_t<WT, 6>, rows_t<WT, 7>, rows_t<WT, 8>};
+  kByT[T - 1](x, K, w, n0, n1, y, ldy);  // 1 <= T <= kGemvMaxT (checked by the caller)
 }
 
 }  // namespace
