@@ -8,6 +8,7 @@
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/loss.h"
 #include "kernels/ops/norm.h"
+#include "kernels/ops/paged_attention.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/sampling.h"
 #include "kernels/ops/softmax.h"

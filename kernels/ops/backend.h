@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/ops/attention.h"
+#include "kernels/ops/paged_attention.h"
 #include "kernels/ops/rope.h"
 
 namespace updraft::ops {
@@ -21,6 +22,9 @@ namespace updraft::ops {
   void softmax(const Tensor& x, Tensor& out, bool log);                                                          \
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,                   \
                  const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse);                            \
+  void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len,     \
+                       const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor& out);                \
+  void copy_rows(const Tensor& src, const Tensor& src_idx, Tensor& dst, const Tensor& dst_idx);                  \
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out);                                           \
   void argmax(const Tensor& x, Tensor& out);                                                                     \
   void topk(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);                                        \

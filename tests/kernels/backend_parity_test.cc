@@ -205,6 +205,76 @@ void sampling_case(const Backend& b) {
   }
 }
 
+// Three sequences in a cache whose blocks are shuffled; the reference gathers each sequence's
+// keys in order and runs the plain attention reference with the matching causal/tree mask.
+void paged_attention_case(const Backend& b, bool tree) {
+  const int64_t NH = 4, NKV = 2, HD = 16, BS = 4, NB = 12, MAXB = 5;
+  const std::vector<int32_t> kv_len = {5, 17, 9}, n_new = {1, 4, 3};
+  const int64_t B = 3;
+  std::vector<int32_t> perm(NB);
+  for (int64_t i = 0; i < NB; ++i)
+    perm[i] = static_cast<int32_t>((i * 7 + 3) % NB);  // a permutation of the blocks
+  std::vector<int32_t> table(B * MAXB, -1), q_start = {0};
+  int64_t next = 0;
+  for (int64_t s = 0; s < B; ++s) {
+    for (int64_t j = 0; j < (kv_len[s] + BS - 1) / BS; ++j)
+      table[s * MAXB + j] = perm[next++];
+    q_start.push_back(q_start.back() + n_new[s]);
+  }
+  const int64_t T = q_start.back(), NSLOT = NB * BS;
+  auto qv = rand_vec(T * NH * HD, 200, -2, 2), kv = rand_vec(NSLOT * NKV * HD, 201, -2, 2),
+       vv = rand_vec(NSLOT * NKV * HD, 202);
+  Tensor tm;
+  if (tree) {
+    tm = Tensor::zeros({T, 4}, DType::Bool);
+    for (int64_t s = 0; s < B; ++s) {
+      Tensor sub = random_tree_mask(n_new[s], 30 + s);
+      for (int64_t i = 0; i < n_new[s]; ++i)
+        for (int64_t j = 0; j < n_new[s]; ++j)
+          tm.data<uint8_t>()[(q_start[s] + i) * 4 + j] = sub.data<uint8_t>()[i * n_new[s] + j];
+    }
+  }
+  ops::PagedKv cache{make(kv, {NSLOT, NKV, HD}, b, b.act), make(vv, {NSLOT, NKV, HD}, b, b.act), BS};
+  Tensor out = Tensor::empty({T, NH, HD}, b.act, b.device);
+  const float scale = 0.3f;
+  ops::paged_attention(make(qv, {T, NH, HD}, b, b.act), cache, Tensor::from_i32(table, {B, MAXB}),
+                       Tensor::from_i32(kv_len, {B}), Tensor::from_i32(q_start, {B + 1}), tm, scale, out);
+  const Vec Q = rounded(qv, b.act), K = rounded(kv, b.act), V = rounded(vv, b.act);
+  Vec want;
+  for (int64_t s = 0; s < B; ++s) {
+    const int64_t S = kv_len[s], n = n_new[s], row = NKV * HD;
+    Vec ks, vs;
+    for (int64_t j = 0; j < S; ++j) {
+      const int64_t slot = table[s * MAXB + j / BS] * BS + j % BS;
+      ks.insert(ks.end(), K.begin() + slot * row, K.begin() + (slot + 1) * row);
+      vs.insert(vs.end(), V.begin() + slot * row, V.begin() + (slot + 1) * row);
+    }
+    Vec qs(Q.begin() + q_start[s] * NH * HD, Q.begin() + q_start[s + 1] * NH * HD);
+    ops::AttentionMask mask = ops::AttentionMask::causal(S - n);
+    if (tree) {
+      Tensor sub = Tensor::zeros({n, n}, DType::Bool);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          sub.data<uint8_t>()[i * n + j] = tm.data<uint8_t>()[(q_start[s] + i) * 4 + j];
+      mask = ops::AttentionMask::tree(S - n, sub);
+    }
+    auto got = ref::attention(qs, ks, vs, mask, n, NH, HD, S, NKV, scale).first;
+    want.insert(want.end(), got.begin(), got.end());
+  }
+  expect_close(fetch(out), want, atol(b), rtol(b), tree ? "paged_attention tree" : "paged_attention causal");
+}
+
+void copy_rows_case(const Backend& b) {
+  auto xv = rand_vec(10 * 6, 210);
+  Tensor x = make(xv, {10, 2, 3}, b, b.act);
+  // In place, as KV compaction does: rows 7 and 9 move to 3 and 5; row 1 onto itself.
+  ops::copy_rows(x, Tensor::from_i32({7, 9, 1}, {3}), x, Tensor::from_i32({3, 5, 1}, {3}));
+  Vec X = rounded(xv, b.act), want = X;
+  for (auto [s, d] : {std::pair{7, 3}, std::pair{9, 5}})
+    std::copy(X.begin() + s * 6, X.begin() + (s + 1) * 6, want.begin() + d * 6);
+  expect_close(fetch(x), want, 0, 0, "copy_rows");
+}
+
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> c;
   for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{1, 64, 96}, {7, 33, 65}, {64, 128, 80}})
@@ -319,6 +389,10 @@ std::vector<OpCase> op_cases() {
                }});
   c.push_back({"attention_ttt", false,
                [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3), 6, 24, 4, 2, 16); }});
+
+  c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, false); }});
+  c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, true); }});
+  c.push_back({"copy_rows", false, copy_rows_case});
 
   c.push_back({"embedding", true, [](const Backend& b) {
                  const int64_t V = 50, H = 24;
