@@ -1,0 +1,86 @@
+#include "rollout/kv_cache.h"
+
+#include <algorithm>
+
+namespace updraft {
+
+KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_size)
+    : shape_(shape), num_blocks_(num_blocks), block_size_(block_size) {
+  UPD_REQUIRE(num_blocks > 0 && block_size > 0)
+      << "KV cache: need at least one block (got " << num_blocks << " blocks of " << block_size << ")";
+  UPD_REQUIRE(num_blocks <= INT32_MAX) << "KV cache: too many blocks";
+  const Shape s{num_blocks * block_size, shape.kv_heads, shape.head_dim};
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    k_.push_back(Tensor::zeros(s, shape.dtype, shape.device));
+    v_.push_back(Tensor::zeros(s, shape.dtype, shape.device));
+  }
+  for (int64_t b = num_blocks - 1; b >= 0; --b)
+    free_.push_back(static_cast<int32_t>(b));
+}
+
+int64_t KvCache::blocks_for_bytes(const KvCacheShape& s, int64_t block_size, int64_t bytes) {
+  const int64_t per_block = 2 * s.layers * block_size * s.kv_heads * s.head_dim * dtype_size(s.dtype);
+  return per_block > 0 ? bytes / per_block : 0;
+}
+
+bool KvCache::reserve(SeqKv& seq, int64_t length) {
+  const int64_t need = blocks_needed(length) - static_cast<int64_t>(seq.blocks.size());
+  if (need <= 0)
+    return true;
+  if (need > free_blocks())
+    return false;
+  for (int64_t i = 0; i < need; ++i) {
+    seq.blocks.push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void KvCache::release(SeqKv& seq) {
+  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it)
+    free_.push_back(*it);
+  seq.blocks.clear();
+  seq.length = 0;
+}
+
+int64_t KvCache::slot(const SeqKv& seq, int64_t pos) const {
+  UPD_CHECK(pos >= 0 && pos / block_size_ < static_cast<int64_t>(seq.blocks.size()))
+      << "KV cache: position " << pos << " beyond the sequence's " << seq.blocks.size() << " blocks";
+  return static_cast<int64_t>(seq.blocks[pos / block_size_]) * block_size_ + pos % block_size_;
+}
+
+void KvCache::keep(SeqKv& seq, int64_t prefix, const std::vector<int64_t>& keep) {
+  UPD_CHECK(prefix >= 0 && prefix <= seq.length) << "KV keep: prefix " << prefix << " > length " << seq.length;
+  std::vector<int32_t> src, dst;
+  for (size_t m = 0; m < keep.size(); ++m) {
+    UPD_CHECK(keep[m] >= 0 && prefix + keep[m] < seq.length && (m == 0 || keep[m] > keep[m - 1]))
+        << "KV keep: offsets must be ascending and inside the appended entries";
+    if (keep[m] != static_cast<int64_t>(m)) {
+      src.push_back(static_cast<int32_t>(slot(seq, prefix + keep[m])));
+      dst.push_back(static_cast<int32_t>(slot(seq, prefix + static_cast<int64_t>(m))));
+    }
+  }
+  if (!src.empty()) {
+    // Gather the kept rows first: a kept row may sit where another one must go.
+    const int64_t M = static_cast<int64_t>(src.size());
+    Tensor si = Tensor::from_i32(src, {M}), di = Tensor::from_i32(dst, {M});
+    std::vector<int32_t> seqi(src.size());
+    for (int64_t m = 0; m < M; ++m)
+      seqi[m] = static_cast<int32_t>(m);
+    Tensor ti = Tensor::from_i32(seqi, {M});
+    Tensor tmp = Tensor::empty({M, shape_.kv_heads, shape_.head_dim}, shape_.dtype, shape_.device);
+    for (int64_t l = 0; l < shape_.layers; ++l)
+      for (Tensor* c : {&k_[l], &v_[l]}) {
+        ops::copy_rows(*c, si, tmp, ti);
+        ops::copy_rows(tmp, ti, *c, di);
+      }
+  }
+  truncate(seq, prefix + static_cast<int64_t>(keep.size()));
+}
+
+void KvCache::truncate(SeqKv& seq, int64_t length) {
+  UPD_CHECK(length >= 0 && length <= seq.length) << "KV truncate to " << length << " > length " << seq.length;
+  seq.length = length;  // blocks stay reserved until release()
+}
+
+}  // namespace updraft

@@ -1,0 +1,86 @@
+// The policy (target) model: a Llama-style decoder (Llama 3.x, Qwen2/2.5, Qwen3) running over a
+// paged KV cache, with the EAGLE-3 aux hidden-state capture.
+//
+// Loading: load() reads a Hugging Face directory (config.json + model.safetensors or a sharded
+// index); every tensor's name, dtype (f32/bf16/f16) and shape is checked against the config, a
+// missing or unexpected tensor is an Error naming it. On the CPU weights stay memory-mapped in
+// their stored dtype (math in f32); on CUDA they are converted to bf16 on the device.
+//
+// forward() runs one batched step over several sequences. For each sequence it appends the KV
+// entries of `tokens` (n new tokens) after the kv->length cached ones, at RoPE `positions`
+// (default: kv->length + i), with causal attention among the new tokens or `tree_mask`
+// (bool [n, n], CPU: new token i sees new token j iff mask[i, j]; every cached entry is seen).
+// It returns, in sequence order, the logits (f32) and optionally the final normed hidden state
+// of the rows in `logit_rows`, and optionally the aux states: the residual stream entering each
+// aux layer (Hugging Face hidden_states indices, default {2, L/2, L-3}) for every new token,
+// aux [T, A, H] in the activation dtype (row-major, so [T, A*H] is the EAGLE-3 concatenation
+// [low | mid | high]). The caller must have reserved KV blocks for kv->length + n entries; on
+// return kv->length has advanced by n. Token ids outside the vocabulary are an Error raised
+// before anything is written.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/nn/llama_layer.h"
+#include "rollout/kv_cache.h"
+#include "rollout/policy_config.h"
+
+namespace updraft {
+
+struct SeqStep {
+  SeqKv* kv = nullptr;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;   // empty: kv->length + i
+  Tensor tree_mask;                 // undefined: causal
+  std::vector<int32_t> logit_rows;  // local indices into tokens
+};
+
+struct ForwardOptions {
+  bool aux = false;     // capture aux hidden states of every new token
+  bool hidden = false;  // return the final normed hidden state at the logit rows
+};
+
+struct ForwardOut {
+  Tensor logits;  // f32 [R, V]
+  Tensor hidden;  // [R, H] (act dtype) when asked
+  Tensor aux;     // [T, A, H] (act dtype) when asked
+};
+
+struct PolicyOptions {
+  Device device = Device::CPU;
+};
+
+class PolicyModel {
+ public:
+  static PolicyModel load(const std::string& dir, const PolicyOptions& opts = {});
+  // Builds from named tensors (Hugging Face names) that `get` returns (undefined when absent);
+  // `names` lists every tensor available, so unexpected ones are reported.
+  static PolicyModel build(const PolicyConfig& cfg, const std::vector<std::string>& names,
+                           const std::function<Tensor(const std::string&)>& get, const PolicyOptions& opts,
+                           const std::string& where);
+
+  const PolicyConfig& config() const { return cfg_; }
+  Device device() const { return device_; }
+  DType act_dtype() const { return act_; }
+  KvCacheShape kv_shape() const { return {cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, act_, device_}; }
+  const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
+  // HF hidden_states indices in [0, L), ascending, distinct.
+  void set_aux_layers(const std::vector<int64_t>& layers);
+  const Tensor& embedding_table() const { return embed_; }
+  const Tensor& lm_head() const { return lm_head_; }
+
+  ForwardOut forward(KvCache& cache, std::vector<SeqStep>& seqs, const ForwardOptions& opts = {}) const;
+
+ private:
+  PolicyConfig cfg_;
+  Device device_ = Device::CPU;
+  DType act_ = DType::F32;
+  Tensor embed_, final_norm_, lm_head_, inv_freq_;
+  std::vector<nn::DecoderLayerWeights> layers_;
+  std::vector<int64_t> aux_layers_;
+};
+
+}  // namespace updraft

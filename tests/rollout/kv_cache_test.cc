@@ -1,0 +1,76 @@
+#include "rollout/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace updraft {
+namespace {
+
+KvCacheShape shape() {
+  return {2, 1, 2, DType::F32, Device::CPU};
+}
+
+TEST(KvCache, ReserveIsAllOrNothingAndReleaseReturnsBlocks) {
+  KvCache c(shape(), 5, 4);
+  SeqKv a, b;
+  EXPECT_TRUE(c.reserve(a, 9));  // 3 blocks
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_EQ(c.free_blocks(), 2);
+  EXPECT_FALSE(c.reserve(b, 12));  // needs 3, only 2 free: nothing taken
+  EXPECT_TRUE(b.blocks.empty());
+  EXPECT_EQ(c.free_blocks(), 2);
+  EXPECT_TRUE(c.reserve(b, 8));
+  std::set<int32_t> all(a.blocks.begin(), a.blocks.end());
+  all.insert(b.blocks.begin(), b.blocks.end());
+  EXPECT_EQ(all.size(), 5u) << "blocks handed out twice";
+  c.release(a);
+  EXPECT_EQ(c.free_blocks(), 3);
+  EXPECT_TRUE(a.blocks.empty());
+  EXPECT_EQ(a.length, 0);
+}
+
+TEST(KvCache, SlotsFollowTheBlockList) {
+  KvCache c(shape(), 4, 4);
+  SeqKv a;
+  ASSERT_TRUE(c.reserve(a, 6));
+  EXPECT_EQ(c.slot(a, 0), a.blocks[0] * 4);
+  EXPECT_EQ(c.slot(a, 5), a.blocks[1] * 4 + 1);
+  EXPECT_THROW(c.slot(a, 8), CheckFailure);
+}
+
+TEST(KvCache, KeepCompactsTheChosenEntriesInEveryLayer) {
+  KvCache c(shape(), 4, 4);
+  SeqKv a;
+  ASSERT_TRUE(c.reserve(a, 12));
+  a.length = 11;  // prefix 3 + 8 appended entries
+  // Tag every slot with its position in both layers, K and V.
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t p = 0; p < 11; ++p)
+      for (const Tensor& t : {c.layer(l).k_cache, c.layer(l).v_cache}) {
+        float* row = t.data<float>() + c.slot(a, p) * 2;
+        row[0] = static_cast<float>(100 * l + p);
+        row[1] = -static_cast<float>(p);
+      }
+  c.keep(a, 3, {1, 2, 5, 7});
+  EXPECT_EQ(a.length, 7);
+  const std::vector<float> want = {0, 1, 2, 4, 5, 8, 10};
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t p = 0; p < 7; ++p)
+      for (const Tensor& t : {c.layer(l).k_cache, c.layer(l).v_cache}) {
+        const float* row = t.data<float>() + c.slot(a, p) * 2;
+        EXPECT_EQ(row[0], 100 * l + want[p]) << "layer " << l << " position " << p;
+        EXPECT_EQ(row[1], -want[p]);
+      }
+  EXPECT_THROW(c.keep(a, 3, {2, 1}), CheckFailure);
+  EXPECT_THROW(c.keep(a, 3, {4}), CheckFailure);  // beyond the appended entries
+}
+
+TEST(KvCache, BlocksForBytes) {
+  // 2 layers * K,V * 4 slots * 1 head * 2 dims * 4 bytes = 128 bytes per block
+  EXPECT_EQ(KvCache::blocks_for_bytes(shape(), 4, 1000), 7);
+  EXPECT_THROW(KvCache(shape(), 0, 4), Error);
+}
+
+}  // namespace
+}  // namespace updraft
