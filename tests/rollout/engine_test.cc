@@ -1,0 +1,214 @@
+// The plain generation engine: greedy equals step-by-step argmax, seeded sampling does not
+// depend on what else is batched, logprobs follow the documented distribution, sampled tokens
+// follow the policy's distribution (chi-square), stop tokens and bad requests behave.
+#include "rollout/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "kernels/ops.h"
+#include "tests/rollout/test_models.h"
+
+namespace updraft {
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cfg_ = testing_models::tiny_config(PolicyArch::Llama);
+    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 3, DType::BF16));
+  }
+  // Logits after feeding `tokens` to a fresh sequence (last position).
+  std::vector<float> last_logits(const std::vector<int32_t>& tokens) {
+    KvCache cache(model_->kv_shape(), 64, 4);
+    SeqKv kv;
+    EXPECT_TRUE(cache.reserve(kv, static_cast<int64_t>(tokens.size())));
+    std::vector<SeqStep> b(1);
+    b[0].kv = &kv;
+    b[0].tokens = tokens;
+    b[0].logit_rows = {static_cast<int32_t>(tokens.size() - 1)};
+    return model_->forward(cache, b).logits.to_f32_vector();
+  }
+  static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed = 0) {
+    GenRequest r;
+    r.prompt = std::move(prompt);
+    r.params.temperature = temp;
+    r.params.max_new_tokens = max_new;
+    r.params.has_seed = true;
+    r.params.seed = seed;
+    r.params.ignore_eos = true;
+    return r;
+  }
+
+  PolicyConfig cfg_;
+  std::unique_ptr<PolicyModel> model_;
+};
+
+TEST_F(EngineTest, GreedyMatchesStepByStepArgmaxWithLogSoftmaxLogprobs) {
+  Engine e(*model_);
+  e.submit(req({1, 2, 3, 4}, 0.f, 12));
+  auto res = e.run();
+  ASSERT_EQ(res.size(), 1u);
+  EXPECT_EQ(res[0].finish_reason, "length");
+  std::vector<int32_t> seq = {1, 2, 3, 4};
+  for (size_t i = 0; i < 12; ++i) {
+    auto z = last_logits(seq);
+    const int32_t best = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+    ASSERT_EQ(res[0].tokens[i], best) << "step " << i;
+    double m = *std::max_element(z.begin(), z.end()), s = 0;
+    for (float v : z)
+      s += std::exp(v - m);
+    EXPECT_NEAR(res[0].logprobs[i], z[best] - m - std::log(s), 1e-4);
+    seq.push_back(best);
+  }
+}
+
+TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
+  Engine alone(*model_);
+  alone.submit(req({5, 6, 7}, 0.9f, 16, 42));
+  const auto solo = alone.run();
+  EngineOptions small;
+  small.prefill_chunk = 3;  // forces chunked prefill next to decoding sequences
+  Engine crowd(*model_, small);
+  crowd.submit(req({9, 9, 9, 9, 9, 9, 9}, 1.0f, 5, 1));
+  crowd.step();
+  crowd.submit(req({5, 6, 7}, 0.9f, 16, 42));
+  crowd.submit(req({1}, 0.f, 20));
+  const auto all = crowd.run();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[1].tokens, solo[0].tokens);
+  for (size_t i = 0; i < solo[0].logprobs.size(); ++i)
+    EXPECT_NEAR(all[1].logprobs[i], solo[0].logprobs[i], 1e-4);
+  EXPECT_EQ(crowd.cache().free_blocks(), crowd.cache().num_blocks());
+}
+
+TEST_F(EngineTest, LogprobIsUnderTheTemperatureScaledFilteredPolicy) {
+  GenRequest r = req({4, 8, 15}, 0.7f, 1, 5);
+  r.params.top_k = 6;
+  Engine e(*model_);
+  e.submit(r);
+  const auto res = e.run();
+  auto z = last_logits({4, 8, 15});
+  std::vector<std::pair<double, int>> zs;
+  for (size_t i = 0; i < z.size(); ++i)
+    zs.push_back({z[i] / 0.7, static_cast<int>(i)});
+  std::sort(zs.begin(), zs.end(), [](auto a, auto b) { return a.first > b.first; });
+  double s = 0;
+  for (int i = 0; i < 6; ++i)
+    s += std::exp(zs[i].first - zs[0].first);
+  const int32_t tok = res[0].tokens[0];
+  int rank = -1;
+  for (int i = 0; i < 6; ++i)
+    if (zs[i].second == tok)
+      rank = i;
+  ASSERT_GE(rank, 0) << "sampled a token outside the top-k";
+  EXPECT_NEAR(res[0].logprobs[0], zs[rank].first - zs[0].first - std::log(s), 1e-4);
+}
+
+// 3000 one-token requests with different seeds: the token counts must fit the policy's
+// temperature-scaled top-k distribution (chi-square, 9 degrees of freedom, p = 0.001 -> 27.88).
+TEST_F(EngineTest, SampledTokensFollowThePolicyDistribution) {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  auto z = last_logits(prompt);
+  Tensor probs = Tensor::empty({1, cfg_.vocab_size}, DType::F32);
+  ops::sampling_probs(Tensor::from_f32(z, {1, cfg_.vocab_size}), Tensor::from_f32({1.3f}, {1}),
+                      Tensor::from_i32({10}, {1}), Tensor::from_f32({1.f}, {1}), probs);
+  const auto p = probs.to_f32_vector();
+  Engine e(*model_);
+  const int N = 3000;
+  for (int i = 0; i < N; ++i) {
+    GenRequest r = req(prompt, 1.3f, 1, 1000 + i);
+    r.params.top_k = 10;
+    e.submit(r);
+  }
+  std::map<int32_t, int> count;
+  for (const auto& r : e.run())
+    ++count[r.tokens[0]];
+  double chi2 = 0;
+  int cells = 0;
+  for (int32_t t = 0; t < cfg_.vocab_size; ++t) {
+    if (p[t] == 0) {
+      EXPECT_EQ(count[t], 0) << "token " << t << " has zero probability";
+      continue;
+    }
+    const double expect = N * p[t];
+    chi2 += (count[t] - expect) * (count[t] - expect) / expect;
+    ++cells;
+  }
+  EXPECT_EQ(cells, 10);
+  EXPECT_LT(chi2, 27.88) << "sampled frequencies do not match the policy";
+}
+
+TEST_F(EngineTest, StopTokenEndsTheRequestAndIsReturned) {
+  Engine e(*model_);
+  e.submit(req({2, 7, 1, 8}, 0.f, 10));
+  const auto full = e.run()[0].tokens;
+  // Stop at the first token value not seen before position 3.
+  size_t at = 3;
+  while (std::find(full.begin(), full.begin() + at, full[at]) != full.begin() + at)
+    ++at;
+  GenRequest r = req({2, 7, 1, 8}, 0.f, 10);
+  r.params.stop_token_ids = {full[at]};
+  e.submit(r);
+  const auto res = e.run();
+  EXPECT_EQ(res[0].finish_reason, "stop");
+  EXPECT_EQ(res[0].tokens, std::vector<int32_t>(full.begin(), full.begin() + at + 1));
+}
+
+TEST_F(EngineTest, BadRequestsAreRejectedAndOthersUnaffected) {
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 10;
+  Engine e(*model_, o);
+  e.submit(req({1, 2}, 0.f, 6));
+  EXPECT_THROW(e.submit(req({}, 0.f, 4)), Error);
+  EXPECT_THROW(e.submit(req({1, static_cast<int32_t>(cfg_.vocab_size)}, 0.f, 4)), Error);
+  EXPECT_THROW(e.submit(req({-3}, 0.f, 4)), Error);
+  EXPECT_THROW(e.submit(req(std::vector<int32_t>(120, 1), 0.f, 20)), Error);  // beyond 128 positions
+  EXPECT_THROW(e.submit(req({1}, -0.5f, 4)), Error);
+  EXPECT_THROW(e.submit(req({1}, NAN, 4)), Error);
+  EXPECT_THROW(e.submit(req({1}, 1.f, 0)), Error);
+  GenRequest r = req({1}, 1.f, 4);
+  r.params.top_p = 0.f;
+  EXPECT_THROW(e.submit(r), Error);
+  r.params.top_p = 1.f;
+  r.params.top_k = -2;
+  EXPECT_THROW(e.submit(r), Error);
+  r.params.top_k = 0;
+  r.params.stop_token_ids = {1000};
+  EXPECT_THROW(e.submit(r), Error);
+  try {
+    e.submit(req({1, 2, 3}, 0.f, 4));
+  } catch (const Error&) {
+    ADD_FAILURE() << "a valid request was rejected";
+  }
+  const auto res = e.run();
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_EQ(res[0].tokens.size(), 6u);
+  EXPECT_EQ(res[1].tokens.size(), 4u);
+}
+
+TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinish) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.kv_cache_bytes = 10 * (2 * cfg_.num_layers * 4 * cfg_.num_kv_heads * cfg_.head_dim * 4);  // 10 blocks
+  Engine e(*model_, o);
+  ASSERT_EQ(e.cache().num_blocks(), 10);
+  for (int i = 0; i < 12; ++i)
+    e.submit(req({static_cast<int32_t>(i + 1), 2, 3}, 0.f, 9));  // 12 tokens = 3 blocks each
+  int64_t max_running = 0;
+  std::vector<GenResult> res;
+  while (e.has_work()) {
+    auto d = e.step();
+    max_running = std::max(max_running, e.running());
+    res.insert(res.end(), d.begin(), d.end());
+  }
+  EXPECT_EQ(res.size(), 12u);
+  EXPECT_LE(max_running, 3);
+  EXPECT_EQ(e.cache().free_blocks(), 10);
+  EXPECT_THROW(e.submit(req({1, 2, 3}, 0.f, 60)), Error) << "larger than the whole cache";
+}
+
+}  // namespace
+}  // namespace updraft
