@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/core/error.h"
 
@@ -39,16 +42,19 @@ bool cuda_available() {
 #endif
 }
 
-void* device_alloc(Device d, size_t bytes) {
+namespace {
+
+void* raw_alloc(Device d, size_t bytes) {
   if (d == Device::CPU) {
     size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    UPD_REQUIRE(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
-    return p;
+    return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   }
 #ifdef UPDRAFT_WITH_CUDA
   void* p = nullptr;
-  UPD_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
   return p;
 #else
   UPD_FAIL() << "built without CUDA: cannot allocate device memory";
@@ -56,9 +62,7 @@ void* device_alloc(Device d, size_t bytes) {
 #endif
 }
 
-void device_free(Device d, void* p) noexcept {
-  if (p == nullptr)
-    return;
+void raw_free(Device d, void* p) noexcept {
   if (d == Device::CPU) {
     std::free(p);
     return;
@@ -66,6 +70,106 @@ void device_free(Device d, void* p) noexcept {
 #ifdef UPDRAFT_WITH_CUDA
   cudaFree(p);  // errors here cannot be reported from a destructor path; the next call sees them
 #endif
+}
+
+// Large blocks are recycled instead of returned: a decode step allocates the same activation
+// and logit buffers every time, and fresh host pages cost a page fault each (cudaFree even
+// synchronises the device). Sizes are rounded to 8 classes per power of two (<= 12.5% waste);
+// at most kMaxIdle bytes per device wait for reuse. Device blocks are reused in stream order,
+// which is safe because all our work runs on one stream per device.
+class BlockCache {
+ public:
+  static constexpr size_t kMin = size_t{256} << 10, kMaxIdle = size_t{1} << 30;
+
+  static size_t size_class(size_t bytes) {
+    if (bytes < kMin)
+      return 0;
+    size_t p = 1;
+    while (p * 2 <= bytes)
+      p *= 2;
+    const size_t step = p / 8;
+    return (bytes + step - 1) / step * step;
+  }
+
+  void* alloc(Device d, size_t bytes) {
+    const size_t cls = size_class(bytes);
+    if (cls == 0)
+      return raw_alloc(d, bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = idle_.find(cls);
+      if (it != idle_.end()) {
+        void* p = it->second;
+        idle_.erase(it);
+        idle_bytes_ -= cls;
+        live_[p] = cls;
+        return p;
+      }
+    }
+    void* p = raw_alloc(d, cls);
+    if (p == nullptr) {  // give the idle blocks back and try once more
+      release_idle(d);
+      p = raw_alloc(d, cls);
+    }
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = cls;
+    }
+    return p;
+  }
+
+  void free(Device d, void* p) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(p);
+      if (it != live_.end()) {
+        const size_t cls = it->second;
+        live_.erase(it);
+        if (idle_bytes_ + cls <= kMaxIdle) {
+          idle_.emplace(cls, p);
+          idle_bytes_ += cls;
+          return;
+        }
+      }
+    }
+    raw_free(d, p);
+  }
+
+  void release_idle(Device d) noexcept {
+    std::multimap<size_t, void*> idle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle.swap(idle_);
+      idle_bytes_ = 0;
+    }
+    for (auto& [cls, p] : idle)
+      raw_free(d, p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> live_;
+  std::multimap<size_t, void*> idle_;
+  size_t idle_bytes_ = 0;
+};
+
+// Never destroyed: tensors in static storage may be freed after main returns.
+BlockCache& block_cache(Device d) {
+  static BlockCache* caches = new BlockCache[2];
+  return caches[d == Device::CPU ? 0 : 1];
+}
+
+}  // namespace
+
+void* device_alloc(Device d, size_t bytes) {
+  void* p = block_cache(d).alloc(d, bytes);
+  UPD_REQUIRE(p != nullptr) << "out of " << device_name(d) << " memory allocating " << bytes << " bytes";
+  return p;
+}
+
+void device_free(Device d, void* p) noexcept {
+  if (p != nullptr)
+    block_cache(d).free(d, p);
 }
 
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {

@@ -77,6 +77,16 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
 #pragma omp parallel for schedule(static) if (N * K > (1 << 15))
     for (int64_t n0 = 0; n0 < N; n0 += chunk)
       gemv_rows(xp, T, K, w.raw(), w.dtype(), n0, std::min(N, n0 + chunk), yp, N);
+  } else if (T <= kGemvTiledMaxT && w.dtype() != DType::F32) {
+    // Batched decode / verification with 16-bit weights: blocks of weight rows small enough to
+    // stay in L2 while every tile of <= 8 tokens is multiplied with them, so the weights are
+    // read from memory once and widened once per tile, never written out as f32.
+    const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t n0 = 0; n0 < N; n0 += block)
+      for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxT)
+        gemv_rows(xp + t0 * K, std::min(kGemvMaxT, T - t0), K, w.raw(), w.dtype(), n0, std::min(N, n0 + block),
+                  yp + t0 * N, N);
   } else if (w.dtype() == DType::F32) {
     sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   } else {

@@ -13,6 +13,10 @@
 namespace updraft::ops::cpu {
 
 constexpr int64_t kGemvMaxT = 8;
+// Up to this many rows, linear() with 16-bit weights runs the GEMV kernels over L2-sized
+// blocks of weight rows, tile by tile, instead of widening the weights for sgemm. Every row
+// of y is then computed by the same kernel, in the same order, whatever T is.
+constexpr int64_t kGemvTiledMaxT = 64;
 
 void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end, float* y,
                int64_t ldy);

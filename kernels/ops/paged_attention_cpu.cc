@@ -10,8 +10,13 @@
 
 namespace updraft::ops::cpu {
 
-void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len,
-                     const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor& out) {
+// Built twice (AVX-512 and baseline x86-64), chosen at load time by the CPU's features, so
+// the simd loops below use 16-wide vectors where the machine has them.
+__attribute__((target_clones("avx512f", "default"))) void paged_attention(const Tensor& q, const PagedKv& kv,
+                                                                          const Tensor& block_table,
+                                                                          const Tensor& kv_len, const Tensor& q_start,
+                                                                          const Tensor& tree_mask, float scale,
+                                                                          Tensor& out) {
   const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
   const int64_t G = NH / NKV, B = block_table.size(0), MAXB = block_table.size(1), BS = kv.block_size;
   const int32_t* qs = q_start.data<int32_t>();
@@ -54,6 +59,7 @@ void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_tab
         for (int64_t hh = 0; hh < G; ++hh) {
           const float* qr = qp + (i * NH + g * G + hh) * HD;
           float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
           for (int64_t d = 0; d < HD; ++d)
             dot += qr[d] * kr[d];
           scores[hh * nk + n2] = dot * scale;
@@ -75,6 +81,7 @@ void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_tab
         for (int64_t n2 = 0; n2 < nk; ++n2) {
           const float p = sc[n2] * inv;
           const float* vr = vp + keys[n2] * HD;
+#pragma omp simd
           for (int64_t d = 0; d < HD; ++d)
             orow[d] += p * vr[d];
         }
