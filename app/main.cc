@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "app/config.h"
+#include "app/generate_cmd.h"
 #include "app/logging.h"
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
@@ -52,6 +53,11 @@ int main(int argc, char** argv) {
   auto* config_check = config->add_subcommand("check", "Parse a YAML config file and report the first error");
   config_check->add_option("file", config_path, "config file")->required();
 
+  auto* generate =
+      app.add_subcommand("generate", "Generate from prompt token ids with a Hugging Face model (plain decoding)");
+  updraft::GenerateArgs gen_args;
+  updraft::add_generate_options(*generate, gen_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,6 +70,8 @@ int main(int argc, char** argv) {
       return run_info();
     if (config_check->parsed())
       return run_config_check(config_path);
+    if (generate->parsed())
+      return updraft::run_generate(gen_args);
   } catch (const updraft::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -1,0 +1,107 @@
+#include "app/generate_cmd.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "rollout/engine.h"
+
+namespace updraft {
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
+  std::vector<int32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    UPD_REQUIRE(used > 0 && used == item.size() && v >= INT32_MIN && v <= INT32_MAX)
+        << what << ": \"" << item << "\" is not a token id (expected comma-separated integers)";
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
+  cmd.add_option("--model", a.model, "Hugging Face model directory (config.json + safetensors)")->required();
+  cmd.add_option("--prompt-ids", a.prompt_ids, "comma-separated prompt token ids; repeat for a batch")->required();
+  cmd.add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate per request")->capture_default_str();
+  cmd.add_option("--temperature", a.temperature, "0 = greedy")->capture_default_str();
+  cmd.add_option("--top-k", a.top_k, "0 = off")->capture_default_str();
+  cmd.add_option("--top-p", a.top_p, "1 = off")->capture_default_str();
+  cmd.add_option("--seed", a.seed, "sampling seed (request i uses seed + i); default: derived from the request id");
+  cmd.add_option("--stop-ids", a.stop_ids, "comma-separated stop token ids (in addition to the model's eos)");
+  cmd.add_flag("--ignore-eos", a.ignore_eos, "do not stop at the model's eos tokens");
+  cmd.add_option("--device", a.device, "cpu or cuda")->capture_default_str();
+  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "KV cache size")->capture_default_str();
+}
+
+int run_generate(const GenerateArgs& a) {
+  UPD_REQUIRE(a.device == "cpu" || a.device == "cuda") << "--device must be cpu or cuda, not " << a.device;
+  UPD_REQUIRE(a.kv_cache_mb > 0) << "--kv-cache-mb must be positive";
+  PolicyOptions po;
+  po.device = a.device == "cpu" ? Device::CPU : Device::CUDA;
+  const auto t0 = std::chrono::steady_clock::now();
+  PolicyModel model = PolicyModel::load(a.model, po);
+  const auto& c = model.config();
+  spdlog::info("loaded {} ({} layers, hidden {}, vocab {}) from {} in {:.2f} s", arch_name(c.arch), c.num_layers,
+               c.hidden_size, c.vocab_size, a.model,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  EngineOptions eo;
+  eo.kv_cache_bytes = a.kv_cache_mb << 20;
+  Engine engine(model, eo);
+  const std::vector<int32_t> stops = a.stop_ids.empty() ? std::vector<int32_t>{} : parse_ids(a.stop_ids, "--stop-ids");
+  int failed = 0;
+  std::vector<int64_t> index_of_id;  // request index -> engine id (0 when rejected)
+  for (size_t i = 0; i < a.prompt_ids.size(); ++i) {
+    try {
+      GenRequest r;
+      r.prompt = parse_ids(a.prompt_ids[i], "--prompt-ids");
+      r.params.temperature = a.temperature;
+      r.params.top_k = a.top_k;
+      r.params.top_p = a.top_p;
+      r.params.max_new_tokens = a.max_new_tokens;
+      r.params.stop_token_ids = stops;
+      r.params.ignore_eos = a.ignore_eos;
+      if (a.seed >= 0) {
+        r.params.has_seed = true;
+        r.params.seed = static_cast<uint64_t>(a.seed) + i;
+      }
+      engine.submit(std::move(r));
+    } catch (const Error& e) {
+      ++failed;
+      nlohmann::json j = {{"request", i}, {"error", e.what()}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+  }
+  const auto g0 = std::chrono::steady_clock::now();
+  const auto results = engine.run();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
+  for (const auto& r : results) {
+    nlohmann::json j = {{"id", r.id},
+                        {"prompt_len", r.prompt.size()},
+                        {"output_ids", r.tokens},
+                        {"output_token_logprobs", r.logprobs},
+                        {"finish_reason", r.finish_reason}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  std::fflush(stdout);
+  const auto& st = engine.stats();
+  spdlog::info("{} requests, {} prompt + {} generated tokens in {:.2f} s ({:.1f} generated tokens/s, {} steps)",
+               results.size(), st.prompt_tokens, st.generated_tokens, secs, secs > 0 ? st.generated_tokens / secs : 0.0,
+               st.steps);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace updraft
