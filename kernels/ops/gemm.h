@@ -5,7 +5,9 @@
 //                op(b) is b [K,N] (trans_b=false) or b^T with b stored [N,K] (trans_b=true).
 // batched_gemm:  the same for every index of a leading batch dimension Bt (a, b, c all 3-D).
 // linear:        y[T,N] = x[T,K] · w[N,K]^T (+ bias[N]) — the Hugging Face Linear layout.
-//                Small T (decode, T <= 8) takes a bandwidth-bound GEMV path.
+//                Small T (decode, T <= 8) takes a bandwidth-bound GEMV path; on the CPU with
+//                bf16/f16 weights and T <= 64 the same GEMV kernel runs tile by tile, so each
+//                output row is bitwise the same whatever T is (decode vs verification).
 //
 // dtypes
 //   CPU : a, c f32; b f32, bf16 or f16 (weights); accumulation in f32.

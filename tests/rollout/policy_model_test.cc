@@ -67,8 +67,11 @@ class PolicyForward : public ::testing::TestWithParam<PolicyArch> {
 TEST_P(PolicyForward, ChunkedPrefillAndDecodeMatchOneShot) {
   const auto toks = random_tokens(23, 1, cfg_.vocab_size);
   const auto whole = run_chunked(toks, 23);
-  expect_rows_close(run_chunked(toks, 5), whole, 1e-4, "chunks of 5");
-  expect_rows_close(run_chunked(toks, 1), whole, 1e-4, "one token at a time");
+  // Up to 64 new tokens every row goes through the same kernels in the same order (gemm.h,
+  // paged_attention.h), so the logits are bitwise identical however the tokens are fed: the
+  // property that makes greedy speculation token-identical to plain decoding.
+  EXPECT_EQ(run_chunked(toks, 5), whole) << "chunks of 5";
+  EXPECT_EQ(run_chunked(toks, 1), whole) << "one token at a time";
   EXPECT_EQ(cache_->free_blocks(), 64) << "blocks leaked";
 }
 
