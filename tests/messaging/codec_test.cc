@@ -18,7 +18,9 @@ namespace {
 
 using testing::make_record;
 
-std::vector<uint8_t> bytes_of(const EncodedMessage& m) { return {m.data(), m.data() + m.size()}; }
+std::vector<uint8_t> bytes_of(const EncodedMessage& m) {
+  return {m.data(), m.data() + m.size()};
+}
 
 // A single-segment message from raw words (the segment table is prepended).
 std::vector<uint8_t> raw_message(const std::vector<uint64_t>& words) {

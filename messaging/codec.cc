@@ -1,0 +1,445 @@
+#include "messaging/codec.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/core/error.h"
+#include "messaging/crc32c.h"
+#include "messaging/safe_reader.h"
+#include "updraft.capnp.h"
+
+static_assert(std::endian::native == std::endian::little, "the wire format and checksum assume little-endian");
+
+namespace updraft::messaging {
+
+// ---- record.h ------------------------------------------------------------------
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kF32:
+      return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kF32:
+      return "f32";
+  }
+  return "unknown";
+}
+
+size_t RecordData::payload_bytes() const {
+  return sizeof(RecordData) + tokens.size() * 4 + aux.shape.size() * 4 + aux.bytes.size() + teacher_ids.size() * 4 +
+         teacher_logprobs.size() * 4 + rounds.size() * sizeof(RoundStats);
+}
+
+const char* reject_name(Reject r) {
+  switch (r) {
+    case Reject::kNone:
+      return "none";
+    case Reject::kOversize:
+      return "oversize";
+    case Reject::kMisalignedSize:
+      return "misaligned_size";
+    case Reject::kTruncated:
+      return "truncated";
+    case Reject::kBadSegmentTable:
+      return "bad_segment_table";
+    case Reject::kTraversalLimit:
+      return "traversal_limit";
+    case Reject::kNestingLimit:
+      return "nesting_limit";
+    case Reject::kMalformed:
+      return "malformed";
+    case Reject::kInvalidField:
+      return "invalid_field";
+    case Reject::kBadChecksum:
+      return "bad_checksum";
+    case Reject::kBadFraming:
+      return "bad_framing";
+    case Reject::kBadHeader:
+      return "bad_header";
+    case Reject::kWrongWorker:
+      return "wrong_worker";
+    case Reject::kStaleIncarnation:
+      return "stale_incarnation";
+    case Reject::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+// ---- safe reader -----------------------------------------------------------------
+
+Reject classify(const kj::Exception& e) {
+  const std::string d = e.getDescription().cStr();
+  if (d.find("traversal limit") != std::string::npos)
+    return Reject::kTraversalLimit;
+  if (d.find("deeply-nested") != std::string::npos)
+    return Reject::kNestingLimit;
+  return Reject::kMalformed;
+}
+
+Reject SafeReader::open(const void* data, size_t size, const DecodeLimits& limits, std::string* detail) {
+  if (size > limits.max_message_bytes) {
+    *detail =
+        "message of " + std::to_string(size) + " bytes exceeds the cap of " + std::to_string(limits.max_message_bytes);
+    return Reject::kOversize;
+  }
+  if (size == 0) {
+    *detail = "empty message";
+    return Reject::kBadSegmentTable;
+  }
+  if (size % sizeof(capnp::word) != 0) {
+    *detail = "length " + std::to_string(size) + " is not a multiple of 8";
+    return Reject::kMisalignedSize;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  uint32_t first;
+  std::memcpy(&first, bytes, 4);
+  const uint64_t segments = uint64_t{first} + 1;
+  if (segments > limits.max_segments) {
+    *detail = "segment table claims " + std::to_string(segments) + " segments (max " +
+              std::to_string(limits.max_segments) + ")";
+    return Reject::kBadSegmentTable;
+  }
+  const uint64_t table_bytes = ((4 + 4 * segments) + 7) / 8 * 8;
+  if (table_bytes > size) {
+    *detail = "segment table longer than the message";
+    return Reject::kTruncated;
+  }
+  uint64_t body_words = 0;
+  for (uint64_t i = 0; i < segments; ++i) {
+    uint32_t s;
+    std::memcpy(&s, bytes + 4 + 4 * i, 4);
+    body_words += s;
+  }
+  const uint64_t want = table_bytes + body_words * 8;
+  if (want > size) {
+    *detail = "segments need " + std::to_string(want) + " bytes, message has " + std::to_string(size);
+    return Reject::kTruncated;
+  }
+  if (want < size) {
+    *detail = std::to_string(size - want) + " bytes after the last segment";
+    return Reject::kBadSegmentTable;
+  }
+  words_ = size / sizeof(capnp::word);
+  kj::ArrayPtr<const capnp::word> view;
+  if (reinterpret_cast<uintptr_t>(data) % alignof(capnp::word) == 0) {
+    view = kj::arrayPtr(static_cast<const capnp::word*>(data), words_);
+  } else {
+    copy_ = kj::heapArray<capnp::word>(words_);
+    std::memcpy(copy_.begin(), data, size);
+    view = copy_.asPtr();
+  }
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = 4 * words_ + 64;
+  options.nestingLimit = limits.nesting_limit;
+  try {
+    reader_.emplace(view, options);
+  } catch (const kj::Exception& e) {
+    *detail = e.getDescription().cStr();
+    return classify(e);
+  }
+  return Reject::kNone;
+}
+
+// ---- checksum ----------------------------------------------------------------------
+
+namespace {
+
+// Feeds the canonical payload (docs/messaging.md) into a CRC32C.
+class PayloadCrc {
+ public:
+  template <typename T>
+  void scalar(T v) {
+    crc_ = crc32c_extend(crc_, &v, sizeof(T));
+  }
+  void bytes(const void* p, size_t n) { crc_ = crc32c_extend(crc_, p, n); }
+  // A capnp primitive list, element by element, in chunks.
+  template <typename T, typename List>
+  void list(const List& l) {
+    scalar<uint64_t>(l.size());
+    T buf[512];
+    size_t n = 0;
+    for (auto v : l) {
+      buf[n++] = v;
+      if (n == 512) {
+        bytes(buf, sizeof(buf));
+        n = 0;
+      }
+    }
+    bytes(buf, n * sizeof(T));
+  }
+  template <typename T>
+  void vec(const std::vector<T>& v) {
+    scalar<uint64_t>(v.size());
+    bytes(v.data(), v.size() * sizeof(T));
+  }
+  uint32_t value() const { return crc_; }
+
+ private:
+  uint32_t crc_ = 0;
+};
+
+uint32_t checksum_of(wire::Record::Reader r) {
+  PayloadCrc c;
+  c.scalar<uint32_t>(r.getWorker());
+  c.scalar<uint64_t>(r.getSeq());
+  c.scalar<uint64_t>(r.getIncarnation());
+  c.scalar<uint64_t>(r.getPolicyVersion());
+  c.scalar<uint64_t>(r.getDrafterVersion());
+  c.scalar<uint32_t>(r.getPromptLength());
+  c.list<int32_t>(r.getTokens());
+  auto aux = r.getAux();
+  c.scalar<uint8_t>(static_cast<uint8_t>(aux.getDtype()));
+  c.list<uint32_t>(aux.getShape());
+  auto data = aux.getData();
+  c.scalar<uint64_t>(data.size());
+  c.bytes(data.begin(), data.size());
+  c.scalar<uint32_t>(r.getTeacherK());
+  c.list<int32_t>(r.getTeacherIds());
+  c.list<float>(r.getTeacherLogprobs());
+  auto rounds = r.getRounds();
+  c.scalar<uint64_t>(rounds.size());
+  for (auto s : rounds) {
+    c.scalar<uint32_t>(s.getDrafted());
+    c.scalar<uint32_t>(s.getAccepted());
+  }
+  return c.value();
+}
+
+// Record contract shared by encode and decode; returns an empty string when it holds.
+template <typename Tokens, typename Shape, typename Ids, typename Logprobs, typename Rounds>
+std::string contract_violation(uint32_t prompt_length, const Tokens& tokens, uint16_t dtype, const Shape& shape,
+                               size_t aux_bytes, uint32_t teacher_k, const Ids& ids, const Logprobs& logprobs,
+                               const Rounds& rounds, const DecodeLimits& limits) {
+  if (prompt_length > tokens.size())
+    return "prompt_length " + std::to_string(prompt_length) + " > tokens " + std::to_string(tokens.size());
+  for (int32_t t : tokens)
+    if (t < 0 || t > limits.max_token_id)
+      return "token id " + std::to_string(t) + " out of range";
+  if (dtype > static_cast<uint16_t>(DType::kF32))
+    return "unknown aux dtype " + std::to_string(dtype);
+  if (shape.size() > 4)
+    return "aux rank " + std::to_string(shape.size()) + " > 4";
+  uint64_t elems = shape.size() == 0 ? 0 : 1;
+  bool overflow = false;
+  for (uint32_t d : shape)
+    overflow |= __builtin_mul_overflow(elems, uint64_t{d}, &elems);
+  uint64_t want_bytes = 0;
+  overflow |= __builtin_mul_overflow(elems, uint64_t{dtype_size(static_cast<DType>(dtype))}, &want_bytes);
+  if (overflow || want_bytes != aux_bytes)
+    return "aux holds " + std::to_string(aux_bytes) + " bytes, shape and dtype say otherwise";
+  if (teacher_k > 1024)
+    return "teacher_k " + std::to_string(teacher_k) + " > 1024";
+  const uint64_t want = teacher_k == 0 ? 0 : uint64_t{teacher_k} * (tokens.size() - prompt_length);
+  if (ids.size() != want || logprobs.size() != want)
+    return "teacher top-k holds " + std::to_string(ids.size()) + " ids / " + std::to_string(logprobs.size()) +
+           " logprobs, expected " + std::to_string(want);
+  for (float lp : logprobs)
+    if (std::isnan(lp) || lp > 1e-3f)
+      return "teacher logprob " + std::to_string(lp) + " is not a log-probability";
+  for (const auto& s : rounds)
+    if (s.accepted > s.drafted)
+      return "round accepted " + std::to_string(s.accepted) + " > drafted " + std::to_string(s.drafted);
+  return {};
+}
+
+struct RoundView {
+  uint32_t drafted, accepted;
+};
+
+template <typename Reader>
+std::string reader_violation(wire::Record::Reader r, const Reader&, const DecodeLimits& limits) {
+  std::vector<RoundView> rounds;
+  rounds.reserve(r.getRounds().size());
+  for (auto s : r.getRounds())
+    rounds.push_back({s.getDrafted(), s.getAccepted()});
+  auto aux = r.getAux();
+  return contract_violation(r.getPromptLength(), r.getTokens(), static_cast<uint16_t>(aux.getDtype()), aux.getShape(),
+                            aux.getData().size(), r.getTeacherK(), r.getTeacherIds(), r.getTeacherLogprobs(), rounds,
+                            limits);
+}
+
+}  // namespace
+
+uint32_t record_checksum(const RecordData& r) {
+  PayloadCrc c;
+  c.scalar<uint32_t>(r.worker);
+  c.scalar<uint64_t>(r.seq);
+  c.scalar<uint64_t>(r.incarnation);
+  c.scalar<uint64_t>(r.policy_version);
+  c.scalar<uint64_t>(r.drafter_version);
+  c.scalar<uint32_t>(r.prompt_length);
+  c.vec(r.tokens);
+  c.scalar<uint8_t>(static_cast<uint8_t>(r.aux.dtype));
+  c.vec(r.aux.shape);
+  c.scalar<uint64_t>(r.aux.bytes.size());
+  c.bytes(r.aux.bytes.data(), r.aux.bytes.size());
+  c.scalar<uint32_t>(r.teacher_k);
+  c.vec(r.teacher_ids);
+  c.vec(r.teacher_logprobs);
+  c.scalar<uint64_t>(r.rounds.size());
+  for (const auto& s : r.rounds) {
+    c.scalar<uint32_t>(s.drafted);
+    c.scalar<uint32_t>(s.accepted);
+  }
+  return c.value();
+}
+
+// ---- encode ----------------------------------------------------------------------------
+
+EncodedMessage::EncodedMessage(kj::Array<capnp::word>&& words)
+    : words_(std::make_shared<const kj::Array<capnp::word>>(std::move(words))) {}
+
+const uint8_t* EncodedMessage::data() const {
+  return words_ ? reinterpret_cast<const uint8_t*>(words_->begin()) : nullptr;
+}
+
+size_t EncodedMessage::size() const {
+  return words_ ? words_->size() * sizeof(capnp::word) : 0;
+}
+
+EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits) {
+  const std::string bad =
+      contract_violation(r.prompt_length, r.tokens, static_cast<uint16_t>(r.aux.dtype), r.aux.shape, r.aux.bytes.size(),
+                         r.teacher_k, r.teacher_ids, r.teacher_logprobs, r.rounds, limits);
+  UPD_REQUIRE(bad.empty()) << "record (worker " << r.worker << ") breaks the Record contract: " << bad;
+  // One first segment big enough for everything, so the message is a single segment.
+  const size_t words = (r.payload_bytes() + 7) / 8 + 64;
+  capnp::MallocMessageBuilder builder(static_cast<unsigned>(std::min<size_t>(words, 1u << 28)));
+  auto m = builder.initRoot<wire::Record>();
+  m.setWorker(r.worker);
+  m.setSeq(r.seq);
+  m.setIncarnation(r.incarnation);
+  m.setPolicyVersion(r.policy_version);
+  m.setDrafterVersion(r.drafter_version);
+  m.setPromptLength(r.prompt_length);
+  m.setTokens(kj::arrayPtr(r.tokens.data(), r.tokens.size()));
+  auto aux = m.initAux();
+  aux.setDtype(static_cast<wire::DType>(r.aux.dtype));
+  aux.setShape(kj::arrayPtr(r.aux.shape.data(), r.aux.shape.size()));
+  aux.setData(kj::arrayPtr(r.aux.bytes.data(), r.aux.bytes.size()));
+  m.setTeacherK(r.teacher_k);
+  m.setTeacherIds(kj::arrayPtr(r.teacher_ids.data(), r.teacher_ids.size()));
+  m.setTeacherLogprobs(kj::arrayPtr(r.teacher_logprobs.data(), r.teacher_logprobs.size()));
+  auto rounds = m.initRounds(static_cast<unsigned>(r.rounds.size()));
+  for (size_t i = 0; i < r.rounds.size(); ++i) {
+    rounds[i].setDrafted(r.rounds[i].drafted);
+    rounds[i].setAccepted(r.rounds[i].accepted);
+  }
+  m.setChecksum(record_checksum(r));
+  EncodedMessage out(capnp::messageToFlatArray(builder));
+  UPD_REQUIRE(out.size() <= limits.max_message_bytes) << "record (worker " << r.worker << ") encodes to " << out.size()
+                                                      << " bytes, over the cap of " << limits.max_message_bytes;
+  return out;
+}
+
+// ---- decode ----------------------------------------------------------------------------
+
+namespace {
+
+template <typename T, typename List>
+std::vector<T> to_vector(const List& l) {
+  std::vector<T> v;
+  v.reserve(l.size());
+  for (auto x : l)
+    v.push_back(x);
+  return v;
+}
+
+// Validates inside an open reader; fills v. Returns the record reader through fn on success.
+template <typename Fn>
+Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, Fn&& on_valid) {
+  Verdict v;
+  try {
+    auto root = sr.reader().getRoot<wire::Record>();
+    const auto total = root.totalSize().wordCount;
+    if (total > sr.words()) {
+      v.reason = Reject::kMalformed;
+      v.detail = "message reaches " + std::to_string(total) + " words but holds " + std::to_string(sr.words());
+      return v;
+    }
+    const std::string bad = reader_violation(root, sr, limits);
+    if (!bad.empty()) {
+      v.reason = Reject::kInvalidField;
+      v.detail = bad;
+      return v;
+    }
+    const uint32_t crc = checksum_of(root);
+    if (crc != root.getChecksum()) {
+      v.reason = Reject::kBadChecksum;
+      v.detail = "payload CRC32C " + std::to_string(crc) + " != stored " + std::to_string(root.getChecksum());
+      return v;
+    }
+    v.header = {root.getWorker(),
+                root.getSeq(),
+                root.getIncarnation(),
+                root.getPolicyVersion(),
+                root.getDrafterVersion(),
+                root.getTokens().size(),
+                crc};
+    on_valid(root);
+  } catch (const kj::Exception& e) {
+    v.reason = classify(e);
+    v.detail = e.getDescription().cStr();
+  }
+  return v;
+}
+
+}  // namespace
+
+Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits) {
+  SafeReader sr;
+  Verdict v;
+  v.reason = sr.open(data, size, limits, &v.detail);
+  if (!v.ok())
+    return v;
+  return validate_in(sr, limits, [](wire::Record::Reader) {});
+}
+
+RecordData decode_record(const void* data, size_t size, const DecodeLimits& limits) {
+  SafeReader sr;
+  Verdict v;
+  v.reason = sr.open(data, size, limits, &v.detail);
+  RecordData out;
+  if (v.ok()) {
+    v = validate_in(sr, limits, [&](wire::Record::Reader r) {
+      out.worker = r.getWorker();
+      out.seq = r.getSeq();
+      out.incarnation = r.getIncarnation();
+      out.policy_version = r.getPolicyVersion();
+      out.drafter_version = r.getDrafterVersion();
+      out.prompt_length = r.getPromptLength();
+      out.tokens = to_vector<int32_t>(r.getTokens());
+      auto aux = r.getAux();
+      out.aux.dtype = static_cast<DType>(aux.getDtype());
+      out.aux.shape = to_vector<uint32_t>(aux.getShape());
+      out.aux.bytes.assign(aux.getData().begin(), aux.getData().end());
+      out.teacher_k = r.getTeacherK();
+      out.teacher_ids = to_vector<int32_t>(r.getTeacherIds());
+      out.teacher_logprobs = to_vector<float>(r.getTeacherLogprobs());
+      for (auto s : r.getRounds())
+        out.rounds.push_back({s.getDrafted(), s.getAccepted()});
+      out.checksum = r.getChecksum();
+    });
+  }
+  UPD_REQUIRE(v.ok()) << "record rejected (" << reject_name(v.reason) << "): " << v.detail;
+  return out;
+}
+
+}  // namespace updraft::messaging
