@@ -314,7 +314,7 @@ size_t EncodedMessage::size() const {
   return words_ ? words_->size() * sizeof(capnp::word) : 0;
 }
 
-EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits) {
+EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits, uint32_t* checksum) {
   const std::string bad =
       contract_violation(r.prompt_length, r.tokens, static_cast<uint16_t>(r.aux.dtype), r.aux.shape, r.aux.bytes.size(),
                          r.teacher_k, r.teacher_ids, r.teacher_logprobs, r.rounds, limits);
@@ -342,7 +342,10 @@ EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits) {
     rounds[i].setDrafted(r.rounds[i].drafted);
     rounds[i].setAccepted(r.rounds[i].accepted);
   }
-  m.setChecksum(record_checksum(r));
+  const uint32_t crc = record_checksum(r);
+  m.setChecksum(crc);
+  if (checksum != nullptr)
+    *checksum = crc;
   EncodedMessage out(capnp::messageToFlatArray(builder));
   UPD_REQUIRE(out.size() <= limits.max_message_bytes) << "record (worker " << r.worker << ") encodes to " << out.size()
                                                       << " bytes, over the cap of " << limits.max_message_bytes;

@@ -72,9 +72,10 @@ struct Verdict {
 // Canonical CRC32C of the payload (every field but the checksum).
 uint32_t record_checksum(const RecordData& r);
 
-// Encodes r with its checksum computed here (r.checksum is ignored).
-// Throws updraft::Error if r breaks the Record contract (the same checks as decoding).
-EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits = {});
+// Encodes r with its checksum computed here (r.checksum is ignored); the checksum is also
+// stored in *checksum when given. Throws updraft::Error if r breaks the Record contract
+// (the same checks as decoding) or encodes to more than limits.max_message_bytes.
+EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits = {}, uint32_t* checksum = nullptr);
 
 // Validates an untrusted message; on success fills header. Never throws for bad input.
 Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits = {});

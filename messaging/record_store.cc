@@ -450,8 +450,11 @@ StoreStats RecordStore::stats() const {
     s.evicted_records = evicted_records_;
     s.evicted_bytes = evicted_bytes_;
   }
-  s.disk_bytes = dir_bytes(options_.path);
   return s;
+}
+
+uint64_t RecordStore::disk_bytes() const {
+  return dir_bytes(options_.path);
 }
 
 void RecordStore::catch_up() {

@@ -114,6 +114,8 @@ class RecordStore {
   uint64_t consumer_lag() const;
 
   StoreStats stats() const;
+  // Bytes of every file under the store's directory (walks it; not for hot paths).
+  uint64_t disk_bytes() const;
   // REQUIRES: secondary. Follows the primary's writes and evictions.
   void catch_up();
   bool is_secondary() const { return secondary_; }
