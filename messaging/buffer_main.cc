@@ -1,0 +1,168 @@
+#include "messaging/buffer_main.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "kernels/core/error.h"
+#include "messaging/buffer_server.h"
+
+namespace updraft::messaging {
+
+namespace {
+
+volatile std::sig_atomic_t g_signalled = 0;
+
+void on_signal(int) {
+  g_signalled = 1;
+}
+
+void write_metrics_file(const std::string& path, const std::string& text) {
+  // Written beside and renamed, so a scraper never reads half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    UPD_REQUIRE(f.good()) << "cannot write metrics file " << tmp;
+    f << text;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  UPD_REQUIRE(!ec) << "cannot rename " << tmp << " to " << path << ": " << ec.message();
+}
+
+RecordKey parse_key(const std::string& s) {
+  RecordKey k;
+  unsigned long long pv = 0, seq = 0;
+  unsigned w = 0;
+  char tail = 0;
+  UPD_REQUIRE(std::sscanf(s.c_str(), "%llu/%u/%llu%c", &pv, &w, &seq, &tail) == 3)
+      << "bad record key '" << s << "' (expected policy_version/worker/seq)";
+  k.policy_version = pv;
+  k.worker = w;
+  k.seq = seq;
+  return k;
+}
+
+}  // namespace
+
+int run_buffer(const BufferCommandOptions& o, const std::atomic<bool>* stop) {
+  // Handlers first: a SIGTERM that arrives while the store opens still stops cleanly.
+  g_signalled = 0;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  StoreOptions so;
+  so.path = o.path;
+  so.max_bytes = o.max_bytes;
+  so.version_window = o.version_window;
+  so.sync = parse_sync_policy(o.sync);
+  so.limits.max_message_bytes = o.max_message_bytes;
+  auto store = std::shared_ptr<RecordStore>(RecordStore::open(so));
+  BufferServerOptions bo;
+  bo.endpoints = {o.endpoint};
+  bo.limits.max_message_bytes = o.max_message_bytes;
+  BufferServer server(bo, store);
+  const StoreStats st = store->stats();
+  spdlog::info("buffer: serving {} into {} ({} records, {} bytes, sync {}, cap {} bytes, window {})",
+               server.endpoints().at(0), o.path, st.records, st.bytes, o.sync, o.max_bytes, o.version_window);
+  auto last = std::chrono::steady_clock::now();
+  while (!g_signalled && !(stop != nullptr && stop->load())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto now = std::chrono::steady_clock::now();
+    if (o.report_seconds > 0 && now - last >= std::chrono::duration<double>(o.report_seconds)) {
+      last = now;
+      const auto& m = server.metrics();
+      spdlog::info("buffer: stored {} records ({} bytes), duplicates {}, rejected {}, held {} records / {} bytes",
+                   m.records_stored.load(), m.bytes_stored.load(), m.records_duplicate.load(), m.rejected_total(),
+                   m.store_records.load(), m.store_bytes.load());
+      if (!o.metrics_file.empty())
+        write_metrics_file(o.metrics_file, render_prometheus(m, ""));
+    }
+  }
+  spdlog::info("buffer: stopping");
+  return 0;
+}
+
+int run_inspect_buffer(const InspectBufferOptions& o) {
+  UPD_REQUIRE(std::filesystem::exists(o.path)) << "no buffer at " << o.path;
+  char tmpl[] = "/tmp/updraft-inspect-XXXXXX";
+  UPD_REQUIRE(mkdtemp(tmpl) != nullptr) << "mkdtemp failed";
+  const std::string secondary = tmpl;
+  int rc = 0;
+  {
+    auto store = RecordStore::open_secondary(o.path, secondary);
+    const StoreStats st = store->stats();
+    const auto keys = store->keys();
+    std::map<uint64_t, uint64_t> per_version;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> per_worker;  // count, max seq
+    for (const auto& k : keys) {
+      per_version[k.policy_version]++;
+      auto& w = per_worker[k.worker];
+      w.first++;
+      w.second = std::max(w.second, k.seq);
+    }
+    std::printf("buffer %s\n", o.path.c_str());
+    std::printf("  records          : %llu\n", static_cast<unsigned long long>(st.records));
+    std::printf("  record bytes     : %llu\n", static_cast<unsigned long long>(st.bytes));
+    std::printf("  disk bytes       : %llu\n", static_cast<unsigned long long>(store->disk_bytes()));
+    std::printf("  policy versions  : %llu..%llu (%zu present)\n",
+                static_cast<unsigned long long>(st.min_policy_version),
+                static_cast<unsigned long long>(st.max_policy_version), per_version.size());
+    for (const auto& [pv, n] : per_version)
+      std::printf("    version %-8llu: %llu records\n", static_cast<unsigned long long>(pv),
+                  static_cast<unsigned long long>(n));
+    for (const auto& [w, c] : per_worker)
+      std::printf("    worker %-9u: %llu records, next seq %llu\n", w, static_cast<unsigned long long>(c.first),
+                  static_cast<unsigned long long>(store->next_seq(w)));
+    std::optional<RecordKey> key;
+    if (!o.key.empty())
+      key = parse_key(o.key);
+    else if (!keys.empty())
+      key = keys.back();
+    if (key) {
+      auto r = store->get(*key);
+      if (!r) {
+        std::printf("record %s: not found or failed validation\n", to_string(*key).c_str());
+        rc = 1;
+      } else {
+        std::printf("record %s\n", to_string(*key).c_str());
+        std::printf("  drafter_version  : %llu\n", static_cast<unsigned long long>(r->drafter_version));
+        std::printf("  incarnation      : %016llx\n", static_cast<unsigned long long>(r->incarnation));
+        std::printf("  tokens           : %zu (prompt %u)\n", r->tokens.size(), r->prompt_length);
+        std::string shape;
+        for (uint32_t d : r->aux.shape) {
+          if (!shape.empty())
+            shape += 'x';
+          shape += std::to_string(d);
+        }
+        std::printf("  aux              : %s [%s] %zu bytes\n", dtype_name(r->aux.dtype), shape.c_str(),
+                    r->aux.bytes.size());
+        std::printf("  teacher top-k    : k=%u, %zu ids\n", r->teacher_k, r->teacher_ids.size());
+        uint64_t drafted = 0, accepted = 0;
+        for (const auto& s : r->rounds) {
+          drafted += s.drafted;
+          accepted += s.accepted;
+        }
+        std::printf("  rounds           : %zu (drafted %llu, accepted %llu)\n", r->rounds.size(),
+                    static_cast<unsigned long long>(drafted), static_cast<unsigned long long>(accepted));
+        std::printf("  checksum         : %08x (verified)\n", r->checksum);
+        if (o.dump_values) {
+          std::printf("  token ids        :");
+          for (size_t i = 0; i < r->tokens.size() && i < 32; ++i)
+            std::printf(" %d", r->tokens[i]);
+          std::printf("%s\n", r->tokens.size() > 32 ? " ..." : "");
+        }
+      }
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(secondary, ec);
+  return rc;
+}
+
+}  // namespace updraft::messaging
