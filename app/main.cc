@@ -14,6 +14,7 @@
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
+#include "messaging/buffer_main.h"
 
 #ifndef UPDRAFT_VERSION
 #define UPDRAFT_VERSION "0.0.0"
@@ -58,6 +59,35 @@ int main(int argc, char** argv) {
   updraft::GenerateArgs gen_args;
   updraft::add_generate_options(*generate, gen_args);
 
+  auto* buffer = app.add_subcommand("buffer", "Receive records from workers over ZeroMQ and keep them in RocksDB");
+  updraft::messaging::BufferCommandOptions buf;
+  buffer->add_option("--endpoint", buf.endpoint, "ZeroMQ endpoint to bind (loopback only without CURVE)")
+      ->capture_default_str();
+  buffer->add_option("--path", buf.path, "RocksDB directory")->capture_default_str();
+  buffer->add_option("--max-bytes", buf.max_bytes, "retention: record bytes kept (e.g. 16G; 0: no cap)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  buffer->add_option("--version-window", buf.version_window, "retention: policy versions kept (0: all)")
+      ->capture_default_str();
+  buffer->add_option("--sync", buf.sync, "fsync: acks survive power loss; os: acks survive process crashes")
+      ->check(CLI::IsMember({"fsync", "os"}))
+      ->capture_default_str();
+  buffer->add_option("--max-message-bytes", buf.max_message_bytes, "largest record accepted")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  buffer->add_option("--report-seconds", buf.report_seconds, "log counters this often (0: never)")
+      ->capture_default_str();
+  buffer->add_option("--metrics-file", buf.metrics_file, "rewrite Prometheus text metrics here at each report");
+
+  auto* inspect = app.add_subcommand("inspect", "Inspection tools");
+  inspect->require_subcommand(1);
+  auto* inspect_buffer =
+      inspect->add_subcommand("buffer", "Counts, bytes, versions and one decoded record of a buffer (read-only)");
+  updraft::messaging::InspectBufferOptions insp;
+  inspect_buffer->add_option("path", insp.path, "RocksDB directory of the buffer")->required();
+  inspect_buffer->add_option("--key", insp.key, "record to decode, policy_version/worker/seq (default: newest)");
+  inspect_buffer->add_flag("--values", insp.dump_values, "also print the first token ids");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -72,6 +102,10 @@ int main(int argc, char** argv) {
       return run_config_check(config_path);
     if (generate->parsed())
       return updraft::run_generate(gen_args);
+    if (buffer->parsed())
+      return updraft::messaging::run_buffer(buf);
+    if (inspect_buffer->parsed())
+      return updraft::messaging::run_inspect_buffer(insp);
   } catch (const updraft::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

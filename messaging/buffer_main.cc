@@ -90,6 +90,9 @@ int run_buffer(const BufferCommandOptions& o, const std::atomic<bool>* stop) {
 
 int run_inspect_buffer(const InspectBufferOptions& o) {
   UPD_REQUIRE(std::filesystem::exists(o.path)) << "no buffer at " << o.path;
+  std::optional<RecordKey> key;
+  if (!o.key.empty())
+    key = parse_key(o.key);
   char tmpl[] = "/tmp/updraft-inspect-XXXXXX";
   UPD_REQUIRE(mkdtemp(tmpl) != nullptr) << "mkdtemp failed";
   const std::string secondary = tmpl;
@@ -119,10 +122,7 @@ int run_inspect_buffer(const InspectBufferOptions& o) {
     for (const auto& [w, c] : per_worker)
       std::printf("    worker %-9u: %llu records, next seq %llu\n", w, static_cast<unsigned long long>(c.first),
                   static_cast<unsigned long long>(store->next_seq(w)));
-    std::optional<RecordKey> key;
-    if (!o.key.empty())
-      key = parse_key(o.key);
-    else if (!keys.empty())
+    if (!key && !keys.empty())
       key = keys.back();
     if (key) {
       auto r = store->get(*key);

@@ -8,8 +8,10 @@ namespace {
 
 void series(std::ostringstream& os, const char* name, const char* type, const char* help, const std::string& labels,
             uint64_t v) {
-  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-     << name << '{' << labels << "} " << v << '\n';
+  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name;
+  if (!labels.empty())
+    os << '{' << labels << '}';
+  os << ' ' << v << '\n';
 }
 
 }  // namespace

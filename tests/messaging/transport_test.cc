@@ -89,6 +89,11 @@ TEST(Transport, InprocDeliversAndAcknowledgesEverything) {
   EXPECT_EQ(sender.metrics().queue_bytes, 0u);
   EXPECT_EQ(server.metrics().records_stored, 50u);
   expect_stored_exactly(*store, 3, log, 50);
+  const std::string prom = render_prometheus(server.metrics(), "");
+  EXPECT_NE(prom.find("\nupdraft_buffer_records_stored_total 50\n"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("updraft_buffer_records_rejected_total{reason=\"bad_checksum\"} 0"), std::string::npos);
+  EXPECT_NE(render_prometheus(sender.metrics(), "worker=\"3\"").find("updraft_records_acked_total{worker=\"3\"} 50"),
+            std::string::npos);
   // The sender sets worker, seq and incarnation itself.
   auto r = store->get({1, 3, 7});
   ASSERT_TRUE(r);
