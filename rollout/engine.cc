@@ -1,28 +1,74 @@
 #include "rollout/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "drafter/proposer.h"
 #include "kernels/ops.h"
 
 namespace updraft {
 namespace {
 
-float element(const Tensor& t, int64_t r, int64_t c) {
-  const int64_t C = t.size(1);
-  return t.reshape({t.numel(), 1}).rows(r * C + c, r * C + c + 1).to_f32_vector()[0];
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 }  // namespace
 
-Engine::Engine(const PolicyModel& model, const EngineOptions& opts)
+double SpecStats::alpha(size_t j) const {
+  const int64_t prev = j == 0 ? rounds : (j - 1 < accepted_at.size() ? accepted_at[j - 1] : 0);
+  const int64_t now = j < accepted_at.size() ? accepted_at[j] : 0;
+  return prev == 0 ? 0.0 : static_cast<double>(now) / static_cast<double>(prev);
+}
+
+void SpecStats::add_round(int64_t drafted_tokens, int64_t accepted_tokens) {
+  ++rounds;
+  drafted += drafted_tokens;
+  accepted += accepted_tokens;
+  if (static_cast<int64_t>(accepted_at.size()) < accepted_tokens)
+    accepted_at.resize(static_cast<size_t>(accepted_tokens), 0);
+  for (int64_t j = 0; j < accepted_tokens; ++j)
+    ++accepted_at[static_cast<size_t>(j)];
+}
+
+void SpecStats::merge(const SpecStats& o) {
+  rounds += o.rounds;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  if (accepted_at.size() < o.accepted_at.size())
+    accepted_at.resize(o.accepted_at.size(), 0);
+  for (size_t j = 0; j < o.accepted_at.size(); ++j)
+    accepted_at[j] += o.accepted_at[j];
+  draft_seconds += o.draft_seconds;
+  verify_seconds += o.verify_seconds;
+}
+
+Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftModel* drafter)
     : model_(model),
       opts_(opts),
+      drafter_(drafter),
       cache_(model.kv_shape(), KvCache::blocks_for_bytes(model.kv_shape(), opts.block_size, opts.kv_cache_bytes),
              opts.block_size) {
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
+  if (drafter_ == nullptr)
+    return;
+  opts_.spec.validate();
+  const PolicyConfig& pc = model.config();
+  const DraftConfig& dc = drafter_->config();
+  UPD_REQUIRE(dc.vocab_size == pc.vocab_size && dc.target_hidden_size == pc.hidden_size &&
+              drafter_->device() == model.device() && drafter_->act_dtype() == model.act_dtype())
+      << "engine: the drafter was built for another policy (vocabulary " << dc.vocab_size << " vs " << pc.vocab_size
+      << ", hidden size " << dc.target_hidden_size << " vs " << pc.hidden_size << ", or device)";
+  model.check_aux_layers(drafter_->aux_layers());
+  UPD_REQUIRE(opts_.spec.top_k <= dc.draft_vocab_size)
+      << "engine: speculation top_k " << opts_.spec.top_k << " exceeds the draft vocabulary " << dc.draft_vocab_size;
+  draft_cache_ = std::make_unique<KvCache>(
+      drafter_->kv_shape(), KvCache::blocks_for_bytes(drafter_->kv_shape(), opts.block_size, opts.draft_kv_cache_bytes),
+      opts.block_size);
 }
-
 void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
   const SamplingParams& p = req.params;
   UPD_REQUIRE(!req.prompt.empty()) << "empty prompt";
@@ -45,12 +91,21 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
 
 uint64_t Engine::submit(GenRequest req) {
   validate(req, model_.config());
-  const int64_t need = cache_.blocks_needed(static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens);
+  const bool spec = drafter_ != nullptr && req.speculate;
+  const int64_t len = static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens;
+  const int64_t need = cache_.blocks_needed(len + (spec ? opts_.spec.draft_tokens : 0));
   UPD_REQUIRE(need <= cache_.num_blocks()) << "request needs " << need << " KV blocks but the whole cache has "
                                            << cache_.num_blocks() << "; lower max_new_tokens or grow the cache";
+  if (spec) {
+    const int64_t dneed = draft_cache_->blocks_needed(len + opts_.spec.scratch_entries());
+    UPD_REQUIRE(dneed <= draft_cache_->num_blocks())
+        << "request needs " << dneed << " draft KV blocks but the whole draft cache has " << draft_cache_->num_blocks()
+        << "; lower max_new_tokens or grow the draft cache";
+  }
   auto s = std::make_unique<Seq>();
   s->id = next_id_++;
   s->seed = req.params.has_seed ? req.params.seed : ops::mix64(opts_.seed ^ ops::mix64(s->id));
+  s->spec = spec;
   s->result.id = s->id;
   s->result.prompt = req.prompt;
   s->req = std::move(req);
@@ -62,8 +117,13 @@ uint64_t Engine::submit(GenRequest req) {
 void Engine::admit() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < opts_.max_batch) {
     Seq& s = *waiting_.front();
-    if (!cache_.reserve(s.kv, static_cast<int64_t>(s.req.prompt.size()) + s.req.params.max_new_tokens))
+    const int64_t len = static_cast<int64_t>(s.req.prompt.size()) + s.req.params.max_new_tokens;
+    if (!cache_.reserve(s.kv, len + (s.spec ? opts_.spec.draft_tokens : 0)))
       break;  // first come, first served: wait for blocks to free up
+    if (s.spec && !draft_cache_->reserve(s.dkv, len + opts_.spec.scratch_entries())) {
+      cache_.release(s.kv);
+      break;
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -77,83 +137,171 @@ bool Engine::is_stop(const Seq& s, int32_t tok) const {
   return !s.req.params.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end();
 }
 
+size_t Engine::emit(Seq& s, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs) {
+  size_t k = 0;
+  while (k < tokens.size() && s.result.finish_reason.empty()) {
+    s.result.tokens.push_back(tokens[k]);
+    s.result.logprobs.push_back(logprobs[k]);
+    ++stats_.generated_tokens;
+    if (is_stop(s, tokens[k]))
+      s.result.finish_reason = "stop";
+    else if (static_cast<int64_t>(s.result.tokens.size()) >= s.req.params.max_new_tokens)
+      s.result.finish_reason = "length";
+    ++k;
+  }
+  return k;
+}
+
 std::vector<GenResult> Engine::step() {
   admit();
   std::vector<GenResult> done;
   if (running_.empty())
     return done;
+  const auto t_verify = Clock::now();
 
-  // One decode token per prefilled sequence; prompt chunks within the prefill budget.
+  // One entry per sequence in this step: a prompt chunk, the pending token, or a draft tree.
   std::vector<SeqStep> batch;
-  std::vector<Seq*> owner, sampled;  // sampled: sequences with a logit row, in row order
-  int64_t budget = opts_.prefill_chunk;
+  std::vector<Seq*> owner;
+  std::vector<int64_t> first_row, cached;  // per entry: first token row in the step, prior KV length
+  std::vector<bool> prefill_step;
+  int64_t budget = opts_.prefill_chunk, rows = 0;
+  bool any_spec = false;
   for (auto& sp : running_) {
     Seq& s = *sp;
     const int64_t plen = static_cast<int64_t>(s.req.prompt.size());
     SeqStep st;
     st.kv = &s.kv;
-    if (s.prefilled < plen) {
+    const bool prefill = s.prefilled < plen;
+    if (prefill) {
       const int64_t n = std::min(plen - s.prefilled, budget);
       if (n == 0)
         continue;
       budget -= n;
       st.tokens.assign(s.req.prompt.begin() + s.prefilled, s.req.prompt.begin() + s.prefilled + n);
-      s.prefilled += n;
       stats_.prompt_tokens += n;
-      if (s.prefilled == plen)
+      if (s.prefilled + n == plen)
         st.logit_rows = {static_cast<int32_t>(n - 1)};
     } else {
-      st.tokens = {s.result.tokens.back()};
-      st.logit_rows = {0};
+      if (s.tree.tokens.empty())
+        s.tree = DraftTree::single(s.result.tokens.back());
+      const int64_t n = s.tree.size();
+      st.tokens = s.tree.tokens;
+      for (int64_t i = 0; i < n; ++i) {
+        st.positions.push_back(static_cast<int32_t>(s.kv.length + s.tree.depth[i]));
+        st.logit_rows.push_back(static_cast<int32_t>(i));
+      }
+      if (n > 1)
+        st.tree_mask = s.tree.mask();
     }
-    if (!st.logit_rows.empty())
-      sampled.push_back(&s);
+    any_spec |= s.spec;
+    first_row.push_back(rows);
+    cached.push_back(s.kv.length);
+    prefill_step.push_back(prefill);
+    rows += static_cast<int64_t>(st.tokens.size());
     batch.push_back(std::move(st));
     owner.push_back(&s);
   }
-  ForwardOut fo = model_.forward(cache_, batch);
+  ForwardOptions fopts;
+  fopts.aux = any_spec;
+  if (any_spec)
+    fopts.aux_layers = drafter_->aux_layers();
+  ForwardOut fo = model_.forward(cache_, batch, fopts);
   ++stats_.steps;
 
-  const int64_t R = static_cast<int64_t>(sampled.size());
+  // The distributions verification needs, for every logit row: log_softmax for greedy rows,
+  // the filtered sampling distribution for sampled ones.
+  const int64_t R = fo.logits.defined() ? fo.logits.size(0) : 0, V = model_.config().vocab_size;
+  Tensor host_logits, host_logp, host_probs;
   if (R > 0) {
     const Device d = model_.device();
-    std::vector<float> temp(R), top_p(R), uni(R);
-    std::vector<int32_t> top_k(R);
-    bool any_greedy = false;
-    for (int64_t r = 0; r < R; ++r) {
-      const SamplingParams& p = sampled[r]->req.params;
-      temp[r] = p.temperature;
-      top_k[r] = p.top_k;
-      top_p[r] = p.top_p;
-      uni[r] = ops::uniform01(sampled[r]->seed, sampled[r]->result.tokens.size());
-      any_greedy |= p.temperature == 0;
+    std::vector<float> temp, top_p;
+    std::vector<int32_t> top_k;
+    bool any_greedy = false, any_sampled = false;
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const SamplingParams& p = owner[e]->req.params;
+      for (size_t r = 0; r < batch[e].logit_rows.size(); ++r) {
+        temp.push_back(p.temperature);
+        top_k.push_back(p.top_k);
+        top_p.push_back(p.top_p);
+      }
+      (p.temperature == 0 ? any_greedy : any_sampled) = true;
     }
-    const int64_t V = model_.config().vocab_size;
-    Tensor probs = Tensor::empty({R, V}, DType::F32, d), toks = Tensor::empty({R}, DType::I32, d);
-    ops::sampling_probs(fo.logits, Tensor::from_f32(temp, {R}).to(d), Tensor::from_i32(top_k, {R}).to(d),
-                        Tensor::from_f32(top_p, {R}).to(d), probs);
-    ops::sample_from_probs(probs, Tensor::from_f32(uni, {R}).to(d), toks);
-    Tensor logp;
+    host_logits = fo.logits.to(Device::CPU);
     if (any_greedy) {
-      logp = Tensor::empty({R, V}, DType::F32, d);
+      Tensor logp = Tensor::empty({R, V}, DType::F32, d);
       ops::log_softmax(fo.logits, logp);
+      host_logp = logp.to(Device::CPU);
     }
-    const std::vector<int32_t> tok = toks.to_i32_vector();
-    for (int64_t r = 0; r < R; ++r) {
-      Seq& s = *sampled[r];
-      const float lp = s.req.params.temperature == 0 ? element(logp, r, tok[r]) : std::log(element(probs, r, tok[r]));
-      s.result.tokens.push_back(tok[r]);
-      s.result.logprobs.push_back(lp);
-      ++stats_.generated_tokens;
-      if (is_stop(s, tok[r]))
-        s.result.finish_reason = "stop";
-      else if (static_cast<int64_t>(s.result.tokens.size()) >= s.req.params.max_new_tokens)
-        s.result.finish_reason = "length";
+    if (any_sampled) {
+      Tensor probs = Tensor::empty({R, V}, DType::F32, d);
+      ops::sampling_probs(fo.logits, Tensor::from_f32(temp, {R}).to(d), Tensor::from_i32(top_k, {R}).to(d),
+                          Tensor::from_f32(top_p, {R}).to(d), probs);
+      host_probs = probs.to(Device::CPU);
     }
   }
+
+  // Verify, emit, commit; collect the (state row, next token) pairs the drafter must absorb.
+  std::vector<Seq*> spec_seqs;
+  std::vector<std::vector<int32_t>> pair_rows, pair_tokens;
+  int64_t logit_row = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    Seq& s = *owner[e];
+    const int64_t n = static_cast<int64_t>(batch[e].tokens.size());
+    std::vector<int32_t> prow, ptok;
+    if (prefill_step[e]) {
+      const int64_t p0 = s.prefilled;
+      s.prefilled += n;
+      for (int64_t i = 0; i < n; ++i) {
+        prow.push_back(static_cast<int32_t>(first_row[e] + i));
+        if (p0 + i + 1 < static_cast<int64_t>(s.req.prompt.size()))
+          ptok.push_back(s.req.prompt[p0 + i + 1]);
+      }
+    }
+    if (!batch[e].logit_rows.empty()) {
+      const DraftTree tree = prefill_step[e] ? DraftTree::single(batch[e].tokens.back()) : s.tree;
+      const SamplingParams& p = s.req.params;
+      const uint64_t first = s.result.tokens.size();
+      const Verdict v = p.temperature == 0 ? verify_greedy(tree, host_logits.data<float>() + logit_row * V,
+                                                           host_logp.data<float>() + logit_row * V, V)
+                                           : verify_sampled(tree, host_probs.data<float>() + logit_row * V, V, s.seed,
+                                                            first, opts_.accept_rule);
+      logit_row += tree.size();
+      if (tree.size() > 1) {
+        s.result.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
+        stats_.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
+      }
+      emit(s, v.tokens, v.logprobs);
+      if (!prefill_step[e]) {  // keep the root and the accepted path in the policy's cache
+        std::vector<int64_t> keep = {0};
+        for (int32_t node : v.nodes)
+          keep.push_back(node);
+        cache_.keep(s.kv, cached[e], keep);
+        for (int64_t node : keep)
+          prow.push_back(static_cast<int32_t>(first_row[e] + node));
+      }
+      ptok.insert(ptok.end(), v.tokens.begin(), v.tokens.end());
+      s.tree = DraftTree();
+    }
+    if (s.spec && s.result.finish_reason.empty()) {
+      UPD_CHECK(prow.size() == ptok.size())
+          << "engine: " << prow.size() << " draft pairs but " << ptok.size() << " tokens";
+      spec_seqs.push_back(&s);
+      pair_rows.push_back(std::move(prow));
+      pair_tokens.push_back(std::move(ptok));
+    }
+  }
+  stats_.spec.verify_seconds += seconds_since(t_verify);
+  if (!spec_seqs.empty()) {
+    const auto t_draft = Clock::now();
+    draft_round(spec_seqs, pair_rows, pair_tokens, fo.aux);
+    stats_.spec.draft_seconds += seconds_since(t_draft);
+  }
+
   for (auto it = running_.begin(); it != running_.end();) {
     if (!(*it)->result.finish_reason.empty()) {
       cache_.release((*it)->kv);
+      if ((*it)->spec)
+        draft_cache_->release((*it)->dkv);
       done.push_back(std::move((*it)->result));
       it = running_.erase(it);
     } else {
@@ -161,6 +309,51 @@ std::vector<GenResult> Engine::step() {
     }
   }
   return done;
+}
+
+void Engine::draft_round(const std::vector<Seq*>& seqs, const std::vector<std::vector<int32_t>>& pair_rows,
+                         const std::vector<std::vector<int32_t>>& pair_tokens, const Tensor& aux) {
+  // Extend every sequence's draft cache over its new committed pairs (aux state at position p,
+  // token at p + 1); the ones whose prompt is in will propose from their last pair.
+  const int64_t H = model_.config().hidden_size, A = static_cast<int64_t>(drafter_->aux_layers().size());
+  std::vector<SeqStep> steps(seqs.size());
+  std::vector<int32_t> src, dst;
+  std::vector<ProposeSeq> proposers;
+  std::vector<int32_t> last_rows;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq& s = *seqs[i];
+    steps[i].kv = &s.dkv;
+    steps[i].tokens = pair_tokens[i];
+    for (int32_t r : pair_rows[i]) {
+      src.push_back(r);
+      dst.push_back(static_cast<int32_t>(dst.size()));
+    }
+    if (s.prefilled == static_cast<int64_t>(s.req.prompt.size())) {
+      steps[i].logit_rows = {static_cast<int32_t>(pair_tokens[i].size() - 1)};
+      proposers.push_back({&s.dkv, s.result.tokens.back()});
+      last_rows.push_back(dst.back());
+    }
+  }
+  const int64_t Te = static_cast<int64_t>(dst.size());
+  Tensor hidden = Tensor::empty({Te, A * H}, model_.act_dtype(), model_.device());
+  ops::copy_rows(aux.reshape({aux.size(0), A * H}), Tensor::from_i32(src, {Te}), hidden, Tensor::from_i32(dst, {Te}));
+  DraftOut out = drafter_->forward(*draft_cache_, steps, hidden);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    UPD_CHECK(seqs[i]->dkv.length == seqs[i]->kv.length)
+        << "engine: draft cache holds " << seqs[i]->dkv.length << " pairs, the policy's " << seqs[i]->kv.length;
+  if (proposers.empty())
+    return;
+  const int64_t P = static_cast<int64_t>(proposers.size());
+  std::vector<int32_t> iota(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p)
+    iota[p] = static_cast<int32_t>(p);
+  Tensor h_last = Tensor::empty({P, H}, model_.act_dtype(), model_.device());
+  ops::copy_rows(out.state, Tensor::from_i32(last_rows, {P}), h_last, Tensor::from_i32(iota, {P}));
+  std::vector<DraftTree> trees = propose(*drafter_, *draft_cache_, proposers, h_last, out.logits, opts_.spec);
+  size_t t = 0;
+  for (Seq* s : seqs)
+    if (s->prefilled == static_cast<int64_t>(s->req.prompt.size()))
+      s->tree = std::move(trees[t++]);
 }
 
 std::vector<GenResult> Engine::run() {

@@ -1,16 +1,25 @@
-// Plain (non-speculative) generation with continuous batching: the baseline every speedup is
-// measured against, and the sampling/logprob contract the speculative engine must reproduce.
+// Generation with continuous batching, plain or speculative (EAGLE-3), per request.
 //
-// Requests join between steps (submit) and leave when they finish; each step runs one batched
-// forward holding one decode token for every running sequence plus prompt chunks of newly
-// admitted ones (at most `prefill_chunk` prompt tokens per step, so long prompts do not stall
-// decoding). A request is admitted when the KV cache has blocks for its prompt plus its
-// max_new_tokens; it holds them until it finishes, so a running sequence never waits for memory.
+// Requests join between steps (submit) and leave when they finish. Each step runs one batched
+// policy forward holding, for every running sequence, either a prompt chunk (newly admitted
+// ones; at most `prefill_chunk` prompt tokens per step, so long prompts do not stall decoding),
+// its pending token (plain decoding), or its draft tree (speculative decoding: the tree's root
+// is the pending token; verification accepts a path and adds a bonus token, spec_verify.h).
+// A request is admitted when the KV caches have blocks for its prompt plus max_new_tokens (plus
+// one round's tree and draft scratch when it speculates); it holds them until it finishes.
+//
+// Speculation (when the engine has a drafter and the request does not opt out): the prompt's
+// forward also captures the policy's aux states; the drafter is extended over the committed
+// (state, next token) pairs and proposes a tree (drafter/proposer.h) for the next step; after
+// verification the target KV keeps the accepted path only, the drafter is extended over the
+// accepted pairs with the aux states of the verify pass, and proposes again. The draft cache
+// holds committed pairs only. Settings (steps, top_k, draft_tokens) apply to the whole batch.
 //
 // Sampling (per request): temperature 0 = greedy (argmax, lowest id on ties); otherwise the
 // token is drawn from softmax(logits / temperature), filtered by top_k then top_p and
 // renormalised (ops::sampling_probs), with uniform01(seed, i) for the i-th output token, so a
-// seeded request gives the same tokens whatever else is in the batch.
+// seeded request gives the same tokens whatever else is in the batch. Speculative requests
+// follow the same distribution exactly (the verification rule of spec_verify.h).
 //
 // Logprobs: for every output token, the log-probability under the distribution it was drawn
 // from (the temperature-scaled, top-k/top-p filtered, renormalised policy: the RL convention).
@@ -20,7 +29,12 @@
 //
 // Stopping: a token in stop_token_ids (and the model's eos ids unless ignore_eos) ends the
 // request with finish reason "stop"; that token is included in the output. Otherwise the
-// request ends with "length" after max_new_tokens.
+// request ends with "length" after max_new_tokens. Tokens a round accepted beyond the stop are
+// discarded.
+//
+// Metrics: per request and in aggregate, speculative rounds, drafted and accepted tokens,
+// accepted per position (round count whose accepted length reached position j), and draft and
+// verify seconds. tau = 1 + accepted / rounds (eagle3.md E.1).
 //
 // Bad requests (empty prompt, token ids outside the vocabulary, prompt + max_new_tokens beyond
 // the model's context, impossible sampling parameters, a request larger than the whole KV
@@ -33,8 +47,11 @@
 #include <string>
 #include <vector>
 
-#include "rollout/kv_cache.h"
+#include "drafter/draft_model.h"
+#include "drafter/draft_tree.h"
+#include "kernels/nn/kv_cache.h"
 #include "rollout/policy_model.h"
+#include "rollout/spec_verify.h"
 
 namespace updraft {
 
@@ -52,6 +69,19 @@ struct SamplingParams {
 struct GenRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
+  bool speculate = true;  // used when the engine has a drafter
+};
+
+// Speculation counters (per request, and summed over the engine).
+struct SpecStats {
+  int64_t rounds = 0, drafted = 0, accepted = 0;
+  std::vector<int64_t> accepted_at;  // [j]: rounds whose accepted length reached j + 1
+  double draft_seconds = 0, verify_seconds = 0;
+  double tau() const { return rounds == 0 ? 1.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(rounds); }
+  // Acceptance of position j given positions < j were accepted (n-alpha for chains).
+  double alpha(size_t j) const;
+  void add_round(int64_t drafted_tokens, int64_t accepted_tokens);
+  void merge(const SpecStats& o);
 };
 
 struct GenResult {
@@ -60,6 +90,7 @@ struct GenResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   std::string finish_reason;  // "stop" or "length"
+  SpecStats spec;
 };
 
 struct EngineOptions {
@@ -68,15 +99,20 @@ struct EngineOptions {
   int64_t max_batch = 64;
   int64_t prefill_chunk = 512;
   uint64_t seed = 0;  // seeds requests that bring none
+  SpecSettings spec;  // tree shape when a drafter is given
+  int64_t draft_kv_cache_bytes = int64_t{64} << 20;
+  AcceptRule accept_rule = AcceptRule::Exact;  // NoResidual only for the losslessness test's control
 };
 
 struct EngineStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
+  SpecStats spec;
 };
 
 class Engine {
  public:
-  Engine(const PolicyModel& model, const EngineOptions& opts = {});
+  // With a drafter, requests speculate unless they opt out; the drafter must fit the policy.
+  Engine(const PolicyModel& model, const EngineOptions& opts = {}, const DraftModel* drafter = nullptr);
 
   uint64_t submit(GenRequest req);  // throws Error for a bad request
   std::vector<GenResult> step();    // one batched forward; the requests that finished in it
@@ -94,16 +130,24 @@ class Engine {
     uint64_t id;
     GenRequest req;
     uint64_t seed;
-    SeqKv kv;
+    SeqKv kv, dkv;          // policy and draft caches
+    bool spec = false;      // speculates
     int64_t prefilled = 0;  // prompt tokens in the cache
+    DraftTree tree;         // the next step's verification tree (root = pending token)
     GenResult result;
   };
   void admit();
   bool is_stop(const Seq& s, int32_t tok) const;
+  // Appends emitted tokens until a stop or the length limit; how many were kept.
+  size_t emit(Seq& s, const std::vector<int32_t>& tokens, const std::vector<float>& logprobs);
+  void draft_round(const std::vector<Seq*>& seqs, const std::vector<std::vector<int32_t>>& pair_rows,
+                   const std::vector<std::vector<int32_t>>& pair_tokens, const Tensor& aux);
 
   const PolicyModel& model_;
   EngineOptions opts_;
+  const DraftModel* drafter_;
   KvCache cache_;
+  std::unique_ptr<KvCache> draft_cache_;
   uint64_t next_id_ = 1;
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;

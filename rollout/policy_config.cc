@@ -1,101 +1,12 @@
 #include "rollout/policy_config.h"
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kernels/core/error.h"
+#include "kernels/io/hf_config.h"
 
 namespace updraft {
-namespace {
-
-using nlohmann::json;
-
-struct Reader {
-  const json& j;
-  const std::string& where;
-
-  template <typename T>
-  T req(const char* key) const {
-    UPD_REQUIRE(j.contains(key) && !j[key].is_null()) << where << ": missing \"" << key << "\"";
-    return get<T>(key);
-  }
-  template <typename T>
-  T opt(const char* key, T dflt) const {
-    if (!j.contains(key) || j[key].is_null())
-      return dflt;
-    return get<T>(key);
-  }
-  template <typename T>
-  T get(const char* key) const {
-    try {
-      return j[key].get<T>();
-    } catch (const json::exception&) {
-      UPD_FAIL() << where << ": \"" << key << "\" has the wrong type: " << j[key].dump();
-    }
-    return T{};
-  }
-};
-
-std::vector<int32_t> token_ids(const json& v, const std::string& where, const char* key) {
-  std::vector<int32_t> out;
-  if (v.is_null())
-    return out;
-  if (v.is_number_integer())
-    return {v.get<int32_t>()};
-  UPD_REQUIRE(v.is_array()) << where << ": \"" << key << "\" must be an id or a list of ids";
-  for (const auto& e : v) {
-    UPD_REQUIRE(e.is_number_integer()) << where << ": \"" << key << "\" must hold integers";
-    out.push_back(e.get<int32_t>());
-  }
-  return out;
-}
-
-void read_rope(const json& j, const std::string& where, ops::RopeParams& rope) {
-  const json* params = nullptr;
-  bool have_theta = false;
-  if (j.contains("rope_theta") && j["rope_theta"].is_number()) {
-    rope.theta = j["rope_theta"].get<double>();
-    have_theta = true;
-  }
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
-    params = &j["rope_scaling"];
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    params = &j["rope_parameters"];
-    if (params->contains("rope_theta")) {
-      UPD_REQUIRE((*params)["rope_theta"].is_number()) << where << ": rope_parameters.rope_theta is not a number";
-      rope.theta = (*params)["rope_theta"].get<double>();
-      have_theta = true;
-    }
-  }
-  UPD_REQUIRE(have_theta) << where << ": no rope_theta (neither top-level nor in rope_parameters)";
-  UPD_REQUIRE(rope.theta > 1.0) << where << ": rope_theta " << rope.theta << " must exceed 1";
-  if (params == nullptr)
-    return;
-  std::string type = "default";
-  if (params->contains("rope_type"))
-    type = (*params)["rope_type"].get<std::string>();
-  else if (params->contains("type"))
-    type = (*params)["type"].get<std::string>();
-  const Reader r{*params, where};
-  if (type == "default") {
-    rope.scaling = "none";
-  } else if (type == "linear") {
-    rope.scaling = "linear";
-    rope.factor = r.req<double>("factor");
-  } else if (type == "llama3") {
-    rope.scaling = "llama3";
-    rope.factor = r.req<double>("factor");
-    rope.low_freq_factor = r.req<double>("low_freq_factor");
-    rope.high_freq_factor = r.req<double>("high_freq_factor");
-    rope.original_max_position = r.req<int64_t>("original_max_position_embeddings");
-  } else {
-    UPD_FAIL() << where << ": RoPE scaling \"" << type << "\" is not supported (supported: default, linear, llama3)";
-  }
-  UPD_REQUIRE(rope.factor > 0) << where << ": RoPE scaling factor must be positive";
-}
-
-}  // namespace
+using hf::Json;
 
 const char* arch_name(PolicyArch a) {
   switch (a) {
@@ -110,9 +21,8 @@ const char* arch_name(PolicyArch a) {
 }
 
 PolicyConfig PolicyConfig::from_json_text(const std::string& text, const std::string& where) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  UPD_REQUIRE(j.is_object()) << where << ": not a JSON object";
-  const Reader r{j, where};
+  const Json j = hf::parse_object(text, where);
+  const hf::JsonReader r{j, where};
   PolicyConfig c;
   std::string arch;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
@@ -154,9 +64,9 @@ PolicyConfig PolicyConfig::from_json_text(const std::string& text, const std::st
   UPD_REQUIRE(act == "silu") << where << ": hidden_act \"" << act << "\" is not supported (silu only)";
   UPD_REQUIRE(!r.opt<bool>("mlp_bias", false)) << where << ": mlp_bias is not supported";
   UPD_REQUIRE(!r.opt<bool>("use_sliding_window", false)) << where << ": sliding-window attention is not supported";
-  read_rope(j, where, c.rope);
-  c.eos_token_ids = token_ids(j.value("eos_token_id", json()), where, "eos_token_id");
-  auto bos = token_ids(j.value("bos_token_id", json()), where, "bos_token_id");
+  c.rope = hf::read_rope(j, where);
+  c.eos_token_ids = hf::token_ids(j.value("eos_token_id", Json()), where, "eos_token_id");
+  auto bos = hf::token_ids(j.value("bos_token_id", Json()), where, "bos_token_id");
   c.bos_token_id = bos.empty() ? -1 : bos[0];
   std::string dt = r.opt<std::string>("torch_dtype", r.opt<std::string>("dtype", "bfloat16"));
   if (dt == "float32")
@@ -173,15 +83,12 @@ PolicyConfig PolicyConfig::from_json_text(const std::string& text, const std::st
 }
 
 PolicyConfig PolicyConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  UPD_REQUIRE(in.good()) << path << ": cannot read";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json_text(ss.str(), path);
+  const Json j = hf::read_object_file(path);
+  return from_json_text(j.dump(), path);
 }
 
 std::string PolicyConfig::to_json() const {
-  json j;
+  Json j;
   j["architectures"] = {arch_name(arch)};
   j["model_type"] = arch == PolicyArch::Llama ? "llama" : arch == PolicyArch::Qwen2 ? "qwen2" : "qwen3";
   j["vocab_size"] = vocab_size;
@@ -193,21 +100,13 @@ std::string PolicyConfig::to_json() const {
   j["head_dim"] = head_dim;
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
-  j["rope_theta"] = rope.theta;
-  if (rope.scaling == "linear")
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope.factor}};
-  else if (rope.scaling == "llama3")
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", rope.factor},
-                         {"low_freq_factor", rope.low_freq_factor},
-                         {"high_freq_factor", rope.high_freq_factor},
-                         {"original_max_position_embeddings", rope.original_max_position}};
+  hf::write_rope(j, rope);
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (arch == PolicyArch::Llama)
     j["attention_bias"] = attention_bias;
   j["hidden_act"] = "silu";
   if (!eos_token_ids.empty())
-    j["eos_token_id"] = eos_token_ids.size() == 1 ? json(eos_token_ids[0]) : json(eos_token_ids);
+    j["eos_token_id"] = eos_token_ids.size() == 1 ? Json(eos_token_ids[0]) : Json(eos_token_ids);
   if (bos_token_id >= 0)
     j["bos_token_id"] = bos_token_id;
   j["torch_dtype"] = dtype == DType::F32 ? "float32" : dtype == DType::F16 ? "float16" : "bfloat16";

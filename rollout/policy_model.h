@@ -6,17 +6,13 @@
 // missing or unexpected tensor is an Error naming it. On the CPU weights stay memory-mapped in
 // their stored dtype (math in f32); on CUDA they are converted to bf16 on the device.
 //
-// forward() runs one batched step over several sequences. For each sequence it appends the KV
-// entries of `tokens` (n new tokens) after the kv->length cached ones, at RoPE `positions`
-// (default: kv->length + i), with causal attention among the new tokens or `tree_mask`
-// (bool [n, n], CPU: new token i sees new token j iff mask[i, j]; every cached entry is seen).
-// It returns, in sequence order, the logits (f32) and optionally the final normed hidden state
-// of the rows in `logit_rows`, and optionally the aux states: the residual stream entering each
-// aux layer (Hugging Face hidden_states indices, default {2, L/2, L-3}) for every new token,
-// aux [T, A, H] in the activation dtype (row-major, so [T, A*H] is the EAGLE-3 concatenation
-// [low | mid | high]). The caller must have reserved KV blocks for kv->length + n entries; on
-// return kv->length has advanced by n. Token ids outside the vocabulary are an Error raised
-// before anything is written.
+// forward() runs one batched step over several sequences (SeqStep, kernels/nn/paged_batch.h:
+// each appends its tokens' KV entries, with causal or tree-masked attention). It returns, in sequence order, the logits
+// (f32) and optionally the final normed hidden state of the rows in `logit_rows`, and optionally the aux states: the
+// residual stream entering each aux layer (Hugging Face hidden_states indices, default {2, L/2, L-3}) for every new
+// token, aux [T, A, H] in the activation dtype (row-major, so [T, A*H] is the EAGLE-3 concatenation [low | mid |
+// high]). The caller must have reserved KV blocks for kv->length + n entries; on return kv->length has advanced by n.
+// Token ids outside the vocabulary are an Error raised before anything is written.
 #pragma once
 
 #include <functional>
@@ -24,23 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "drafter/draft_model.h"
 #include "kernels/nn/llama_layer.h"
-#include "rollout/kv_cache.h"
+#include "kernels/nn/paged_batch.h"
 #include "rollout/policy_config.h"
 
 namespace updraft {
 
-struct SeqStep {
-  SeqKv* kv = nullptr;
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> positions;   // empty: kv->length + i
-  Tensor tree_mask;                 // undefined: causal
-  std::vector<int32_t> logit_rows;  // local indices into tokens
-};
-
 struct ForwardOptions {
-  bool aux = false;     // capture aux hidden states of every new token
-  bool hidden = false;  // return the final normed hidden state at the logit rows
+  bool aux = false;                 // capture aux hidden states of every new token
+  bool hidden = false;              // return the final normed hidden state at the logit rows
+  std::vector<int64_t> aux_layers;  // which (HF hidden_states indices); empty: the model's
 };
 
 struct ForwardOut {
@@ -67,10 +57,15 @@ class PolicyModel {
   DType act_dtype() const { return act_; }
   KvCacheShape kv_shape() const { return {cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, act_, device_}; }
   const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
-  // HF hidden_states indices in [0, L), ascending, distinct.
+  // HF hidden_states indices in [0, L), ascending, distinct (Error otherwise).
   void set_aux_layers(const std::vector<int64_t>& layers);
+  void check_aux_layers(const std::vector<int64_t>& layers) const;
   const Tensor& embedding_table() const { return embed_; }
   const Tensor& lm_head() const { return lm_head_; }
+  // What an EAGLE-3 drafter needs to serve this policy (its embedding is shared).
+  DraftTarget draft_target() const {
+    return {cfg_.hidden_size, cfg_.vocab_size, cfg_.num_layers, embed_, act_, device_};
+  }
 
   ForwardOut forward(KvCache& cache, std::vector<SeqStep>& seqs, const ForwardOptions& opts = {}) const;
 

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "kernels/io/atomic_file.h"
+
 namespace updraft {
 namespace {
 
@@ -164,22 +166,6 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   return Tensor::wrap(const_cast<uint8_t*>(p), i.shape, i.dtype, Device::CPU, mapping_);
 }
 
-namespace {
-
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    UPD_REQUIRE(w > 0) << path << ": write failed: " << std::strerror(errno);
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
-
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -194,39 +180,18 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  UPD_REQUIRE(fd >= 0) << tmp << ": cannot create: " << std::strerror(errno);
-  try {
-    uint8_t len[8];
-    uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i)
-      len[i] = static_cast<uint8_t>(n >> (8 * i));
-    write_all(fd, len, 8, tmp);
-    write_all(fd, h.data(), h.size(), tmp);
-    for (const auto& [name, t] : tensors) {
-      Tensor host = t.to(Device::CPU);
-      write_all(fd, host.raw(), host.nbytes(), tmp);
-    }
-    UPD_REQUIRE(::fsync(fd) == 0) << tmp << ": fsync failed: " << std::strerror(errno);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  AtomicFile f(path);
+  uint8_t len[8];
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<uint8_t>(n >> (8 * i));
+  f.write(len, 8);
+  f.write(h);
+  for (const auto& [name, t] : tensors) {
+    Tensor host = t.to(Device::CPU);
+    f.write(host.raw(), host.nbytes());
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    UPD_FAIL() << path << ": cannot rename the written file into place: " << std::strerror(e);
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // best effort: makes the rename durable on filesystems that need it
-    ::close(dfd);
-  }
+  f.commit();
 }
 
 }  // namespace updraft

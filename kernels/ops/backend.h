@@ -23,7 +23,8 @@ namespace updraft::ops {
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,                   \
                  const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse);                            \
   void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len,      \
-                       const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor& out);                \
+                       const Tensor& q_start, const Tensor& tree_mask, const Tensor& mask_len, float scale,    \
+                       Tensor& out);                                                                           \
   void copy_rows(const Tensor& src, const Tensor& src_idx, Tensor& dst, const Tensor& dst_idx);                  \
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out);                                           \
   void argmax(const Tensor& x, Tensor& out);                                                                     \

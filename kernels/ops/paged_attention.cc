@@ -7,7 +7,7 @@
 namespace updraft::ops {
 
 void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len,
-                     const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor out) {
+                     const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor out, const Tensor& mask_len) {
   const char* op = "paged_attention";
   check_same_device(op, {&q, &kv.k_cache, &kv.v_cache, &out});
   UPD_CHECK(q.dim() == 3 && kv.k_cache.dim() == 3) << op << ": q [T,NH,HD], caches [NSLOT,NKV,HD]";
@@ -50,9 +50,20 @@ void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_tab
         << op << ": tree_mask must be a CPU bool [T, >= max new tokens]";
     check_dtype(op, "tree_mask", tree_mask, {DType::Bool});
   }
+  if (mask_len.defined()) {
+    UPD_CHECK(tree_mask.defined()) << op << ": mask_len needs a tree_mask";
+    UPD_CHECK(mask_len.is_cpu()) << op << ": mask_len on the CPU";
+    check_dtype(op, "mask_len", mask_len, {DType::I32});
+    check_shape(op, "mask_len", mask_len, {B});
+    const int32_t* ml = mask_len.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b)
+      UPD_CHECK(ml[b] >= qs[b + 1] - qs[b] && ml[b] <= kl[b] && ml[b] <= tree_mask.size(1))
+          << op << ": sequence " << b << " mask window " << ml[b] << " outside [" << qs[b + 1] - qs[b] << ", "
+          << std::min<int64_t>(kl[b], tree_mask.size(1)) << "]";
+  }
   if (T == 0)
     return;
-  UPD_DISPATCH(q.device(), paged_attention, q, kv, block_table, kv_len, q_start, tree_mask, scale, out);
+  UPD_DISPATCH(q.device(), paged_attention, q, kv, block_table, kv_len, q_start, tree_mask, mask_len, scale, out);
 }
 
 void copy_rows(const Tensor& src, const Tensor& src_idx, Tensor dst, const Tensor& dst_idx) {

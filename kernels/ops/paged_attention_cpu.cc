@@ -12,11 +12,9 @@ namespace updraft::ops::cpu {
 
 // Built twice (AVX-512 and baseline x86-64), chosen at load time by the CPU's features, so
 // the simd loops below use 16-wide vectors where the machine has them.
-__attribute__((target_clones("avx512f", "default"))) void paged_attention(const Tensor& q, const PagedKv& kv,
-                                                                          const Tensor& block_table,
-                                                                          const Tensor& kv_len, const Tensor& q_start,
-                                                                          const Tensor& tree_mask, float scale,
-                                                                          Tensor& out) {
+__attribute__((target_clones("avx512f", "default"))) void paged_attention(
+    const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len, const Tensor& q_start,
+    const Tensor& tree_mask, const Tensor& mask_len, float scale, Tensor& out) {
   const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
   const int64_t G = NH / NKV, B = block_table.size(0), MAXB = block_table.size(1), BS = kv.block_size;
   const int32_t* qs = q_start.data<int32_t>();
@@ -24,6 +22,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(const 
   const int32_t* bt = block_table.data<int32_t>();
   const uint8_t* tm = tree_mask.defined() ? tree_mask.data<uint8_t>() : nullptr;
   const int64_t tm_cols = tree_mask.defined() ? tree_mask.size(1) : 0;
+  const int32_t* ml = mask_len.defined() ? mask_len.data<int32_t>() : nullptr;
   const float* qp = q.data<float>();
   const float* kp = kv.k_cache.data<float>();
   const float* vp = kv.v_cache.data<float>();
@@ -44,7 +43,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(const 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < T * NKV; ++item) {
       const int64_t i = item / NKV, g = item % NKV, b = seq_of[i];
-      const int64_t n = qs[b + 1] - qs[b], S = kl[b], prefix = S - n, li = i - qs[b];
+      const int64_t n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n), li = i - qs[b];
       keys.clear();
       for (int64_t j = 0; j < S; ++j) {
         const int64_t lj = j - prefix;

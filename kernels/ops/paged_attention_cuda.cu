@@ -19,6 +19,7 @@ struct Meta {
   const int32_t* block_table;  // [B, MAXB]
   const int32_t* kv_len;       // [B]
   const int32_t* q_start;      // [B+1]
+  const int32_t* mask_len;     // [B] or null
   const uint8_t* tree;         // [T, tm_cols] or null
   int64_t tm_cols, MAXB, BS;
 };
@@ -35,7 +36,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const E* q, c
 
   const int64_t i = blockIdx.x / NH, h = blockIdx.x % NH, g = h / (NH / NKV);
   const int64_t b = m.row_seq[i];
-  const int64_t n = m.q_start[b + 1] - m.q_start[b], S = m.kv_len[b], prefix = S - n, li = i - m.q_start[b];
+  const int64_t n = m.q_start[b + 1] - m.q_start[b], S = m.kv_len[b], li = i - m.q_start[b];
+  const int64_t prefix = S - (m.mask_len != nullptr ? m.mask_len[b] : n);
   const int64_t last = m.tree != nullptr ? S : prefix + li + 1;  // keys beyond are never visible
   const E* qr = q + (i * NH + h) * HD;
   for (int64_t d = threadIdx.x; d < HD; d += blockDim.x) {
@@ -106,23 +108,28 @@ __global__ void copy_rows_kernel(const uint8_t* src, uint8_t* dst, const int32_t
 }  // namespace
 
 void paged_attention(const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len,
-                     const Tensor& q_start, const Tensor& tree_mask, float scale, Tensor& out) {
+                     const Tensor& q_start, const Tensor& tree_mask, const Tensor& mask_len, float scale, Tensor& out) {
   const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
   const int64_t B = block_table.size(0), MAXB = block_table.size(1);
   UPD_CHECK(T * NH <= INT32_MAX && HD <= 4096) << "paged_attention: launch too large";
   const int32_t* qs = q_start.data<int32_t>();
-  std::vector<int32_t> meta(static_cast<size_t>(T + B * MAXB + B + B + 1));
+  const int64_t n_ml = mask_len.defined() ? B : 0;
+  std::vector<int32_t> meta(static_cast<size_t>(T + B * MAXB + B + B + 1 + n_ml));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = qs[b]; r < qs[b + 1]; ++r)
       meta[r] = static_cast<int32_t>(b);
   std::copy_n(block_table.data<int32_t>(), B * MAXB, meta.begin() + T);
   std::copy_n(kv_len.data<int32_t>(), B, meta.begin() + T + B * MAXB);
   std::copy_n(qs, B + 1, meta.begin() + T + B * MAXB + B);
+  if (n_ml > 0)
+    std::copy_n(mask_len.data<int32_t>(), B, meta.begin() + T + B * MAXB + 2 * B + 1);
   const size_t tm_bytes = tree_mask.defined() ? tree_mask.nbytes() : 0;
   Scratch buf(meta.size() * sizeof(int32_t) + tm_bytes);
   int32_t* dm = buf.get<int32_t>();
   UPD_CUDA_CHECK(cudaMemcpyAsync(dm, meta.data(), meta.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
-  Meta m{dm, dm + T, dm + T + B * MAXB, dm + T + B * MAXB + B, nullptr, 0, MAXB, kv.block_size};
+  Meta m{
+      dm, dm + T, dm + T + B * MAXB, dm + T + B * MAXB + B, n_ml > 0 ? dm + T + B * MAXB + 2 * B + 1 : nullptr, nullptr,
+      0,  MAXB,   kv.block_size};
   if (tm_bytes > 0) {
     auto* tm = reinterpret_cast<uint8_t*>(dm + meta.size());
     UPD_CUDA_CHECK(cudaMemcpyAsync(tm, tree_mask.raw(), tm_bytes, cudaMemcpyHostToDevice, stream()));

@@ -206,10 +206,16 @@ void sampling_case(const Backend& b) {
 }
 
 // Three sequences in a cache whose blocks are shuffled; the reference gathers each sequence's
-// keys in order and runs the plain attention reference with the matching causal/tree mask.
-void paged_attention_case(const Backend& b, bool tree) {
-  const int64_t NH = 4, NKV = 2, HD = 16, BS = 4, NB = 12, MAXB = 5;
+// keys in order and runs the plain attention reference with the matching mask. Modes: causal;
+// tree (mask over the new tokens); window (mask over a window wider than the new tokens, as
+// the draft tree's deeper levels use: the reference pads the queries up to the window with
+// causal dummy rows and keeps the last n outputs).
+enum class PagedMode { Causal, Tree, Window };
+
+void paged_attention_case(const Backend& b, PagedMode mode) {
+  const int64_t NH = 4, NKV = 2, HD = 16, BS = 4, NB = 12, MAXB = 5, W = 6;
   const std::vector<int32_t> kv_len = {5, 17, 9}, n_new = {1, 4, 3};
+  const std::vector<int32_t> win = mode == PagedMode::Window ? std::vector<int32_t>{2, 6, 5} : n_new;
   const int64_t B = 3;
   std::vector<int32_t> perm(NB);
   for (int64_t i = 0; i < NB; ++i)
@@ -224,44 +230,44 @@ void paged_attention_case(const Backend& b, bool tree) {
   const int64_t T = q_start.back(), NSLOT = NB * BS;
   auto qv = rand_vec(T * NH * HD, 200, -2, 2), kv = rand_vec(NSLOT * NKV * HD, 201, -2, 2),
        vv = rand_vec(NSLOT * NKV * HD, 202);
+  // Per sequence, a [w, w] mask whose last n rows are the new tokens' rows.
+  std::vector<Tensor> subs;
   Tensor tm;
-  if (tree) {
-    tm = Tensor::zeros({T, 4}, DType::Bool);
+  if (mode != PagedMode::Causal) {
+    tm = Tensor::zeros({T, W}, DType::Bool);
     for (int64_t s = 0; s < B; ++s) {
-      Tensor sub = random_tree_mask(n_new[s], 30 + s);
-      for (int64_t i = 0; i < n_new[s]; ++i)
-        for (int64_t j = 0; j < n_new[s]; ++j)
-          tm.data<uint8_t>()[(q_start[s] + i) * 4 + j] = sub.data<uint8_t>()[i * n_new[s] + j];
+      const int64_t w = win[s], n = n_new[s];
+      subs.push_back(random_tree_mask(w, 30 + s));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          tm.data<uint8_t>()[(q_start[s] + i) * W + j] = subs[s].data<uint8_t>()[(w - n + i) * w + j];
     }
   }
   ops::PagedKv cache{make(kv, {NSLOT, NKV, HD}, b, b.act), make(vv, {NSLOT, NKV, HD}, b, b.act), BS};
   Tensor out = Tensor::empty({T, NH, HD}, b.act, b.device);
   const float scale = 0.3f;
   ops::paged_attention(make(qv, {T, NH, HD}, b, b.act), cache, Tensor::from_i32(table, {B, MAXB}),
-                       Tensor::from_i32(kv_len, {B}), Tensor::from_i32(q_start, {B + 1}), tm, scale, out);
+                       Tensor::from_i32(kv_len, {B}), Tensor::from_i32(q_start, {B + 1}), tm, scale, out,
+                       mode == PagedMode::Window ? Tensor::from_i32(win, {B}) : Tensor());
   const Vec Q = rounded(qv, b.act), K = rounded(kv, b.act), V = rounded(vv, b.act);
   Vec want;
   for (int64_t s = 0; s < B; ++s) {
-    const int64_t S = kv_len[s], n = n_new[s], row = NKV * HD;
+    const int64_t S = kv_len[s], n = n_new[s], w = win[s], row = NKV * HD;
     Vec ks, vs;
     for (int64_t j = 0; j < S; ++j) {
       const int64_t slot = table[s * MAXB + j / BS] * BS + j % BS;
       ks.insert(ks.end(), K.begin() + slot * row, K.begin() + (slot + 1) * row);
       vs.insert(vs.end(), V.begin() + slot * row, V.begin() + (slot + 1) * row);
     }
-    Vec qs(Q.begin() + q_start[s] * NH * HD, Q.begin() + q_start[s + 1] * NH * HD);
-    ops::AttentionMask mask = ops::AttentionMask::causal(S - n);
-    if (tree) {
-      Tensor sub = Tensor::zeros({n, n}, DType::Bool);
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j)
-          sub.data<uint8_t>()[i * n + j] = tm.data<uint8_t>()[(q_start[s] + i) * 4 + j];
-      mask = ops::AttentionMask::tree(S - n, sub);
-    }
-    auto got = ref::attention(qs, ks, vs, mask, n, NH, HD, S, NKV, scale).first;
-    want.insert(want.end(), got.begin(), got.end());
+    Vec qs(static_cast<size_t>((w - n) * NH * HD), 0.0);  // dummy rows (window mode only)
+    qs.insert(qs.end(), Q.begin() + q_start[s] * NH * HD, Q.begin() + q_start[s + 1] * NH * HD);
+    const ops::AttentionMask mask =
+        mode == PagedMode::Causal ? ops::AttentionMask::causal(S - n) : ops::AttentionMask::tree(S - w, subs[s]);
+    auto got = ref::attention(qs, ks, vs, mask, w, NH, HD, S, NKV, scale).first;
+    want.insert(want.end(), got.begin() + (w - n) * NH * HD, got.end());
   }
-  expect_close(fetch(out), want, atol(b), rtol(b), tree ? "paged_attention tree" : "paged_attention causal");
+  const char* names[] = {"paged_attention causal", "paged_attention tree", "paged_attention window"};
+  expect_close(fetch(out), want, atol(b), rtol(b), names[static_cast<int>(mode)]);
 }
 
 void copy_rows_case(const Backend& b) {
@@ -390,8 +396,9 @@ std::vector<OpCase> op_cases() {
   c.push_back({"attention_ttt", false,
                [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3), 6, 24, 4, 2, 16); }});
 
-  c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, false); }});
-  c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, true); }});
+  c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Causal); }});
+  c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Tree); }});
+  c.push_back({"paged_attention_window", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Window); }});
   c.push_back({"copy_rows", false, copy_rows_case});
 
   c.push_back({"embedding", true, [](const Backend& b) {

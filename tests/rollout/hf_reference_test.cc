@@ -73,7 +73,7 @@ TEST_P(HfReference, LogitsAndEveryHiddenState) {
   b[0].tokens = ids;
   for (int64_t t = 0; t < T; ++t)
     b[0].logit_rows.push_back(static_cast<int32_t>(t));
-  auto out = model_->forward(cache, b, {.aux = true, .hidden = true});
+  auto out = model_->forward(cache, b, {.aux = true, .hidden = true, .aux_layers = {}});
   expect_close(out.logits.to_f32_vector(), ref_->get("logits").to_f32_vector(), "logits");
   const auto hs = ref_->get("hidden_states").to_f32_vector();  // [L+1, T, H]
   const auto aux = out.aux.to_f32_vector();                    // [T, L, H]
@@ -99,7 +99,8 @@ TEST_P(HfReference, DefaultAuxLayersAreHfIndices2HalfAndLMinus3) {
   std::vector<SeqStep> b(1);
   b[0].kv = &kv;
   b[0].tokens = ids;
-  const auto aux = model_->forward(cache, b, {.aux = true}).aux.to_f32_vector();  // [T, 3, H]
+  const auto aux =
+      model_->forward(cache, b, {.aux = true, .hidden = false, .aux_layers = {}}).aux.to_f32_vector();  // [T, 3, H]
   const auto hs = ref_->get("hidden_states").to_f32_vector();
   const int64_t idx[3] = {2, 4, 5};
   for (int64_t t = 0; t < T; ++t)

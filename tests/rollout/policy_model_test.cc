@@ -179,7 +179,7 @@ TEST_P(PolicyForward, AuxCaptureAndBadTokens) {
   b[0].logit_rows = {4};
   EXPECT_EQ(model_->aux_layers(), (std::vector<int64_t>{2, 4, 5})) << "default {2, L/2, L-3} for L = 8";
   model_->set_aux_layers({0, 2, 5});
-  auto out = model_->forward(*cache_, b, {.aux = true, .hidden = true});
+  auto out = model_->forward(*cache_, b, {.aux = true, .hidden = true, .aux_layers = {}});
   ASSERT_EQ(out.aux.shape(), (Shape{5, 3, cfg_.hidden_size}));
   ASSERT_EQ(out.hidden.shape(), (Shape{1, cfg_.hidden_size}));
   // Index 0 is the residual stream entering layer 0: the embedding rows themselves.

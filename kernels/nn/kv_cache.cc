@@ -1,4 +1,4 @@
-#include "rollout/kv_cache.h"
+#include "kernels/nn/kv_cache.h"
 
 #include <algorithm>
 

@@ -1,0 +1,82 @@
+// The EAGLE-3 draft model (eagle3.md A): one Llama-style decoder layer whose q/k/v read the 2H
+// concatenation [RMSNorm_in(embedding(token)) | RMSNorm_hid(hidden)], over a paged KV cache of
+// its own (one layer).
+//
+// forward() takes, per row, a token (target id) and a hidden input:
+//   - target features [T, 3*Ht] = the policy's aux states [low | mid | high] at position p, paired
+//     with the token x_{p+1}: fc (after input_norm / fc_norm when configured) makes them H wide;
+//   - or the draft's own fed-back states [T, H] (the pre-norm output of an earlier step).
+// Then res = hidden (or RMSNorm_hid(hidden) with norm_before_residual); h1 = res + o(attn);
+// h2 = h1 + mlp(RMSNorm_post(h1)). It returns for every row the state fed back at the next step
+// (h2, or RMSNorm_final(h2) with feed_back_normed) and, for the rows asked, the draft-vocabulary
+// logits lm_head(RMSNorm_final(h2)) in f32.
+// Draft id j stands for target id vocab().to_target(j). The token embedding is the policy's
+// table, shared and never modified. RoPE comes from the draft config; the caller gives each row
+// its position (pair (h_p, x_{p+1}) at p, draft step k at p + k).
+//
+// Loading checks the draft against the policy it serves (hidden sizes, vocabulary, aux layers,
+// d2t range and order) and every tensor's name, dtype and shape; a mismatch is an Error that
+// names the file and the value. Both checkpoint formats load (drafter/draft_config.h); save()
+// writes the EAGLE/SpecForge format (config.json, model.safetensors with fc, midlayer.*, norm,
+// lm_head, d2t, t2d), each file written to a temporary name, fsynced and renamed.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "drafter/draft_config.h"
+#include "drafter/vocab_map.h"
+#include "kernels/nn/llama_layer.h"
+#include "kernels/nn/paged_batch.h"
+
+namespace updraft {
+
+// What the drafter needs from the policy it serves.
+struct DraftTarget {
+  int64_t hidden_size = 0, vocab_size = 0, num_layers = 0;
+  Tensor embedding;  // [V, H], the policy's own table (its device and dtype)
+  DType act_dtype = DType::F32;
+  Device device = Device::CPU;
+};
+
+struct DraftOut {
+  Tensor state;   // [T, H] act dtype: the state each row feeds back
+  Tensor logits;  // f32 [R, Vd] at the asked rows, in sequence order
+};
+
+class DraftModel {
+ public:
+  static DraftModel load(const std::string& dir, const DraftTarget& target);
+  // From named tensors (either format's names); `names` lists all available ones.
+  static DraftModel build(const DraftConfig& cfg, const std::vector<std::string>& names,
+                          const std::function<Tensor(const std::string&)>& get, const DraftTarget& target,
+                          const std::string& where);
+  void save(const std::string& dir) const;
+
+  const DraftConfig& config() const { return cfg_; }
+  const VocabMap& vocab() const { return vocab_; }
+  // The policy's aux layers (HF hidden_states indices) this draft reads.
+  const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
+  Device device() const { return target_.device; }
+  DType act_dtype() const { return target_.act_dtype; }
+  KvCacheShape kv_shape() const { return {1, cfg_.num_kv_heads, cfg_.head_dim, target_.act_dtype, target_.device}; }
+  // The EAGLE-format tensors, as stored (checkpoint dtype, CPU) — what save() writes.
+  const std::vector<std::pair<std::string, Tensor>>& tensors() const { return stored_; }
+
+  DraftOut forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden) const;
+
+ private:
+  DraftConfig cfg_;
+  DraftTarget target_;
+  VocabMap vocab_;
+  std::vector<int64_t> aux_layers_;
+  std::vector<std::pair<std::string, Tensor>> stored_;
+  Tensor fc_;           // [H, 3Ht], input norm weights folded into its columns when configured
+  Tensor unit_fc_norm;  // ones for the folded norms ([3Ht] or [Ht]), undefined without them
+  Tensor embed_norm_, hidden_norm_, final_norm_, lm_head_, inv_freq_;
+  nn::DecoderLayerWeights layer_;  // input_norm unused (embed_norm_/hidden_norm_ instead)
+};
+
+}  // namespace updraft

@@ -1,0 +1,74 @@
+// Draft trees (eagle3.md D.2): the EAGLE-2 dynamic tree and, as its top_k = 1 case, the chain.
+//
+// Settings follow SGLang's names: `steps` levels of drafts (the first comes from the draft pass
+// over the committed pairs, each later one from one more draft forward), `top_k` children per
+// expanded node, and `draft_tokens` = tree size including the root (N + 1). A chain of K drafts
+// is {steps K, top_k 1, draft_tokens K + 1}.
+//
+// TreeBuilder grows one sequence's tree. Level 1: the top_k draft tokens of the root's
+// log-probabilities; they form the frontier. Each further level: every frontier node proposes
+// its top_k children, scored by cumulative log-probability (parent score + child log-prob); all
+// of these candidates enter the pool, and the best top_k of them become the next frontier.
+// finish() keeps the N = draft_tokens - 1 best pool entries by score (ties: earlier pool entry
+// first), in pool order (level-major, then parent, then child rank), so every parent precedes
+// its children and the kept set is closed under ancestors (a child never outscores its parent).
+//
+// DraftTree: node 0 is the root (the sequence's pending token); node i > 0 holds a target token,
+// its parent (< i), depth (root 0) and score. mask() is the ancestor-or-self matrix the target's
+// verification forward uses; children(i) lists i's children in rank order (the order sampling
+// verification tries them in).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/core/tensor.h"
+
+namespace updraft {
+
+struct SpecSettings {
+  int64_t steps = 4, top_k = 1, draft_tokens = 5;
+  bool chain() const { return top_k == 1; }
+  // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size.
+  void validate() const;
+  int64_t pool_size() const { return top_k + (steps - 1) * top_k * top_k; }
+  // Draft KV entries a round appends temporarily (the frontier of every level but the last).
+  int64_t scratch_entries() const { return (steps - 1) * top_k; }
+};
+
+struct DraftTree {
+  std::vector<int32_t> tokens, parent, depth;
+  std::vector<float> score;
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  Tensor mask() const;  // bool [n, n]
+  std::vector<int32_t> children(int32_t node) const;
+  static DraftTree single(int32_t root);  // a root alone (no speculation)
+};
+
+class TreeBuilder {
+ public:
+  TreeBuilder(int32_t root, const SpecSettings& s) : root_(root), s_(s) {}
+  // Expands the current frontier (for level 1: the root). `top_tokens`/`top_logprobs` hold, per
+  // frontier node in frontier order, its top_k children (target ids) and their log-probs.
+  void expand(const std::vector<int32_t>& top_tokens, const std::vector<float>& top_logprobs);
+  // Pool indices of the frontier, in order; the next draft forward runs these nodes.
+  const std::vector<int32_t>& frontier() const { return frontier_; }
+  int32_t pool_token(int32_t i) const { return pool_[static_cast<size_t>(i)].token; }
+  int32_t pool_parent(int32_t i) const { return pool_[static_cast<size_t>(i)].parent; }
+  int64_t levels() const { return levels_; }
+  DraftTree finish() const;
+
+ private:
+  struct Entry {
+    int32_t token, parent;  // parent: pool index, -1 for the root
+    int32_t depth;
+    float score;
+  };
+  int32_t root_;
+  SpecSettings s_;
+  std::vector<Entry> pool_;
+  std::vector<int32_t> frontier_;
+  int64_t levels_ = 0;
+};
+
+}  // namespace updraft

@@ -1,0 +1,108 @@
+#include "drafter/proposer.h"
+
+#include <algorithm>
+
+#include "kernels/ops.h"
+
+namespace updraft {
+
+void top_draft_tokens(const DraftModel& model, const Tensor& logits, int64_t k, std::vector<int32_t>& tokens,
+                      std::vector<float>& logprobs) {
+  const int64_t R = logits.size(0), Vd = logits.size(1);
+  const Device d = logits.device();
+  Tensor lp = Tensor::empty({R, Vd}, DType::F32, d), val = Tensor::empty({R, k}, DType::F32, d),
+         idx = Tensor::empty({R, k}, DType::I32, d);
+  ops::log_softmax(logits, lp);
+  ops::topk(lp, k, val, idx);
+  logprobs = val.to_f32_vector();
+  tokens = idx.to(Device::CPU).to_i32_vector();
+  for (int32_t& t : tokens)
+    t = model.vocab().to_target(t);
+}
+
+std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const std::vector<ProposeSeq>& seqs,
+                               const Tensor& h_last, const Tensor& logits, const SpecSettings& s) {
+  s.validate();
+  const int64_t B = static_cast<int64_t>(seqs.size()), k = s.top_k, H = model.config().hidden_size;
+  UPD_REQUIRE(k <= model.config().draft_vocab_size)
+      << "speculation: top_k " << k << " exceeds the draft vocabulary " << model.config().draft_vocab_size;
+  UPD_CHECK(h_last.dim() == 2 && h_last.size(0) == B && h_last.size(1) == H && logits.dim() == 2 &&
+            logits.size(0) == B && logits.size(1) == model.config().draft_vocab_size)
+      << "propose: h_last must be [B, H] and logits [B, Vd]";
+  std::vector<TreeBuilder> trees;
+  std::vector<int64_t> base(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    trees.emplace_back(seqs[b].root, s);
+    base[b] = seqs[b].kv->length;
+    UPD_CHECK(cache.blocks_needed(base[b] + s.scratch_entries()) <= static_cast<int64_t>(seqs[b].kv->blocks.size()))
+        << "propose: sequence " << b << " needs " << base[b] + s.scratch_entries() << " draft KV entries reserved";
+  }
+  std::vector<int32_t> top;
+  std::vector<float> lps;
+  top_draft_tokens(model, logits, k, top, lps);
+  for (int64_t b = 0; b < B; ++b)
+    trees[b].expand({top.begin() + b * k, top.begin() + (b + 1) * k}, {lps.begin() + b * k, lps.begin() + (b + 1) * k});
+
+  // Per sequence: the pool index of each scratch entry written so far, and where each expanded
+  // pool entry's output state lives (its row in `states`; -1: the root, row b of h_last).
+  std::vector<std::vector<int32_t>> scratch(static_cast<size_t>(B));
+  std::vector<std::vector<int32_t>> state_row(static_cast<size_t>(B));
+  Tensor states = h_last;
+  for (int64_t level = 2; level <= s.steps; ++level) {
+    std::vector<SeqStep> steps(static_cast<size_t>(B));
+    std::vector<int32_t> src, dst;
+    for (int64_t b = 0; b < B; ++b) {
+      const TreeBuilder& tb = trees[b];
+      const std::vector<int32_t>& fr = tb.frontier();
+      const int64_t n = static_cast<int64_t>(fr.size());
+      auto& sc = scratch[b];
+      sc.insert(sc.end(), fr.begin(), fr.end());
+      const int64_t w = static_cast<int64_t>(sc.size());
+      SeqStep& st = steps[b];
+      st.kv = seqs[b].kv;
+      st.tree_mask = Tensor::zeros({n, w}, DType::Bool);
+      uint8_t* m = st.tree_mask.data<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t node = fr[i];
+        st.tokens.push_back(tb.pool_token(node));
+        st.positions.push_back(static_cast<int32_t>(base[b] + level - 2));
+        st.logit_rows.push_back(static_cast<int32_t>(i));
+        for (int32_t a = node; a >= 0; a = tb.pool_parent(a))  // ancestors-or-self among the scratch
+          for (int64_t j = 0; j < w; ++j)
+            if (sc[j] == a)
+              m[i * w + j] = 1;
+        const int32_t par = tb.pool_parent(node);
+        src.push_back(par < 0 ? static_cast<int32_t>(b) : state_row[b][static_cast<size_t>(par)]);
+        dst.push_back(static_cast<int32_t>(dst.size()));
+      }
+    }
+    const int64_t T = static_cast<int64_t>(dst.size());
+    Tensor hidden = Tensor::empty({T, H}, model.act_dtype(), model.device());
+    ops::copy_rows(states, Tensor::from_i32(src, {T}), hidden, Tensor::from_i32(dst, {T}));
+    DraftOut out = model.forward(cache, steps, hidden);
+    top_draft_tokens(model, out.logits, k, top, lps);
+    int64_t row = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int32_t> fr = trees[b].frontier();
+      const int64_t n = static_cast<int64_t>(fr.size());
+      for (int64_t i = 0; i < n; ++i) {
+        const auto node = static_cast<size_t>(fr[i]);
+        if (state_row[b].size() <= node)
+          state_row[b].resize(node + 1, -1);
+        state_row[b][node] = static_cast<int32_t>(row + i);
+      }
+      trees[b].expand({top.begin() + row * k, top.begin() + (row + n) * k},
+                      {lps.begin() + row * k, lps.begin() + (row + n) * k});
+      row += n;
+    }
+    states = out.state;
+  }
+  std::vector<DraftTree> result;
+  for (int64_t b = 0; b < B; ++b) {
+    cache.truncate(*seqs[b].kv, base[b]);
+    result.push_back(trees[b].finish());
+  }
+  return result;
+}
+
+}  // namespace updraft

@@ -1,0 +1,277 @@
+// The drafter against the speculators package: tests/fixtures/drafter holds two tiny random
+// drafters for the policy fixture tests/fixtures/policy/llama, in the speculators format, with
+// the outputs of the package's own forward (tools/make_drafter_fixtures.py; semantics in the
+// fixtures' README). spec_default is the original EAGLE-3 layer; spec_variant turns on
+// norm_before_residual, norm_before_fc and norm_output. Step 0 runs the target features through
+// fc with causal attention; step 1 feeds back the step-0 states, and row p attends to the step-0
+// entries 0..p and to itself (the training-time-test pattern, expressed as a masked window over
+// the draft cache). Tolerance 1e-4 absolute + 1e-4 relative (f32 math; the reference is f32 too).
+// The same tensors saved in the EAGLE format load to the same outputs; damaged or mismatched
+// checkpoints are refused with errors that say what is wrong.
+#include "drafter/draft_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kernels/io/hf_checkpoint.h"
+#include "kernels/io/safetensors.h"
+#include "rollout/policy_model.h"
+
+namespace updraft {
+namespace {
+
+namespace fs = std::filesystem;
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+std::string source(const std::string& rel) {
+  return std::string(UPDRAFT_SOURCE_DIR) + "/" + rel;
+}
+
+std::vector<int32_t> ids_of(const Tensor& t) {
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out.push_back(static_cast<int32_t>(t.data<int64_t>()[i]));
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, err);
+    if (!(err <= 1e-4 + 1e-4 * std::abs(want[i])) && ++bad <= 3)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": max abs error " << worst;
+}
+
+struct TwoSteps {
+  std::vector<float> state0, logits0, logits1, state1;
+};
+
+// Step 0 over all rows, then step 1 with the TTT diagonal pattern, in one draft cache.
+TwoSteps run_two_steps(const DraftModel& m, const SafetensorsFile& ref) {
+  const Tensor hidden = ref.get("hidden_in");
+  const int64_t T = hidden.size(0);
+  KvCache cache(m.kv_shape(), 8, 4);
+  SeqKv kv;
+  EXPECT_TRUE(cache.reserve(kv, 2 * T));
+  std::vector<SeqStep> s(1);
+  s[0].kv = &kv;
+  s[0].tokens = ids_of(ref.get("input_ids"));
+  s[0].positions = ids_of(ref.get("positions"));
+  for (int64_t t = 0; t < T; ++t)
+    s[0].logit_rows.push_back(static_cast<int32_t>(t));
+  DraftOut o0 = m.forward(cache, s, hidden.to_dtype(m.act_dtype()));
+  s[0].tokens = ids_of(ref.get("step1_ids"));
+  s[0].positions = ids_of(ref.get("step1_positions"));
+  s[0].tree_mask = Tensor::zeros({T, 2 * T}, DType::Bool);
+  for (int64_t p = 0; p < T; ++p) {
+    for (int64_t j = 0; j <= p; ++j)
+      s[0].tree_mask.data<uint8_t>()[p * 2 * T + j] = 1;
+    s[0].tree_mask.data<uint8_t>()[p * 2 * T + T + p] = 1;
+  }
+  DraftOut o1 = m.forward(cache, s, o0.state);
+  return {o0.state.to_f32_vector(), o0.logits.to_f32_vector(), o1.logits.to_f32_vector(), o1.state.to_f32_vector()};
+}
+
+class DraftGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    policy_ = std::make_unique<PolicyModel>(PolicyModel::load(source("tests/fixtures/policy/llama")));
+    dir_ = source("tests/fixtures/drafter/" + GetParam());
+    ref_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir_ + "/reference.safetensors"));
+  }
+  std::unique_ptr<PolicyModel> policy_;
+  std::string dir_;
+  std::unique_ptr<SafetensorsFile> ref_;
+};
+
+TEST_P(DraftGolden, MatchesTheSpeculatorsForwardAtBothSteps) {
+  const DraftModel m = DraftModel::load(dir_, policy_->draft_target());
+  EXPECT_EQ(m.config().format, DraftFormat::Speculators);
+  EXPECT_EQ(m.config().rope.theta, 50000.0);  // from transformer_layer_config.rope_parameters
+  EXPECT_EQ(m.aux_layers(), (std::vector<int64_t>{2, 4, 5}));
+  EXPECT_EQ(m.vocab().ids(), ids_of(ref_->get("selected_target_ids")));
+  const TwoSteps got = run_two_steps(m, *ref_);
+  const bool normed = GetParam() == "spec_variant";
+  EXPECT_EQ(m.config().feed_back_normed, normed);
+  expect_close(got.state0, ref_->get(normed ? "step0_feedback" : "step0_prenorm").to_f32_vector(), "step-0 state");
+  expect_close(got.logits0, ref_->get("step0_logits").to_f32_vector(), "step-0 logits");
+  expect_close(got.logits1, ref_->get("step1_logits").to_f32_vector(), "step-1 logits");
+  if (!normed)
+    expect_close(got.state1, ref_->get("step1_prenorm").to_f32_vector(), "step-1 state");
+}
+
+TEST_P(DraftGolden, EagleFormatRoundTripGivesTheSameOutputs) {
+  const DraftModel m = DraftModel::load(dir_, policy_->draft_target());
+  const std::string out =
+      (fs::temp_directory_path() / ("updraft_eagle_" + std::to_string(::getpid()) + GetParam())).string();
+  fs::remove_all(out);
+  m.save(out);
+  const DraftModel back = DraftModel::load(out, policy_->draft_target());
+  EXPECT_EQ(back.config().format, DraftFormat::Eagle);
+  const CheckpointDir ck = CheckpointDir::open(out);
+  for (const char* name : {"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight",
+                           "norm.weight", "lm_head.weight", "d2t", "t2d"})
+    EXPECT_TRUE(ck.has(name)) << name;
+  EXPECT_EQ(ck.info("d2t").dtype, DType::I64);
+  EXPECT_EQ(ck.info("t2d").dtype, DType::Bool);
+  const TwoSteps a = run_two_steps(m, *ref_), b = run_two_steps(back, *ref_);
+  EXPECT_EQ(a.state0, b.state0);
+  EXPECT_EQ(a.logits0, b.logits0);
+  EXPECT_EQ(a.logits1, b.logits1);
+  fs::remove_all(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DraftGolden, ::testing::Values("spec_default", "spec_variant"));
+
+// A copy of spec_default with one change, loaded against the policy fixture.
+class DraftDamage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    policy_ = std::make_unique<PolicyModel>(PolicyModel::load(source("tests/fixtures/policy/llama")));
+    src_ = source("tests/fixtures/drafter/spec_default");
+    dir_ = (fs::temp_directory_path() / ("updraft_draft_damage_" + std::to_string(::getpid()) + "_" +
+                                         std::string(::testing::UnitTest::GetInstance()->current_test_info()->name())))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fs::copy_file(src_ + "/config.json", dir_ + "/config.json");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Writes model.safetensors from the fixture's tensors after `edit`.
+  void write_tensors(const std::function<void(Named&)>& edit) {
+    const SafetensorsFile f = SafetensorsFile::open(src_ + "/model.safetensors");
+    std::vector<std::pair<std::string, Tensor>> t;
+    for (const auto& n : f.names())
+      t.emplace_back(n, f.get(n));
+    edit(t);
+    save_safetensors(dir_ + "/model.safetensors", t);
+  }
+  void set_config(const std::string& from, const std::string& to) {
+    std::ifstream in(dir_ + "/config.json");
+    std::string s((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = s.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    s.replace(at, from.size(), to);
+    std::ofstream(dir_ + "/config.json") << s;
+  }
+  void expect_refused(const std::string& needle) {
+    try {
+      DraftModel::load(dir_, policy_->draft_target());
+      ADD_FAILURE() << "loaded, expected an error containing: " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  std::unique_ptr<PolicyModel> policy_;
+  std::string src_, dir_;
+};
+
+TEST_F(DraftDamage, D2tPointingOutsideTheVocabulary) {
+  write_tensors([](Named& t) {
+    for (auto& [n, x] : t)
+      if (n == "d2t") {
+        std::vector<int64_t> v(x.data<int64_t>(), x.data<int64_t>() + x.numel());
+        v[95] = 1000;
+        x = Tensor::from_i64(v, x.shape());
+      }
+  });
+  expect_refused("d2t[95] = 1000");
+}
+
+TEST_F(DraftDamage, D2tThatIsNotAscending) {
+  write_tensors([](Named& t) {
+    for (auto& [n, x] : t)
+      if (n == "d2t") {
+        std::vector<int64_t> v(x.data<int64_t>(), x.data<int64_t>() + x.numel());
+        std::swap(v[3], v[4]);  // offsets swapped: ids no longer ascending
+        v[3] += 1;
+        v[4] -= 1;
+        x = Tensor::from_i64(v, x.shape());
+      }
+  });
+  expect_refused("ascending");
+}
+
+TEST_F(DraftDamage, MissingD2tWithASmallerDraftVocabulary) {
+  write_tensors([](Named& t) { std::erase_if(t, [](const auto& p) { return p.first == "d2t"; }); });
+  expect_refused("no d2t tensor");
+}
+
+TEST_F(DraftDamage, HiddenSizeOfAnotherPolicy) {
+  write_tensors([](Named&) {});
+  set_config("\"target_hidden_size\": null", "\"target_hidden_size\": 128");
+  expect_refused("target_hidden_size");
+}
+
+TEST_F(DraftDamage, VocabularyOfAnotherPolicy) {
+  write_tensors([](Named&) {});
+  set_config("\"vocab_size\": 512", "\"vocab_size\": 1024");
+  expect_refused("differs from the policy's vocabulary");
+}
+
+TEST_F(DraftDamage, AuxLayerBeyondThePolicy) {
+  write_tensors([](Named&) {});
+  set_config("\"eagle_aux_hidden_state_layer_ids\": [\n    2,\n    4,\n    5\n  ]",
+             "\"eagle_aux_hidden_state_layer_ids\": [2, 4, 9]");
+  expect_refused("aux layer (hidden_states index) 9");
+}
+
+TEST_F(DraftDamage, WronglyShapedWeight) {
+  write_tensors([](Named& t) {
+    for (auto& [n, x] : t)
+      if (n == "layers.0.self_attn.q_proj.weight")
+        x = Tensor::zeros({64, 64}, DType::F32);
+  });
+  expect_refused("layers.0.self_attn.q_proj.weight has shape [64,64]");
+}
+
+TEST_F(DraftDamage, TensorOfAnotherArchitecture) {
+  write_tensors([](Named& t) { t.emplace_back("layers.1.mlp.up_proj.weight", Tensor::zeros({4}, DType::F32)); });
+  expect_refused("unexpected tensor layers.1.mlp.up_proj.weight");
+}
+
+TEST(DraftConfigTest, NativeConfigDefaultsAndRefusals) {
+  const std::string base = R"({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64,
+    "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+    "draft_vocab_size": 96, "num_hidden_layers": 1, "rms_norm_eps": 1e-5)";
+  const DraftConfig c = DraftConfig::from_json_text(base + "}", "cfg");
+  EXPECT_EQ(c.format, DraftFormat::Eagle);
+  EXPECT_EQ(c.rope.theta, 10000.0);  // absent theta: the drafters' 10000 (eagle3.md A.6)
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.target_hidden_size, 64);
+  EXPECT_FALSE(c.norm_before_residual);
+  EXPECT_TRUE(c.aux_layers.empty());
+  // SGLang semantics for explicit ids: output of layer i = hidden_states index i + 1.
+  const DraftConfig ids = DraftConfig::from_json_text(
+      base + R"(, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}})", "cfg");
+  EXPECT_EQ(ids.aux_layers, (std::vector<int64_t>{2, 4, 5}));
+  // Written back, non-default ids round-trip; default ones are left out.
+  EXPECT_EQ(DraftConfig::from_json_text(ids.to_eagle_json(12), "w").aux_layers, ids.aux_layers);
+  EXPECT_TRUE(DraftConfig::from_json_text(ids.to_eagle_json(8), "w").aux_layers.empty());
+  for (const auto& [extra, needle] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "num_hidden_layers": 2)", "num_hidden_layers 2"},
+           {R"(, "hidden_act": "gelu")", "hidden_act"},
+           {R"(, "norm_before_fc": true, "fc_norm": true)", "exclude each other"},
+           {R"(, "norm_output": false)", "norm_output false"},
+           {R"(, "eagle_config": {"use_aux_hidden_state": false})", "use_aux_hidden_state"},
+           {R"(, "draft_vocab_size": 600)", "exceeds vocab_size"}}) {
+    const std::string text = base + extra + "}";  // a repeated key: the later value wins
+    try {
+      DraftConfig::from_json_text(text, "cfg");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace updraft

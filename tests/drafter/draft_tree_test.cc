@@ -1,0 +1,155 @@
+// Draft trees and proposals: a hand-built dynamic tree (pool, frontier, global selection,
+// parents, depths, mask), and the batched proposer against references that run the drafter one
+// row at a time: a chain equals the step-by-step argmax chain, and every tree node's score equals
+// the log-probability of its path computed by feeding that path alone. The draft cache returns
+// to its committed length.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "drafter/proposer.h"
+#include "kernels/ops.h"
+#include "tests/drafter/test_drafts.h"
+#include "tests/rollout/test_models.h"
+
+namespace updraft {
+namespace {
+
+TEST(DraftTree, DynamicTreeKeepsTheBestNodesInPoolOrder) {
+  const SpecSettings s{3, 2, 6};
+  TreeBuilder b(7, s);
+  b.expand({10, 11}, {-0.1f, -2.0f});
+  EXPECT_EQ(b.frontier(), (std::vector<int32_t>{0, 1}));
+  b.expand({20, 21, 22, 23}, {-0.2f, -1.0f, -0.1f, -3.0f});  // scores -0.3 -1.1 | -2.1 -5.0
+  EXPECT_EQ(b.frontier(), (std::vector<int32_t>{2, 3}));
+  b.expand({30, 31, 32, 33}, {-0.5f, -0.6f, -0.05f, -4.0f});  // -0.8 -0.9 | -1.15 -5.1
+  const DraftTree t = b.finish();  // best 5: pool 0 (-0.1), 2 (-0.3), 6 (-0.8), 7 (-0.9), 3 (-1.1)
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{7, 10, 20, 21, 30, 31}));
+  EXPECT_EQ(t.parent, (std::vector<int32_t>{-1, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(t.depth, (std::vector<int32_t>{0, 1, 2, 2, 3, 3}));
+  EXPECT_NEAR(t.score[4], -0.8f, 1e-6);
+  EXPECT_EQ(t.children(1), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(t.children(2), (std::vector<int32_t>{4, 5}));
+  EXPECT_TRUE(t.children(3).empty());
+  const Tensor m = t.mask();
+  const std::vector<std::vector<int>> want = {{1, 0, 0, 0, 0, 0}, {1, 1, 0, 0, 0, 0}, {1, 1, 1, 0, 0, 0},
+                                              {1, 1, 0, 1, 0, 0}, {1, 1, 1, 0, 1, 0}, {1, 1, 1, 0, 0, 1}};
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j)
+      EXPECT_EQ(m.data<uint8_t>()[i * 6 + j], want[i][j]) << i << "," << j;
+}
+
+TEST(DraftTree, ChainIsTopOneAtEveryLevel) {
+  TreeBuilder b(1, {3, 1, 4});
+  b.expand({5}, {-0.5f});
+  b.expand({6}, {-0.25f});
+  b.expand({9}, {-1.f});
+  const DraftTree t = b.finish();
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{1, 5, 6, 9}));
+  EXPECT_EQ(t.parent, (std::vector<int32_t>{-1, 0, 1, 2}));
+  EXPECT_NEAR(t.score[3], -1.75f, 1e-6);
+}
+
+TEST(DraftTree, SettingsAreValidated) {
+  EXPECT_THROW((SpecSettings{0, 1, 2}.validate()), Error);
+  EXPECT_THROW((SpecSettings{3, 1, 5}.validate()), Error);  // a 3-chain holds 4 tokens with the root
+  EXPECT_THROW((SpecSettings{2, 2, 1}.validate()), Error);
+  EXPECT_NO_THROW((SpecSettings{2, 2, 7}.validate()));  // 1 + 2 + 4
+  EXPECT_EQ((SpecSettings{4, 3, 10}.scratch_entries()), 9);
+}
+
+// A tiny policy and a random drafter; committed pairs come from random features.
+class Proposer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pcfg_ = testing_models::tiny_config(PolicyArch::Llama);
+    policy_ = std::make_unique<PolicyModel>(random_policy(pcfg_, 5, DType::BF16));
+    const DraftConfig dc = testing_models::tiny_draft_config(pcfg_, 40);
+    draft_ = std::make_unique<DraftModel>(
+        random_draft(dc, spread_vocab(40, pcfg_.vocab_size), policy_->draft_target(), 9, DType::BF16));
+  }
+  // Extends a fresh sequence in `cache` over n pairs; returns the last row's state and logits.
+  std::pair<Tensor, Tensor> commit(KvCache& cache, SeqKv& kv, int64_t n, uint64_t seed) {
+    const int64_t H = pcfg_.hidden_size;
+    std::vector<float> f(static_cast<size_t>(n * 3 * H));
+    for (size_t i = 0; i < f.size(); ++i)
+      f[i] = 2.f * ops::uniform01(seed, i) - 1.f;
+    std::vector<SeqStep> s(1);
+    s[0].kv = &kv;
+    for (int64_t i = 0; i < n; ++i)
+      s[0].tokens.push_back(static_cast<int32_t>((seed * 7 + i * 13) % pcfg_.vocab_size));
+    s[0].logit_rows = {static_cast<int32_t>(n - 1)};
+    DraftOut o = draft_->forward(cache, s, Tensor::from_f32(f, {n, 3 * H}));
+    return {o.state.rows(n - 1, n), o.logits};
+  }
+  // Log-probability of `path` (target ids) after the committed pairs, fed one token at a time.
+  double path_logprob(int64_t n, uint64_t seed, const std::vector<int32_t>& path) {
+    KvCache cache(draft_->kv_shape(), 16, 4);
+    SeqKv kv;
+    EXPECT_TRUE(cache.reserve(kv, n + 8));
+    auto [state, logits] = commit(cache, kv, n, seed);
+    double total = 0;
+    for (size_t i = 0; i < path.size(); ++i) {
+      Tensor lp = Tensor::empty(logits.shape(), DType::F32);
+      ops::log_softmax(logits, lp);
+      const int32_t d = draft_->vocab().to_draft(path[i]);
+      EXPECT_GE(d, 0);
+      total += lp.data<float>()[d];
+      if (i + 1 == path.size())
+        break;
+      std::vector<SeqStep> s(1);
+      s[0].kv = &kv;
+      s[0].tokens = {path[i]};
+      s[0].positions = {static_cast<int32_t>(n + i)};
+      s[0].logit_rows = {0};
+      DraftOut o = draft_->forward(cache, s, state);
+      state = o.state;
+      logits = o.logits;
+    }
+    return total;
+  }
+
+  PolicyConfig pcfg_;
+  std::unique_ptr<PolicyModel> policy_;
+  std::unique_ptr<DraftModel> draft_;
+};
+
+TEST_F(Proposer, ChainAndTreeMatchOneRowAtATimeReferences) {
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 9}, SpecSettings{4, 2, 12}}) {
+    // Two sequences of different lengths, batched.
+    KvCache cache(draft_->kv_shape(), 32, 4);
+    const std::vector<int64_t> lens = {6, 11};
+    std::vector<SeqKv> kv(2);
+    std::vector<Tensor> states, logits;
+    for (size_t b = 0; b < 2; ++b) {
+      ASSERT_TRUE(cache.reserve(kv[b], lens[b] + s.scratch_entries()));
+      auto [st, lg] = commit(cache, kv[b], lens[b], 100 + b);
+      states.push_back(st);
+      logits.push_back(lg);
+    }
+    Tensor h = Tensor::empty({2, pcfg_.hidden_size}, DType::F32), z = Tensor::empty({2, 40}, DType::F32);
+    for (int64_t b = 0; b < 2; ++b) {
+      std::copy_n(states[b].data<float>(), pcfg_.hidden_size, h.data<float>() + b * pcfg_.hidden_size);
+      std::copy_n(logits[b].data<float>(), 40, z.data<float>() + b * 40);
+    }
+    const auto trees = propose(*draft_, cache, {{&kv[0], 3}, {&kv[1], 4}}, h, z, s);
+    for (size_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(kv[b].length, lens[b]) << "speculative entries left in the draft cache";
+      const DraftTree& t = trees[b];
+      ASSERT_EQ(t.size(), s.draft_tokens);
+      for (int64_t i = 1; i < t.size(); ++i) {
+        std::vector<int32_t> path;
+        for (int64_t a = i; a > 0; a = t.parent[a])
+          path.insert(path.begin(), t.tokens[a]);
+        ASSERT_EQ(static_cast<int64_t>(path.size()), t.depth[i]);
+        EXPECT_NEAR(t.score[i], path_logprob(lens[b], 100 + b, path), 2e-4) << "sequence " << b << " node " << i;
+      }
+      if (s.chain())  // each link is the argmax after its predecessors: the best path of its length
+        for (int64_t i = 1; i < t.size(); ++i)
+          EXPECT_EQ(t.parent[i], i - 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace updraft
