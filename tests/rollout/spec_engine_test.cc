@@ -1,0 +1,283 @@
+// Lossless speculative generation.
+//
+// Verification unit tests on hand-built trees: greedy walks the argmax path and adds the bonus;
+// sampled verification emits each token with the policy's probability (goodness of fit over
+// many seeds), while the deliberately wrong NoResidual rule is caught by the same test.
+//
+// Engine tests on a tiny random policy with a 16-token vocabulary and a random drafter (draft
+// vocabulary of 12 ids, so the d2t mapping is exercised; the small vocabulary makes acceptances
+// frequent enough to exercise every commit path):
+//  - temperature 0: tokens, finish reasons and logprobs identical to plain decoding for 64
+//    prompts at batch sizes 1, 4, 16 and 64, chain and tree, with stop tokens and length limits
+//    falling inside rounds;
+//  - temperature > 0: 12000 seeded two-token samples from speculative decoding fit the policy's
+//    exact joint distribution of the first two tokens (computed by enumerating the first token);
+//    the same test rejects NoResidual (negative control) and accepts plain decoding; logprobs
+//    equal the exact log-probabilities.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "drafter/random_draft.h"
+#include "kernels/ops.h"
+#include "rollout/engine.h"
+#include "tests/drafter/test_drafts.h"
+#include "tests/rollout/test_models.h"
+
+namespace updraft {
+namespace {
+
+// Chi-square critical value at tail probability ~1e-6 (z = 4.75), Wilson-Hilferty approximation:
+// a correct implementation fails with probability ~1e-6; the biased control exceeds it by far.
+double chi2_critical(int df) {
+  const double a = 2.0 / (9.0 * df), z = 4.75;
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+// Pearson's statistic of `counts` against probabilities `p`, cells with expected count < 5
+// merged into one; returns {statistic, degrees of freedom}.
+std::pair<double, int> chi2_fit(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t n) {
+  double stat = 0, rest_e = 0, rest_o = 0;
+  int cells = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double e = p[i] * static_cast<double>(n);
+    if (e < 5) {
+      rest_e += e;
+      rest_o += static_cast<double>(counts[i]);
+      if (p[i] == 0)
+        EXPECT_EQ(counts[i], 0) << "cell " << i << " has probability 0";
+      continue;
+    }
+    stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  if (rest_e > 0) {
+    stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+    ++cells;
+  }
+  return {stat, cells - 1};
+}
+
+TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
+  // Root 0 -> children (tokens 3, 1); node 1 (token 3) -> child token 2; V = 4.
+  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}};
+  const int64_t V = 4;
+  std::vector<float> logits = {0, 1, 0, 5,   // root: argmax 3 -> node 1
+                               0, 0, 4, 0,   // node 1: argmax 2 -> node 3
+                               9, 0, 0, 0,   // node 2 (unused)
+                               0, 7, 0, 0};  // node 3: argmax 1 = bonus
+  std::vector<float> logp(logits.size());
+  for (int r = 0; r < 4; ++r) {
+    double s = 0;
+    for (int i = 0; i < V; ++i)
+      s += std::exp(logits[r * V + i]);
+    for (int i = 0; i < V; ++i)
+      logp[r * V + i] = logits[r * V + i] - static_cast<float>(std::log(s));
+  }
+  const Verdict v = verify_greedy(t, logits.data(), logp.data(), V);
+  EXPECT_EQ(v.nodes, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(v.tokens, (std::vector<int32_t>{3, 2, 1}));
+  EXPECT_FLOAT_EQ(v.logprobs[2], logp[3 * V + 1]);
+  logits[3] = 0;  // root's argmax becomes token 1 (lowest id among the 1s): node 2, then its argmax 0
+  const Verdict w = verify_greedy(t, logits.data(), logp.data(), V);
+  EXPECT_EQ(w.tokens, (std::vector<int32_t>{1, 0}));
+}
+
+// The first emitted token over 40000 seeds: its distribution must be p(.|root) whatever the
+// children are; NoResidual over-weights the tried children and must fail the same test.
+TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
+  const int64_t V = 6;
+  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}};
+  const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
+  std::vector<float> probs(static_cast<size_t>(5 * V));
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < V; ++i)
+      probs[r * V + i] = r == 0 ? root[i] : (i == r ? 0.5f : 0.1f);
+  const std::vector<double> p(root.begin(), root.end());
+  for (AcceptRule rule : {AcceptRule::Exact, AcceptRule::NoResidual}) {
+    std::vector<int64_t> counts(V, 0);
+    const int64_t N = 40000;
+    for (int64_t s = 0; s < N; ++s)
+      ++counts[verify_sampled(t, probs.data(), V, static_cast<uint64_t>(s), 0, rule).tokens[0]];
+    const auto [stat, df] = chi2_fit(counts, p, N);
+    if (rule == AcceptRule::Exact)
+      EXPECT_LT(stat, chi2_critical(df));
+    else
+      EXPECT_GT(stat, chi2_critical(df)) << "the biased control passed: the test has no power";
+  }
+}
+
+class SpecEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cfg_ = testing_models::tiny_config(PolicyArch::Llama);
+    cfg_.vocab_size = 16;
+    cfg_.eos_token_ids = {};
+    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16));
+    const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
+    draft_ = std::make_unique<DraftModel>(
+        random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4, DType::BF16));
+  }
+  static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
+    GenRequest r;
+    r.prompt = std::move(prompt);
+    r.params.temperature = temp;
+    r.params.max_new_tokens = max_new;
+    r.params.has_seed = true;
+    r.params.seed = seed;
+    return r;
+  }
+  std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
+                             AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {
+    EngineOptions o;
+    o.max_batch = batch;
+    o.kv_cache_bytes = 64 << 20;
+    o.prefill_chunk = 7;  // several chunks for the longer prompts, beside decoding sequences
+    if (spec != nullptr)
+      o.spec = *spec;
+    o.accept_rule = rule;
+    Engine e(*model_, o, spec != nullptr ? draft_.get() : nullptr);
+    for (const auto& r : reqs)
+      e.submit(r);
+    auto out = e.run();
+    if (stats != nullptr)
+      *stats = e.stats().spec;
+    return out;
+  }
+
+  PolicyConfig cfg_;
+  std::unique_ptr<PolicyModel> model_;
+  std::unique_ptr<DraftModel> draft_;
+};
+
+TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 2 + (i * 5) % 17; ++j)
+      prompt.push_back(static_cast<int32_t>((i * 7 + j * 3 + j * j) % cfg_.vocab_size));
+    GenRequest r = req(prompt, 0.f, 6 + (i * 11) % 29, 0);
+    if (i % 3 == 0)
+      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
+    reqs.push_back(r);
+  }
+  const auto plain = run(reqs, 64, nullptr);
+  int stops = 0;
+  for (const auto& r : plain)
+    stops += r.finish_reason == "stop";
+  EXPECT_GT(stops, 5) << "the prompts should exercise stop tokens";
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}}) {
+    for (int64_t batch : {1, 4, 16, 64}) {
+      SpecStats st;
+      const auto spec = run(reqs, batch, &s, AcceptRule::Exact, &st);
+      ASSERT_EQ(spec.size(), plain.size());
+      for (size_t i = 0; i < plain.size(); ++i) {
+        ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", batch " << batch << ", top_k " << s.top_k;
+        ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i;
+        for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
+          ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 1e-5) << "request " << i << " token " << j;
+      }
+      EXPECT_GT(st.rounds, 0);
+      EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
+      if (s.top_k == 1)
+        EXPECT_GT(st.accepted_at.size(), 1u) << "no round accepted two chain drafts";
+    }
+  }
+}
+
+// The exact joint distribution of the first two tokens after `prompt` (enumerating the first).
+std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>& prompt, float temp, int32_t top_k) {
+  const int64_t V = m.config().vocab_size;
+  auto probs_after = [&](const std::vector<int32_t>& toks) {
+    KvCache cache(m.kv_shape(), 16, 4);
+    SeqKv kv;
+    EXPECT_TRUE(cache.reserve(kv, static_cast<int64_t>(toks.size())));
+    std::vector<SeqStep> b(1);
+    b[0].kv = &kv;
+    b[0].tokens = toks;
+    b[0].logit_rows = {static_cast<int32_t>(toks.size() - 1)};
+    Tensor p = Tensor::empty({1, V}, DType::F32);
+    ops::sampling_probs(m.forward(cache, b).logits, Tensor::from_f32({temp}, {1}), Tensor::from_i32({top_k}, {1}),
+                        Tensor::from_f32({1.f}, {1}), p);
+    return p.to_f32_vector();
+  };
+  const auto p0 = probs_after(prompt);
+  std::vector<double> joint(static_cast<size_t>(V * V), 0.0);
+  for (int32_t a = 0; a < V; ++a) {
+    if (p0[a] == 0)
+      continue;
+    std::vector<int32_t> toks = prompt;
+    toks.push_back(a);
+    const auto p1 = probs_after(toks);
+    for (int32_t b = 0; b < V; ++b)
+      joint[a * V + b] = static_cast<double>(p0[a]) * p1[b];
+  }
+  return joint;
+}
+
+TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+  const int64_t N = 12000, V = cfg_.vocab_size;
+  const SpecSettings tree{3, 3, 8};
+  for (const auto& [temp, top_k] : std::vector<std::pair<float, int32_t>>{{1.3f, 0}, {0.8f, 6}}) {
+    const auto joint = exact_pairs(*model_, prompt, temp, top_k);
+    auto sample = [&](const SpecSettings* s, AcceptRule rule, uint64_t seed0, SpecStats* st) {
+      std::vector<GenRequest> reqs;
+      for (int64_t i = 0; i < N; ++i) {
+        GenRequest r = req(prompt, temp, 2, seed0 + static_cast<uint64_t>(i));
+        r.params.top_k = top_k;
+        reqs.push_back(r);
+      }
+      return run(reqs, 64, s, rule, st);
+    };
+    auto fit = [&](const std::vector<GenResult>& res) {
+      std::vector<int64_t> counts(static_cast<size_t>(V * V), 0);
+      for (const auto& r : res)
+        ++counts[r.tokens[0] * V + r.tokens[1]];
+      return chi2_fit(counts, joint, N);
+    };
+    SpecStats st;
+    const auto spec = sample(&tree, AcceptRule::Exact, 1'000'000, &st);
+    const auto [stat, df] = fit(spec);
+    EXPECT_LT(stat, chi2_critical(df)) << "speculative samples do not fit the policy (temperature " << temp << ")";
+    EXPECT_GT(st.accepted, N / 10) << "too few acceptances for the test to mean anything";
+    for (size_t i = 0; i < 200; ++i) {  // logprobs are the policy's own
+      const auto& r = spec[i];
+      double p0 = 0;
+      for (int64_t b = 0; b < V; ++b)
+        p0 += joint[r.tokens[0] * V + b];
+      EXPECT_NEAR(r.logprobs[0], std::log(p0), 1e-4);
+      EXPECT_NEAR(r.logprobs[1], std::log(joint[r.tokens[0] * V + r.tokens[1]] / p0), 1e-4);
+    }
+    const auto [pstat, pdf] = fit(sample(nullptr, AcceptRule::Exact, 2'000'000, nullptr));
+    EXPECT_LT(pstat, chi2_critical(pdf)) << "plain samples do not fit: the reference distribution is wrong";
+    const auto [bstat, bdf] = fit(sample(&tree, AcceptRule::NoResidual, 3'000'000, nullptr));
+    EXPECT_GT(bstat, chi2_critical(bdf)) << "the biased control passed: the test has no power";
+  }
+}
+
+TEST_F(SpecEngine, RequestsCanOptOutAndMixWithSpeculatingOnes) {
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    GenRequest r = req({static_cast<int32_t>(i + 1), 2, 3}, i % 2 ? 0.f : 0.9f, 12, 77 + i);
+    r.speculate = i % 4 != 0;
+    reqs.push_back(r);
+  }
+  const SpecSettings s{4, 2, 7};
+  SpecStats st;
+  const auto mixed = run(reqs, 8, &s, AcceptRule::Exact, &st);
+  const auto plain = run(reqs, 8, nullptr);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!reqs[i].speculate || reqs[i].params.temperature == 0)  // plain or greedy: the same tokens
+      EXPECT_EQ(mixed[i].tokens, plain[i].tokens) << i;
+    if (!reqs[i].speculate)
+      EXPECT_EQ(mixed[i].spec.rounds, 0) << i;
+    else
+      EXPECT_GT(mixed[i].spec.rounds, 0) << i;
+  }
+  EXPECT_GT(st.rounds, 0);
+}
+
+}  // namespace
+}  // namespace updraft
