@@ -1,5 +1,6 @@
 #include "app/generate_cmd.h"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -45,6 +46,11 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_flag("--ignore-eos", a.ignore_eos, "do not stop at the model's eos tokens");
   cmd.add_option("--device", a.device, "cpu or cuda")->capture_default_str();
   cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "KV cache size")->capture_default_str();
+  cmd.add_option("--draft", a.draft, "EAGLE-3 drafter directory (EAGLE/SpecForge or speculators format)");
+  cmd.add_flag("--draft-fallback", a.draft_fallback, "if the drafter cannot be used, warn and decode plainly");
+  cmd.add_option("--spec-steps", a.spec_steps, "draft levels per round")->capture_default_str();
+  cmd.add_option("--spec-top-k", a.spec_top_k, "children per expanded node (1 = chain)")->capture_default_str();
+  cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size including the root")->capture_default_str();
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -60,7 +66,28 @@ int run_generate(const GenerateArgs& a) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
-  Engine engine(model, eo);
+  eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens};
+  std::unique_ptr<DraftModel> draft;
+  std::unique_ptr<Engine> engine_ptr;
+  if (!a.draft.empty()) {
+    try {
+      draft = std::make_unique<DraftModel>(DraftModel::load(a.draft, model.draft_target()));
+      engine_ptr = std::make_unique<Engine>(model, eo, draft.get());
+      spdlog::info(
+          "speculating with the EAGLE-3 drafter {} (draft vocabulary {}, aux layers {}): steps {}, top_k {}, "
+          "{} draft tokens",
+          a.draft, draft->config().draft_vocab_size, fmt::join(draft->aux_layers(), ","), a.spec_steps, a.spec_top_k,
+          a.spec_draft_tokens);
+    } catch (const Error& e) {
+      if (!a.draft_fallback)
+        throw;
+      spdlog::warn("drafter {} not used, decoding without speculation (--draft-fallback): {}", a.draft, e.what());
+      draft.reset();
+    }
+  }
+  if (!engine_ptr)
+    engine_ptr = std::make_unique<Engine>(model, eo);
+  Engine& engine = *engine_ptr;
   const std::vector<int32_t> stops = a.stop_ids.empty() ? std::vector<int32_t>{} : parse_ids(a.stop_ids, "--stop-ids");
   int failed = 0;
   std::vector<int64_t> index_of_id;  // request index -> engine id (0 when rejected)
@@ -94,6 +121,8 @@ int run_generate(const GenerateArgs& a) {
                         {"output_ids", r.tokens},
                         {"output_token_logprobs", r.logprobs},
                         {"finish_reason", r.finish_reason}};
+    if (draft)
+      j["spec"] = {{"rounds", r.spec.rounds}, {"accepted", r.spec.accepted}, {"tau", r.spec.tau()}};
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);
@@ -101,6 +130,13 @@ int run_generate(const GenerateArgs& a) {
   spdlog::info("{} requests, {} prompt + {} generated tokens in {:.2f} s ({:.1f} generated tokens/s, {} steps)",
                results.size(), st.prompt_tokens, st.generated_tokens, secs, secs > 0 ? st.generated_tokens / secs : 0.0,
                st.steps);
+  if (draft) {
+    std::string per_pos;
+    for (size_t j = 0; j < st.spec.accepted_at.size(); ++j)
+      per_pos += fmt::format("{}{:.2f}", j ? " " : "", static_cast<double>(st.spec.accepted_at[j]) / st.spec.rounds);
+    spdlog::info("speculation: {} rounds, tau {:.2f}, acceptance per position [{}], draft {:.2f} s, verify {:.2f} s",
+                 st.spec.rounds, st.spec.tau(), per_pos, st.spec.draft_seconds, st.spec.verify_seconds);
+  }
   return failed == 0 ? 0 : 1;
 }
 

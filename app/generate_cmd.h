@@ -1,7 +1,10 @@
-// `updraft generate`: plain (non-speculative) generation from token ids with a Hugging Face
-// model directory; one request per --prompt-ids, all batched together. Prints one JSON object
-// per request (output ids, per-token logprobs, finish reason) on stdout and a throughput line on
-// stderr. A bad request is reported with its reason and the others still run (exit code 1).
+// `updraft generate`: generation from token ids with a Hugging Face model directory; one request
+// per --prompt-ids, all batched together; speculative with an EAGLE-3 drafter when --draft names
+// one (either checkpoint format). Prints one JSON object per request (output ids, per-token
+// logprobs, finish reason, and with a drafter its rounds and tau) on stdout and a throughput line
+// (plus tau and acceptance per position) on stderr. A bad request is reported with its reason and
+// the others still run (exit code 1). A drafter that does not fit the policy is an error, unless
+// --draft-fallback asks to continue with plain decoding, which is then logged as a warning.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,6 +25,9 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string device = "cpu";
   int64_t kv_cache_mb = 256;
+  std::string draft;  // EAGLE-3 drafter directory; empty: plain decoding
+  bool draft_fallback = false;
+  int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 5;
 };
 
 void add_generate_options(CLI::App& cmd, GenerateArgs& a);

@@ -1,0 +1,154 @@
+// Speculative vs plain decoding, side by side in one run, at batch 1, 4, 16 and 64, for a chain
+// and a tree setting: tokens/s of each, their ratio, tau (mean accepted drafts + 1 per round),
+// acceptance per draft position, and where the speculative time goes (draft, verify, the rest).
+// Roofline: the plain step's weight bytes over the machine's measured read bandwidth.
+//
+// The policy is a random Llama-style model larger than the last-level cache; the drafter is
+// random too unless --draft DIR names a trained one (the speed targets belong to trained
+// drafters; a random one accepts almost nothing, so this measures the cost side honestly).
+//
+// usage: spec_bench [--quick] [--tokens N] [--batch B] [--draft DIR]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/machine_probe.h"
+#include "drafter/random_draft.h"
+#include "rollout/engine.h"
+#include "rollout/random_policy.h"
+
+using namespace updraft;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Run {
+  double tokens_per_s = 0, seconds = 0;
+  SpecStats spec;
+};
+
+// Decode-phase throughput: prompts are prefilled (and the first tokens drawn) before timing.
+Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t prompt,
+            int64_t tokens) {
+  EngineOptions o;
+  o.max_batch = B;
+  o.prefill_chunk = B * prompt;
+  o.kv_cache_bytes = int64_t{1} << 30;
+  o.spec = s;
+  Engine e(model, o, draft);
+  const int64_t V = model.config().vocab_size;
+  for (int64_t b = 0; b < B; ++b) {
+    GenRequest r;
+    for (int64_t i = 0; i < prompt; ++i)
+      r.prompt.push_back(static_cast<int32_t>((b * 7919 + i * 104729) % V));
+    r.params.temperature = 0;
+    r.params.max_new_tokens = tokens + 1;
+    r.params.ignore_eos = true;
+    e.submit(r);
+  }
+  e.step();  // prefill (+ the first token, + the first proposal)
+  const SpecStats before = e.stats().spec;
+  const int64_t gen0 = e.stats().generated_tokens;
+  const double t0 = now_s();
+  while (e.has_work())
+    e.step();
+  Run r;
+  r.seconds = now_s() - t0;
+  r.tokens_per_s = static_cast<double>(e.stats().generated_tokens - gen0) / r.seconds;
+  r.spec = e.stats().spec;
+  r.spec.rounds -= before.rounds;
+  r.spec.accepted -= before.accepted;
+  r.spec.drafted -= before.drafted;
+  r.spec.draft_seconds -= before.draft_seconds;
+  r.spec.verify_seconds -= before.verify_seconds;
+  for (size_t j = 0; j < before.accepted_at.size(); ++j)
+    r.spec.accepted_at[j] -= before.accepted_at[j];
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int64_t tokens = 32;
+  std::vector<int64_t> batches = {1, 4, 16, 64};
+  std::string draft_dir;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
+      tokens = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      batches = {std::stoll(argv[++i])};
+    else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
+      draft_dir = argv[++i];
+  }
+  PolicyConfig cfg;
+  cfg.arch = PolicyArch::Llama;
+  cfg.vocab_size = 32000;
+  cfg.hidden_size = quick ? 512 : 1024;
+  cfg.intermediate_size = quick ? 1408 : 2816;
+  cfg.num_layers = quick ? 8 : 12;
+  cfg.num_heads = quick ? 8 : 16;
+  cfg.num_kv_heads = 4;
+  cfg.head_dim = 64;
+  cfg.max_position_embeddings = 4096;
+  cfg.rope.theta = 500000;
+
+  std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
+  const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
+  std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s\n", m.threads, m.read_gbps);
+  PolicyModel model = random_policy(cfg, 1, DType::BF16);
+  const double wbytes = static_cast<double>(cfg.weight_bytes(DType::BF16) - cfg.vocab_size * cfg.hidden_size * 2);
+  DraftConfig dc;
+  dc.hidden_size = dc.target_hidden_size = cfg.hidden_size;
+  dc.intermediate_size = cfg.intermediate_size;
+  dc.num_heads = cfg.num_heads;
+  dc.num_kv_heads = cfg.num_kv_heads;
+  dc.head_dim = cfg.head_dim;
+  dc.vocab_size = cfg.vocab_size;
+  dc.draft_vocab_size = cfg.vocab_size / 4;
+  const DraftModel draft = draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size),
+                                                            model.draft_target(), 2, DType::BF16)
+                                             : DraftModel::load(draft_dir, model.draft_target());
+  std::printf("policy: Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n", cfg.num_layers,
+              cfg.hidden_size, cfg.vocab_size, cfg.weight_bytes(DType::BF16) / 1048576.0);
+  std::printf("drafter: %s, draft vocabulary %ld\n", draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(),
+              draft.config().draft_vocab_size);
+  const int64_t prompt = 32;
+  std::printf("workload: prompt %ld tokens, %ld greedy tokens per sequence timed after prefill\n\n", prompt, tokens);
+  std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
+              "tau", "roofline", "draft", "verify", "other", "accept per position");
+  const std::vector<std::pair<const char*, SpecSettings>> settings = {{"chain 4", {4, 1, 5}},
+                                                                      {"tree 4x3 (10 tok)", {4, 3, 10}}};
+  for (int64_t B : batches) {
+    const Run plain = measure(model, nullptr, {}, B, prompt, tokens);
+    const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
+    const double roof = wbytes * steps_per_s / 1e9 / m.read_gbps;
+    for (const auto& [name, s] : settings) {
+      const Run sp = measure(model, &draft, s, B, prompt, tokens);
+      const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
+      std::string acc;
+      for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
+        const double a = sp.spec.rounds == 0 || j >= sp.spec.accepted_at.size()
+                             ? 0.0
+                             : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
+        acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
+      }
+      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %7.0f%% %6.0f%% %6.0f%% %6.0f%%  %s\n", name, B,
+                  plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(),
+                  100.0 * roof, 100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
+                  100.0 * other / sp.seconds, acc.c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "\nroofline: plain decode's weight bytes per second as a share of the measured read bandwidth. draft, "
+      "verify, other: shares of the speculative run's time (other = sampling, bookkeeping).\n");
+  return 0;
+}
