@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
 #include "rollout/engine.h"
 #include "rollout/random_policy.h"
@@ -42,17 +43,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
       batches = {std::stoll(argv[++i])};
   }
-  PolicyConfig cfg;
-  cfg.arch = PolicyArch::Llama;
-  cfg.vocab_size = 32000;
-  cfg.hidden_size = quick ? 512 : 1024;
-  cfg.intermediate_size = quick ? 1408 : 2816;
-  cfg.num_layers = quick ? 6 : 12;
-  cfg.num_heads = quick ? 8 : 16;
-  cfg.num_kv_heads = 4;
-  cfg.head_dim = 64;
-  cfg.max_position_embeddings = 4096;
-  cfg.rope.theta = 500000;
+  const PolicyConfig cfg = bench::bench_policy_config(quick);
 
   std::printf("updraft decode benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));

@@ -144,9 +144,10 @@ TEST_F(Proposer, ChainAndTreeMatchOneRowAtATimeReferences) {
         ASSERT_EQ(static_cast<int64_t>(path.size()), t.depth[i]);
         EXPECT_NEAR(t.score[i], path_logprob(lens[b], 100 + b, path), 2e-4) << "sequence " << b << " node " << i;
       }
-      if (s.chain())  // each link is the argmax after its predecessors: the best path of its length
+      if (s.chain()) {  // each link is the argmax after its predecessors: the best path of its length
         for (int64_t i = 1; i < t.size(); ++i)
           EXPECT_EQ(t.parent[i], i - 1);
+      }
     }
   }
 }

@@ -12,34 +12,18 @@
 
 #include "kernels/io/safetensors.h"
 #include "rollout/engine.h"
+#include "tests/fixture_util.h"
 
 namespace updraft {
 namespace {
 
 namespace fs = std::filesystem;
 
+using fixture_util::expect_close;
+using fixture_util::ids_of;
+
 std::string fixture(const std::string& name) {
-  return std::string(UPDRAFT_SOURCE_DIR) + "/tests/fixtures/policy/" + name;
-}
-
-std::vector<int32_t> ids_of(const Tensor& t) {
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    out.push_back(static_cast<int32_t>(t.data<int64_t>()[i]));
-  return out;
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    worst = std::max(worst, err);
-    if (!(err <= 1e-4 + 1e-4 * std::abs(want[i])) && ++bad <= 3)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": max abs error " << worst;
+  return fixture_util::source_path("tests/fixtures/policy/" + name);
 }
 
 // Rows [begin, end) of a flattened float tensor.

@@ -45,8 +45,9 @@ std::pair<double, int> chi2_fit(const std::vector<int64_t>& counts, const std::v
     if (e < 5) {
       rest_e += e;
       rest_o += static_cast<double>(counts[i]);
-      if (p[i] == 0)
+      if (p[i] == 0) {
         EXPECT_EQ(counts[i], 0) << "cell " << i << " has probability 0";
+      }
       continue;
     }
     stat += (counts[i] - e) * (counts[i] - e) / e;
@@ -106,6 +107,25 @@ TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
     else
       EXPECT_GT(stat, chi2_critical(df)) << "the biased control passed: the test has no power";
   }
+}
+
+TEST(SpecStatsTest, TauAndConditionalAcceptance) {
+  SpecStats s;
+  s.add_round(4, 0);
+  s.add_round(4, 2);
+  s.add_round(4, 4);
+  s.add_round(4, 1);
+  EXPECT_DOUBLE_EQ(s.tau(), 1.0 + 7.0 / 4.0);
+  EXPECT_EQ(s.accepted_at, (std::vector<int64_t>{3, 2, 1, 1}));
+  EXPECT_DOUBLE_EQ(s.alpha(0), 3.0 / 4.0);  // 0-alpha: first draft accepted in 3 of 4 rounds
+  EXPECT_DOUBLE_EQ(s.alpha(1), 2.0 / 3.0);  // given the first was accepted
+  EXPECT_DOUBLE_EQ(s.alpha(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.alpha(5), 0.0);
+  SpecStats t;
+  t.add_round(4, 3);
+  t.merge(s);
+  EXPECT_EQ(t.rounds, 5);
+  EXPECT_EQ(t.accepted_at, (std::vector<int64_t>{4, 3, 2, 1}));
 }
 
 class SpecEngine : public ::testing::Test {
@@ -180,8 +200,9 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
       }
       EXPECT_GT(st.rounds, 0);
       EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
-      if (s.top_k == 1)
+      if (s.top_k == 1) {
         EXPECT_GT(st.accepted_at.size(), 1u) << "no round accepted two chain drafts";
+      }
     }
   }
 }
@@ -269,12 +290,14 @@ TEST_F(SpecEngine, RequestsCanOptOutAndMixWithSpeculatingOnes) {
   const auto mixed = run(reqs, 8, &s, AcceptRule::Exact, &st);
   const auto plain = run(reqs, 8, nullptr);
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (!reqs[i].speculate || reqs[i].params.temperature == 0)  // plain or greedy: the same tokens
+    if (!reqs[i].speculate || reqs[i].params.temperature == 0) {  // plain or greedy: the same tokens
       EXPECT_EQ(mixed[i].tokens, plain[i].tokens) << i;
-    if (!reqs[i].speculate)
+    }
+    if (!reqs[i].speculate) {
       EXPECT_EQ(mixed[i].spec.rounds, 0) << i;
-    else
+    } else {
       EXPECT_GT(mixed[i].spec.rounds, 0) << i;
+    }
   }
   EXPECT_GT(st.rounds, 0);
 }
