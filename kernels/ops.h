@@ -4,6 +4,7 @@
 #include "kernels/core/tensor.h"
 #include "kernels/ops/activation.h"
 #include "kernels/ops/attention.h"
+#include "kernels/ops/backward.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/loss.h"

@@ -7,8 +7,6 @@
 #include "kernels/ops/backend.h"
 
 namespace updraft::ops::cpu {
-namespace {
-
 // Visible key indices of query i, in increasing order.
 void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_t i, std::vector<int64_t>& out) {
   out.clear();
@@ -32,8 +30,6 @@ void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_
       break;
   }
 }
-
-}  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask,
                const Tensor& tree_mask_dev, float scale, Tensor& out, Tensor* lse) {

@@ -3,6 +3,9 @@
 // cpu::<op> or cuda::<op>. Backends may assume the checks passed. Not a public header.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "kernels/ops/attention.h"
 #include "kernels/ops/paged_attention.h"
 #include "kernels/ops/rope.h"
@@ -37,6 +40,11 @@ namespace updraft::ops {
   }
 
 UPD_OPS_DECLARE_BACKEND(cpu)
+
+namespace cpu {
+// Visible key indices of query i (of T) under `mask`, in increasing order (tree: bool [T, T]).
+void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_t i, std::vector<int64_t>& out);
+}  // namespace cpu
 UPD_OPS_DECLARE_BACKEND(cuda)
 #undef UPD_OPS_DECLARE_BACKEND
 
