@@ -85,8 +85,15 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor dtable) {
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, const AttentionMask& mask, float scale, Tensor dq, Tensor dk, Tensor dv) {
   const char* op = "attention_backward";
-  check_f32_cpu(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}, {"lse", &lse}, {"dout", &dout}, {"dq", &dq},
-                     {"dk", &dk}, {"dv", &dv}});
+  check_f32_cpu(op, {{"q", &q},
+                     {"k", &k},
+                     {"v", &v},
+                     {"out", &out},
+                     {"lse", &lse},
+                     {"dout", &dout},
+                     {"dq", &dq},
+                     {"dk", &dk},
+                     {"dv", &dv}});
   UPD_CHECK(q.dim() == 3 && k.dim() == 3) << op << ": q [T, NH, HD] and k [S, NKV, HD] expected";
   const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), S = k.size(0), NKV = k.size(1);
   UPD_CHECK(NKV > 0 && NH % NKV == 0) << op << ": heads " << NH << " not a multiple of kv heads " << NKV;

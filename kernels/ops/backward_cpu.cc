@@ -1,11 +1,12 @@
 // CPU backward passes (f32). Row-parallel where rows are independent; attention accumulates key
 // and value gradients in per-thread buffers and sums them once at the end.
+#include "kernels/ops/backward_cpu.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/ops/backend.h"
-#include "kernels/ops/backward_cpu.h"
 
 namespace updraft::ops::cpu {
 

@@ -150,8 +150,7 @@ void check_attention(const ops::AttentionMask& mask, int64_t T, int64_t S, uint3
   ops::attention(qt, kt, vt, mask, static_cast<float>(scale), out, &lse);
   Tensor dq = Tensor::empty({T, NH, HD}, DType::F32);
   Tensor dk = Tensor::zeros({S, NKV, HD}, DType::F32), dv = Tensor::zeros({S, NKV, HD}, DType::F32);
-  ops::attention_backward(qt, kt, vt, out, lse, tensor_of(R, {T, NH, HD}), mask, static_cast<float>(scale), dq, dk,
-                          dv);
+  ops::attention_backward(qt, kt, vt, out, lse, tensor_of(R, {T, NH, HD}), mask, static_cast<float>(scale), dq, dk, dv);
   expect_grad("dq", q, dq.to_f32_vector(), loss);
   expect_grad("dk", k, dk.to_f32_vector(), loss);
   expect_grad("dv", v, dv.to_f32_vector(), loss);
@@ -226,8 +225,7 @@ TEST(Backward, RejectsBadShapes) {
   EXPECT_THROW(ops::linear_backward(x, w, dy, &dx, false, nullptr, nullptr), CheckFailure);
   Tensor dk = Tensor::zeros({3, 1, 4}, DType::F32);
   Tensor q = Tensor::zeros({2, 1, 4}, DType::F32), lse = Tensor::zeros({2, 1}, DType::F32);
-  EXPECT_THROW(ops::attention_backward(q, dk, dk, q, lse, q, ops::AttentionMask::ttt(1), 1.f, q, dk, dk),
-               CheckFailure);
+  EXPECT_THROW(ops::attention_backward(q, dk, dk, q, lse, q, ops::AttentionMask::ttt(1), 1.f, q, dk, dk), CheckFailure);
 }
 
 }  // namespace
