@@ -1,0 +1,189 @@
+// The TTT drafter objective: its gradient against finite differences, and its step logits
+// against the drafter's own inference path (a step-k row of training is a k-step chain draft).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/ops.h"
+#include "rollout/random_policy.h"
+#include "tests/drafter/test_drafts.h"
+#include "tests/rollout/test_models.h"
+#include "trainer/ttt_model.h"
+
+namespace updraft::train {
+namespace {
+
+using testing_models::tiny_config;
+using testing_models::tiny_draft_config;
+
+struct Fixture {
+  PolicyConfig pc = tiny_config(PolicyArch::Llama);
+  PolicyModel policy = random_policy(pc, 11, DType::F32);
+  DraftConfig dc = tiny_draft_config(pc, 40);
+  VocabMap vocab = VocabMap::from_ids(ids(), pc.vocab_size, "test");
+
+  static std::vector<int32_t> ids() {
+    std::vector<int32_t> v;
+    for (int32_t i = 0; i < 40; ++i)
+      v.push_back(i * 2);  // even ids only: odd teacher ids fall outside the draft vocabulary
+    return v;
+  }
+};
+
+TttSample make_sample(int64_t n, int64_t prompt, int64_t k, int64_t aux_width, uint32_t seed) {
+  std::mt19937 rng(seed);
+  TttSample s;
+  s.prompt_length = prompt;
+  for (int64_t i = 0; i < n; ++i)
+    s.tokens.push_back(static_cast<int32_t>(rng() % 80));
+  std::vector<float> aux(static_cast<size_t>(n * aux_width));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : aux)
+    x = nd(rng);
+  s.aux = Tensor::from_f32(aux, {n, aux_width});
+  s.teacher_k = k;
+  for (int64_t r = 0; r < n - prompt; ++r) {
+    float total = 0;
+    std::vector<float> w;
+    for (int64_t i = 0; i < k; ++i) {
+      // Mostly even ids (in the draft vocabulary); the top-1 is the sampled token rounded even.
+      s.teacher_ids.push_back(i == 0 ? (s.tokens[prompt + r] & ~1) : static_cast<int32_t>(rng() % 80));
+      w.push_back(i == 0 ? 3.f : 1.f / static_cast<float>(i + 1));
+      total += w.back();
+    }
+    for (float x : w)
+      s.teacher_logprobs.push_back(std::log(x / total));
+  }
+  return s;
+}
+
+void scale_weights(TrainableDraft& d, float factor) {
+  for (Param* p : d.params()) {
+    float* v = p->value.data<float>();
+    const bool norm = p->name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      v[i] = norm ? v[i] + 0.05f * std::sin(1.7f * static_cast<float>(i)) : v[i] * factor;
+  }
+}
+
+TEST(Ttt, GradientMatchesFiniteDifferences) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 5);
+  scale_weights(d, 15.f);
+  const TttSample s = make_sample(9, 3, 4, 3 * f.pc.hidden_size, 6);
+  const TttOptions o{3, 0.8};
+  d.params().zero_grad();
+  const TttStats base = d.forward_backward(s, o, 1.f);
+  ASSERT_GT(base.rows[0], 0);
+  ASSERT_GT(base.rows[2], 0);
+  EXPECT_LT(base.rows[2], base.rows[0]);  // later steps run out of response tokens
+  const float h = 2e-3f;
+  int checked = 0;
+  for (Param* p : d.params()) {
+    float* v = p->value.data<float>();
+    const float* g = p->grad.data<float>();
+    for (int64_t s_ = 0; s_ < 6; ++s_) {
+      const int64_t i = (s_ * 7919 + 31) % p->value.numel();
+      const float keep = v[i];
+      v[i] = keep + h;
+      const double up = d.evaluate(s, o).loss;
+      v[i] = keep - h;
+      const double down = d.evaluate(s, o).loss;
+      v[i] = keep;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(g[i], numeric, 3e-3 + 3e-2 * std::fabs(numeric)) << p->name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+// Row p at TTT step k must give the logits the inference path gives for the k-th draft step
+// after the committed pairs (g_0, x_1) .. (g_p, x_{p+1}).
+TEST(Ttt, StepLogitsEqualChainDraftInference) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 7);
+  scale_weights(d, 10.f);
+  // Round to bf16 so that the served copy holds exactly the trained weights.
+  for (auto& [name, t] : d.params().copy_values(DType::BF16))
+    d.params().find(name)->value.copy_from(t.to_dtype(DType::F32));
+  const int64_t n = 8, K = 3;
+  const TttSample s = make_sample(n, 2, 3, 3 * f.pc.hidden_size, 8);
+  const auto train_logits = d.step_logits(s, K);
+  const DraftModel served = d.to_draft();
+  const int64_t Vd = f.dc.draft_vocab_size;
+
+  for (int64_t p : {0, 2, 4}) {
+    KvCache cache(served.kv_shape(), 16, 4);
+    SeqKv kv;
+    ASSERT_TRUE(cache.reserve(kv, p + 1 + K));
+    std::vector<SeqStep> steps(1);
+    steps[0].kv = &kv;
+    for (int64_t i = 0; i <= p; ++i)
+      steps[0].tokens.push_back(s.tokens[static_cast<size_t>(i + 1)]);
+    steps[0].logit_rows = {static_cast<int32_t>(p)};
+    DraftOut out = served.forward(cache, steps, s.aux.rows(0, p + 1));
+    for (int64_t k = 0; k < K && p + 1 + k < n; ++k) {
+      const auto got = out.logits.to_f32_vector();
+      const auto want = train_logits[static_cast<size_t>(k)].row(p).to_f32_vector();
+      ASSERT_EQ(got.size(), static_cast<size_t>(Vd));
+      double worst = 0;
+      for (int64_t c = 0; c < Vd; ++c)
+        worst = std::max(worst, static_cast<double>(std::fabs(got[c] - want[c])));
+      EXPECT_LT(worst, 2e-3) << "row " << p << " step " << k;
+      if (p + 2 + k >= n)
+        break;
+      // Next chain step: the fed-back state of the last row, the next ground-truth token.
+      const Tensor state = out.state.row(out.state.size(0) - 1);
+      std::vector<SeqStep> next(1);
+      next[0].kv = &kv;
+      next[0].tokens = {s.tokens[static_cast<size_t>(p + 2 + k)]};
+      next[0].logit_rows = {0};
+      out = served.forward(cache, next, state);
+    }
+  }
+}
+
+TEST(Ttt, TrainingLowersTheLossAndRaisesAccuracy) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 9);
+  // One repeated sample: the draft must be able to fit it.
+  TttSample s = make_sample(24, 4, 1, 3 * f.pc.hidden_size, 10);
+  const TttOptions o{3, 0.8};
+  const TttStats before = d.evaluate(s, o);
+  for (int step = 0; step < 150; ++step) {
+    d.params().zero_grad();
+    d.forward_backward(s, o, 1.f);
+    for (Param* p : d.params()) {
+      float* v = p->value.data<float>();
+      const float* g = p->grad.data<float>();
+      for (int64_t i = 0; i < p->value.numel(); ++i)
+        v[i] -= 0.3f * g[i];
+    }
+  }
+  const TttStats after = d.evaluate(s, o);
+  EXPECT_LT(after.loss, 0.5 * before.loss);
+  EXPECT_GT(after.accuracy(0), before.accuracy(0));
+  EXPECT_GT(after.accuracy(0), 0.5);
+}
+
+TEST(Ttt, RejectsBadSamplesAndVariants) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 1);
+  TttSample s = make_sample(6, 2, 2, 3 * f.pc.hidden_size, 2);
+  s.teacher_ids.pop_back();
+  EXPECT_THROW(d.evaluate(s, {}), Error);
+  s = make_sample(6, 2, 2, 3 * f.pc.hidden_size, 2);
+  s.aux = s.aux.rows(0, 5);
+  EXPECT_THROW(d.evaluate(s, {}), Error);
+  s = make_sample(6, 2, 2, 3 * f.pc.hidden_size, 2);
+  s.tokens[3] = 1000;
+  EXPECT_THROW(d.evaluate(s, {}), Error);
+  DraftConfig nbr = f.dc;
+  nbr.norm_before_residual = true;
+  EXPECT_THROW(TrainableDraft(nbr, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 1), Error);
+}
+
+}  // namespace
+}  // namespace updraft::train

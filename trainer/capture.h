@@ -1,0 +1,30 @@
+// Capture of drafter training data from finished rollouts: one policy forward over each whole
+// sequence (prompt + response, batched like a prefill) yields the aux hidden states at every
+// position and, at every response token, the top-k of the policy's next-token distribution
+// (temperature 1, log-probabilities) it was drawn from. This is the offline route (SpecForge's
+// prepare-hidden-states step); its cost is one prefill per rollout, a fraction of generating it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "rollout/policy_model.h"
+#include "trainer/ttt_data.h"
+
+namespace updraft::train {
+
+struct Rollout {
+  std::vector<int32_t> prompt, response;
+};
+
+struct CaptureOptions {
+  int64_t teacher_k = 16;
+  std::vector<int64_t> aux_layers;  // HF hidden_states indices; empty: the policy's default
+  int64_t batch_tokens = 4096;      // tokens per forward
+  DType aux_dtype = DType::BF16;    // how the aux states are kept (bf16: half the memory)
+};
+
+std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vector<Rollout>& rollouts,
+                                       const CaptureOptions& opts, uint64_t policy_version = 0);
+
+}  // namespace updraft::train

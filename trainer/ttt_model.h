@@ -1,0 +1,89 @@
+// A trainable EAGLE-3 drafter and its training-time-test objective (eagle3.md C.3-C.6).
+//
+// For a sample of n tokens the draft rows are p = 0 .. n-2: row p pairs the policy's aux states
+// g_p with the token x_{p+1} and, at TTT step k (0 <= k < K), reads token x_{p+1+k} (teacher
+// forcing) and the hidden state the draft itself produced at step k-1 (fc(g_p) at step 0), sits
+// at RoPE position p + k, attends to the step-0 keys of rows 0..p and to its own keys of steps
+// 1..k (the diagonal; ops::attention's TTT mask, no T×T block beyond step 0), and predicts
+// x_{p+2+k} against the teacher at that position restricted to the draft vocabulary and
+// renormalised. Rows count at step k only when x_{p+2+k} is a response token whose teacher
+// top-1 lies in the draft vocabulary. Loss = Σ_k decay^k · loss_k, loss_k = Σ_counted soft-CE
+// / (rows counted at step 0); gradients flow through the fed-back hidden states (not detached).
+//
+// Trainable: fc, the decoder layer, the final norm and lm_head. The embedding is the policy's
+// table, frozen. Supported variant: the native EAGLE-3 layout (no fc norms, residual before
+// hidden_norm, the pre-norm state fed back); other DraftConfig flags are an Error.
+//
+// Fresh drafts: lm_head starts from the policy's lm_head rows of the draft vocabulary (a warm
+// start that shortens training; speculators does the same, EAGLE starts from random), the
+// other linear weights ~ N(0, 0.02), norms 1.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drafter/draft_model.h"
+#include "trainer/params.h"
+#include "trainer/ttt_data.h"
+
+namespace updraft::train {
+
+struct TttOptions {
+  int64_t steps = 7;   // K
+  double decay = 0.8;  // weight of step k: decay^k
+};
+
+struct TttStats {
+  double loss = 0;                     // Σ_k decay^k loss_k, summed over samples
+  std::vector<double> step_loss;       // loss_k, summed over samples
+  std::vector<int64_t> rows, correct;  // per step: rows counted, draft argmax == teacher argmax
+  int64_t samples = 0;
+
+  void add(const TttStats& o);
+  double accuracy(size_t k) const { return rows[k] ? static_cast<double>(correct[k]) / rows[k] : 0.0; }
+  double mean_loss() const { return samples ? loss / samples : 0.0; }
+};
+
+class TrainableDraft {
+ public:
+  // A fresh draft for the policy described by `target` (its embedding table is shared, its
+  // lm_head [V, Ht] seeds the draft's lm_head rows).
+  TrainableDraft(const DraftConfig& cfg, const VocabMap& vocab, const DraftTarget& target, const Tensor& policy_lm_head,
+                 uint64_t seed);
+  // Continues from a loaded draft (online refresh).
+  TrainableDraft(const DraftModel& draft, const DraftTarget& target);
+  TrainableDraft(const TrainableDraft&) = delete;
+  TrainableDraft& operator=(const TrainableDraft&) = delete;
+
+  const DraftConfig& config() const { return cfg_; }
+  const VocabMap& vocab() const { return vocab_; }
+  ParamSet& params() { return params_; }
+
+  // Adds grad_scale × d(loss)/d(params) to the grads; returns the sample's statistics.
+  TttStats forward_backward(const TttSample& s, const TttOptions& o, float grad_scale);
+  TttStats evaluate(const TttSample& s, const TttOptions& o) const;
+  // The draft-vocabulary logits of every step, f32 [T, Vd] each (for tests and inspection).
+  std::vector<Tensor> step_logits(const TttSample& s, int64_t steps) const;
+
+  // The current weights as a servable draft (bf16, EAGLE names), and saved in the EAGLE format.
+  DraftModel to_draft() const;
+  void save(const std::string& dir) const { to_draft().save(dir); }
+
+ private:
+  void init_params(uint64_t seed, const Tensor* lm_head_rows);
+  Param* add_param(const std::string& name, Tensor value, bool weight_decay);
+  TttStats run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
+               std::vector<Tensor>* logits_out = nullptr) const;
+
+  DraftConfig cfg_;
+  VocabMap vocab_;
+  DraftTarget target_;
+  std::vector<std::unique_ptr<Param>> owned_;
+  ParamSet params_;
+  Param *fc_, *embed_norm_, *hidden_norm_, *q_, *k_, *v_, *o_, *post_norm_, *gate_, *up_, *down_, *final_norm_,
+      *lm_head_;
+  Tensor inv_freq_;
+};
+
+}  // namespace updraft::train
