@@ -1,0 +1,148 @@
+#include "kernels/io/sha256.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+namespace {
+
+constexpr std::array<uint32_t, 64> kRound = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+constexpr uint32_t rotr(uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
+
+}  // namespace
+
+Sha256::Sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::compress(const uint8_t* block) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i)
+    w[i] = (uint32_t{block[4 * i]} << 24) | (uint32_t{block[4 * i + 1]} << 16) | (uint32_t{block[4 * i + 2]} << 8) |
+           uint32_t{block[4 * i + 3]};
+  for (int i = 16; i < 64; ++i) {
+    const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
+    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h_[0] += a;
+  h_[1] += b;
+  h_[2] += c;
+  h_[3] += d;
+  h_[4] += e;
+  h_[5] += f;
+  h_[6] += g;
+  h_[7] += h;
+}
+
+void Sha256::update(const void* data, size_t n) {
+  UPD_CHECK(!done_) << "Sha256::update after digest()";
+  const auto* p = static_cast<const uint8_t*>(data);
+  total_bytes_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = std::min(n, buf_.size() - buf_len_);
+    std::memcpy(buf_.data() + buf_len_, p, take);
+    buf_len_ += take;
+    p += take;
+    n -= take;
+    if (buf_len_ < buf_.size())
+      return;
+    compress(buf_.data());
+    buf_len_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64)
+    compress(p);
+  std::memcpy(buf_.data(), p, n);
+  buf_len_ = n;
+}
+
+Sha256Digest Sha256::digest() {
+  UPD_CHECK(!done_) << "Sha256::digest called twice";
+  const uint64_t bits = total_bytes_ * 8;
+  // Padding: 0x80, zeros up to 56 mod 64, then the message length in bits, big-endian.
+  uint8_t pad[72] = {0x80};
+  const size_t zeros = (buf_len_ < 56 ? 56 : 120) - buf_len_;
+  for (int i = 0; i < 8; ++i)
+    pad[zeros + i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  update(pad, zeros + 8);
+  done_ = true;
+  Sha256Digest out;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j)
+      out[4 * i + j] = static_cast<uint8_t>(h_[i] >> (24 - 8 * j));
+  return out;
+}
+
+std::string to_hex(const Sha256Digest& d) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(64);
+  for (uint8_t b : d) {
+    s.push_back(kDigits[b >> 4]);
+    s.push_back(kDigits[b & 15]);
+  }
+  return s;
+}
+
+Sha256Digest sha256(std::string_view bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return h.digest();
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  return to_hex(sha256(bytes));
+}
+
+std::string sha256_file_hex(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  UPD_REQUIRE(fd >= 0) << path << ": cannot open: " << std::strerror(errno);
+  Sha256 h;
+  std::vector<uint8_t> chunk(size_t{1} << 20);
+  for (;;) {
+    const ssize_t r = ::read(fd, chunk.data(), chunk.size());
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(fd);
+      UPD_FAIL() << path << ": read failed: " << std::strerror(e);
+    }
+    if (r == 0)
+      break;
+    h.update(chunk.data(), static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return to_hex(h.digest());
+}
+
+}  // namespace updraft
