@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+  libpcre2-dev
 )
 
 missing=()
