@@ -11,6 +11,7 @@
 #include "app/config.h"
 #include "app/generate_cmd.h"
 #include "app/logging.h"
+#include "app/train_cmd.h"
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
@@ -59,6 +60,10 @@ int main(int argc, char** argv) {
   updraft::GenerateArgs gen_args;
   updraft::add_generate_options(*generate, gen_args);
 
+  auto* pretrain = app.add_subcommand("pretrain", "Train the built-in policy and its tokenizer on the built-in corpus");
+  updraft::train::PretrainOptions pre;
+  updraft::add_pretrain_options(*pretrain, pre);
+
   auto* buffer = app.add_subcommand("buffer", "Receive records from workers over ZeroMQ and keep them in RocksDB");
   updraft::messaging::BufferCommandOptions buf;
   buffer->add_option("--endpoint", buf.endpoint, "ZeroMQ endpoint to bind (loopback only without CURVE)")
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
       return run_config_check(config_path);
     if (generate->parsed())
       return updraft::run_generate(gen_args);
+    if (pretrain->parsed())
+      return updraft::run_pretrain(pre);
     if (buffer->parsed())
       return updraft::messaging::run_buffer(buf);
     if (inspect_buffer->parsed())
