@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
   updraft::train::PretrainOptions pre;
   updraft::add_pretrain_options(*pretrain, pre);
 
+  auto* train_cmd = app.add_subcommand("train", "Train an EAGLE-3 drafter for a policy (--once: offline, in-domain)");
+  updraft::TrainArgs train_args;
+  updraft::add_train_options(*train_cmd, train_args);
+
   auto* buffer = app.add_subcommand("buffer", "Receive records from workers over ZeroMQ and keep them in RocksDB");
   updraft::messaging::BufferCommandOptions buf;
   buffer->add_option("--endpoint", buf.endpoint, "ZeroMQ endpoint to bind (loopback only without CURVE)")
@@ -109,6 +113,8 @@ int main(int argc, char** argv) {
       return updraft::run_generate(gen_args);
     if (pretrain->parsed())
       return updraft::run_pretrain(pre);
+    if (train_cmd->parsed())
+      return updraft::run_train(train_args);
     if (buffer->parsed())
       return updraft::messaging::run_buffer(buf);
     if (inspect_buffer->parsed())

@@ -30,4 +30,40 @@ int run_pretrain(train::PretrainOptions o) {
   return 0;
 }
 
+void add_train_options(CLI::App& cmd, TrainArgs& a) {
+  train::TrainOnceOptions& o = a.once_opts;
+  cmd.add_flag("--once", a.once, "offline: rollouts of the policy, then a drafter trained on them (in-domain init)");
+  cmd.add_option("--model", o.model_dir, "policy directory (Hugging Face layout with tokenizer.json)")->required();
+  cmd.add_option("--out", o.out_dir, "drafter output directory (EAGLE format)")->required();
+  cmd.add_option("--prompts", o.prompts, "training prompts from the built-in corpus")->capture_default_str();
+  cmd.add_option("--heldout-prompts", o.heldout_prompts, "held-out prompts for the acceptance measurement")
+      ->capture_default_str();
+  cmd.add_option("--domain", o.domain, "corpus domain of the prompts")
+      ->check(CLI::IsMember({"mix", "arith", "code"}))
+      ->capture_default_str();
+  cmd.add_option("--max-new-tokens", o.max_new_tokens, "tokens per rollout")->capture_default_str();
+  cmd.add_option("--temperature", o.temperature, "rollout temperature (0 = greedy)")->capture_default_str();
+  cmd.add_option("--draft-vocab", o.draft_vocab, "draft vocabulary size")->capture_default_str();
+  cmd.add_option("--teacher-k", o.teacher_k, "top-k log-probabilities kept as the teacher")->capture_default_str();
+  cmd.add_option("--steps", o.train.steps, "optimiser steps")->capture_default_str();
+  cmd.add_option("--samples-per-step", o.train.samples_per_step, "rollouts per step")->capture_default_str();
+  cmd.add_option("--ttt-steps", o.train.ttt.steps, "training-time-test unroll K")->capture_default_str();
+  cmd.add_option("--lr", o.train.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--eval-every", o.train.eval_every, "held-out evaluation interval in steps (0: end only)")
+      ->capture_default_str();
+  cmd.add_option("--spec-steps", o.spec_steps, "chain length of the acceptance measurement")->capture_default_str();
+  cmd.add_option("--seed", o.seed, "seed of prompts, sampling and initial weights")->capture_default_str();
+}
+
+int run_train(TrainArgs a) {
+  UPD_REQUIRE(a.once) << "train: only --once (offline, in-domain initialisation) is available; the online trainer "
+                         "that follows the buffer is not built yet";
+  a.once_opts.train.seed = a.once_opts.seed;
+  a.once_opts.progress = [](const std::string& line) { spdlog::info("train: {}", line); };
+  const train::TrainOnceResult r = train::train_once(a.once_opts);
+  spdlog::info("train: done: tau {:.2f}, speculative {:.1f} vs plain {:.1f} tokens/s", r.tau, r.spec_tokens_per_s,
+               r.plain_tokens_per_s);
+  return 0;
+}
+
 }  // namespace updraft

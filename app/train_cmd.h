@@ -6,10 +6,18 @@
 #include <CLI/CLI.hpp>
 
 #include "trainer/pretrain.h"
+#include "trainer/train_once.h"
 
 namespace updraft {
 
 void add_pretrain_options(CLI::App& cmd, train::PretrainOptions& o);
 int run_pretrain(train::PretrainOptions o);
+
+struct TrainArgs {
+  bool once = false;
+  train::TrainOnceOptions once_opts;
+};
+void add_train_options(CLI::App& cmd, TrainArgs& a);
+int run_train(TrainArgs a);
 
 }  // namespace updraft
