@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "rollout/engine.h"
+#include "rollout/tokenizer.h"
 
 namespace updraft {
 namespace {
@@ -36,7 +39,9 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
 
 void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_option("--model", a.model, "Hugging Face model directory (config.json + safetensors)")->required();
-  cmd.add_option("--prompt-ids", a.prompt_ids, "comma-separated prompt token ids; repeat for a batch")->required();
+  cmd.add_option("--prompt-ids", a.prompt_ids, "comma-separated prompt token ids; repeat for a batch");
+  cmd.add_option("--prompt", a.prompts, "prompt text (needs a tokenizer.json); repeat for a batch");
+  cmd.add_option("--tokenizer", a.tokenizer, "tokenizer.json for --prompt and output text (default: the model's)");
   cmd.add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate per request")->capture_default_str();
   cmd.add_option("--temperature", a.temperature, "0 = greedy")->capture_default_str();
   cmd.add_option("--top-k", a.top_k, "0 = off")->capture_default_str();
@@ -56,6 +61,11 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
 int run_generate(const GenerateArgs& a) {
   UPD_REQUIRE(a.device == "cpu" || a.device == "cuda") << "--device must be cpu or cuda, not " << a.device;
   UPD_REQUIRE(a.kv_cache_mb > 0) << "--kv-cache-mb must be positive";
+  UPD_REQUIRE(!a.prompt_ids.empty() || !a.prompts.empty()) << "give at least one --prompt-ids or --prompt";
+  std::optional<Tokenizer> tok;
+  if (!a.prompts.empty() || !a.tokenizer.empty() ||
+      std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json"))
+    tok.emplace(Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer));
   PolicyOptions po;
   po.device = a.device == "cpu" ? Device::CPU : Device::CUDA;
   const auto t0 = std::chrono::steady_clock::now();
@@ -91,10 +101,12 @@ int run_generate(const GenerateArgs& a) {
   const std::vector<int32_t> stops = a.stop_ids.empty() ? std::vector<int32_t>{} : parse_ids(a.stop_ids, "--stop-ids");
   int failed = 0;
   std::vector<int64_t> index_of_id;  // request index -> engine id (0 when rejected)
-  for (size_t i = 0; i < a.prompt_ids.size(); ++i) {
+  const size_t n_requests = a.prompt_ids.size() + a.prompts.size();
+  for (size_t i = 0; i < n_requests; ++i) {
     try {
       GenRequest r;
-      r.prompt = parse_ids(a.prompt_ids[i], "--prompt-ids");
+      r.prompt = i < a.prompt_ids.size() ? parse_ids(a.prompt_ids[i], "--prompt-ids")
+                                         : tok->encode(a.prompts[i - a.prompt_ids.size()]);
       r.params.temperature = a.temperature;
       r.params.top_k = a.top_k;
       r.params.top_p = a.top_p;
@@ -121,9 +133,11 @@ int run_generate(const GenerateArgs& a) {
                         {"output_ids", r.tokens},
                         {"output_token_logprobs", r.logprobs},
                         {"finish_reason", r.finish_reason}};
+    if (tok)
+      j["output_text"] = tok->decode(r.tokens, true);
     if (draft)
       j["spec"] = {{"rounds", r.spec.rounds}, {"accepted", r.spec.accepted}, {"tau", r.spec.tau()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
   const auto& st = engine.stats();

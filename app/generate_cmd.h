@@ -1,5 +1,6 @@
-// `updraft generate`: generation from token ids with a Hugging Face model directory; one request
-// per --prompt-ids, all batched together; speculative with an EAGLE-3 drafter when --draft names
+// `updraft generate`: generation from token ids (--prompt-ids) or text (--prompt, encoded with the
+// model's tokenizer.json; outputs then carry output_text too) with a Hugging Face model directory;
+// one request per prompt, all batched together; speculative with an EAGLE-3 drafter when --draft names
 // one (either checkpoint format). Prints one JSON object per request (output ids, per-token
 // logprobs, finish reason, and with a drafter its rounds and tau) on stdout and a throughput line
 // (plus tau and acceptance per position) on stderr. A bad request is reported with its reason and
@@ -16,6 +17,8 @@ namespace updraft {
 struct GenerateArgs {
   std::string model;
   std::vector<std::string> prompt_ids;  // "1,2,3" per request
+  std::vector<std::string> prompts;     // text, encoded with the model's tokenizer.json
+  std::string tokenizer;                // tokenizer.json path; default: the model directory's
   int64_t max_new_tokens = 32;
   float temperature = 0.f;
   int32_t top_k = 0;

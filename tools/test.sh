@@ -14,4 +14,7 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 label_args=(-L fast)
 if [ "${1:-}" = "--all" ]; then label_args=(); fi
 cd "$BUILD_DIR"
+# Tests run two at a time on a 2-core machine: OpenMP threads that spin while waiting would
+# starve the other test's threads, so waiting threads sleep.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest "${label_args[@]}" -j "$JOBS" --output-on-failure --timeout 600

@@ -30,4 +30,15 @@ Tensor init_constant(const Shape& shape, float value) {
   return t;
 }
 
+Param* ParamStore::add(const std::string& name, Tensor value, bool weight_decay) {
+  auto p = std::make_unique<Param>();
+  p->name = name;
+  p->grad = Tensor::zeros(value.shape(), DType::F32);
+  p->value = std::move(value);
+  p->weight_decay = weight_decay;
+  owned_.push_back(std::move(p));
+  set_.add(*owned_.back());
+  return owned_.back().get();
+}
+
 }  // namespace updraft::train

@@ -33,9 +33,9 @@ TrainableLlama::TrainableLlama(const PolicyConfig& cfg, uint64_t seed) : cfg_(cf
   const float std_out = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
   uint64_t k = 0;
   auto lin = [&](const std::string& n, int64_t out, int64_t in, float sd) {
-    return add_param(n, init_normal({out, in}, sd, seed, ++k), true);
+    return store_.add(n, init_normal({out, in}, sd, seed, ++k), true);
   };
-  auto norm = [&](const std::string& n) { return add_param(n, init_constant({H}, 1.f), false); };
+  auto norm = [&](const std::string& n) { return store_.add(n, init_constant({H}, 1.f), false); };
   embed_ = lin("model.embed_tokens.weight", V, H, 0.02f);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -54,17 +54,6 @@ TrainableLlama::TrainableLlama(const PolicyConfig& cfg, uint64_t seed) : cfg_(cf
   final_norm_ = norm("model.norm.weight");
   lm_head_ = cfg.tie_word_embeddings ? embed_ : lin("lm_head.weight", V, H, 0.02f);
   inv_freq_ = ops::rope_inv_freq(cfg.rope, cfg.head_dim);
-}
-
-Param* TrainableLlama::add_param(const std::string& name, Tensor value, bool weight_decay) {
-  auto p = std::make_unique<Param>();
-  p->name = name;
-  p->grad = Tensor::zeros(value.shape(), DType::F32);
-  p->value = std::move(value);
-  p->weight_decay = weight_decay;
-  owned_.push_back(std::move(p));
-  params_.add(*owned_.back());
-  return owned_.back().get();
 }
 
 LmLoss TrainableLlama::forward_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
@@ -226,7 +215,7 @@ namespace updraft::train {
 
 std::map<std::string, Tensor> TrainableLlama::hf_tensors(DType dtype) const {
   std::map<std::string, Tensor> m;
-  for (const auto& [name, t] : params_.copy_values(dtype))
+  for (const auto& [name, t] : store_.set().copy_values(dtype))
     m[name] = t;
   return m;
 }

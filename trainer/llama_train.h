@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "rollout/policy_config.h"
+#include "trainer/init.h"
 #include "trainer/params.h"
 
 namespace updraft::train {
@@ -41,8 +42,8 @@ class TrainableLlama {
   TrainableLlama& operator=(const TrainableLlama&) = delete;
   TrainableLlama(TrainableLlama&&) = default;
 
-  ParamSet& params() { return params_; }
-  const ParamSet& params() const { return params_; }
+  ParamSet& params() { return store_.set(); }
+  const ParamSet& params() const { return store_.set(); }
 
   LmLoss forward_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                           const std::vector<uint8_t>* target_mask, float grad_scale);
@@ -61,11 +62,8 @@ class TrainableLlama {
   LmLoss run(const std::vector<int32_t>& tokens, int64_t B, int64_t T, const std::vector<uint8_t>* target_mask,
              float grad_scale, bool backward) const;
 
-  Param* add_param(const std::string& name, Tensor value, bool weight_decay);
-
   PolicyConfig cfg_;
-  std::vector<std::unique_ptr<Param>> owned_;
-  ParamSet params_;
+  ParamStore store_;
   Param *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;  // lm_head_ == embed_ when tied
   std::vector<Layer> layers_;
   Tensor inv_freq_;

@@ -132,7 +132,7 @@ TrainableDraft::TrainableDraft(const DraftModel& draft, const DraftTarget& targe
   check_variant(cfg_);
   init_params(0, nullptr);
   for (const auto& [name, t] : draft.tensors()) {
-    Param* p = params_.find(name);
+    Param* p = store_.set().find(name);
     if (p == nullptr)
       continue;  // d2t / t2d
     check_shape("TrainableDraft", name.c_str(), t, p->value.shape());
@@ -140,25 +140,14 @@ TrainableDraft::TrainableDraft(const DraftModel& draft, const DraftTarget& targe
   }
 }
 
-Param* TrainableDraft::add_param(const std::string& name, Tensor value, bool weight_decay) {
-  auto p = std::make_unique<Param>();
-  p->name = name;
-  p->grad = Tensor::zeros(value.shape(), DType::F32);
-  p->value = std::move(value);
-  p->weight_decay = weight_decay;
-  owned_.push_back(std::move(p));
-  params_.add(*owned_.back());
-  return owned_.back().get();
-}
-
 void TrainableDraft::init_params(uint64_t seed, const Tensor* lm_head_rows) {
   const DraftConfig& c = cfg_;
   const int64_t H = c.hidden_size, QD = c.num_heads * c.head_dim, KVD = c.num_kv_heads * c.head_dim;
   uint64_t k = 0;
   auto lin = [&](const std::string& n, int64_t out, int64_t in) {
-    return add_param(n, init_normal({out, in}, 0.02f, seed, ++k), true);
+    return store_.add(n, init_normal({out, in}, 0.02f, seed, ++k), true);
   };
-  auto norm = [&](const std::string& n) { return add_param(n, init_constant({H}, 1.f), false); };
+  auto norm = [&](const std::string& n) { return store_.add(n, init_constant({H}, 1.f), false); };
   fc_ = lin("fc.weight", H, c.fc_in());
   embed_norm_ = norm("midlayer.input_layernorm.weight");
   hidden_norm_ = norm("midlayer.hidden_norm.weight");
@@ -171,13 +160,13 @@ void TrainableDraft::init_params(uint64_t seed, const Tensor* lm_head_rows) {
   up_ = lin("midlayer.mlp.up_proj.weight", c.intermediate_size, H);
   down_ = lin("midlayer.mlp.down_proj.weight", H, c.intermediate_size);
   final_norm_ = norm("norm.weight");
-  lm_head_ = add_param("lm_head.weight",
-                       lm_head_rows ? *lm_head_rows : init_normal({c.draft_vocab_size, H}, 0.02f, seed, ++k), true);
+  lm_head_ = store_.add("lm_head.weight",
+                        lm_head_rows ? *lm_head_rows : init_normal({c.draft_vocab_size, H}, 0.02f, seed, ++k), true);
   inv_freq_ = ops::rope_inv_freq(c.rope, c.head_dim);
 }
 
 DraftModel TrainableDraft::to_draft() const {
-  std::vector<std::pair<std::string, Tensor>> tensors = params_.copy_values(DType::BF16);
+  std::vector<std::pair<std::string, Tensor>> tensors = store_.set().copy_values(DType::BF16);
   tensors.emplace_back("d2t", vocab_.d2t());
   tensors.emplace_back("t2d", vocab_.t2d());
   std::vector<std::string> names;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "drafter/draft_model.h"
+#include "trainer/init.h"
 #include "trainer/params.h"
 #include "trainer/ttt_data.h"
 
@@ -58,7 +59,7 @@ class TrainableDraft {
 
   const DraftConfig& config() const { return cfg_; }
   const VocabMap& vocab() const { return vocab_; }
-  ParamSet& params() { return params_; }
+  ParamSet& params() { return store_.set(); }
 
   // Adds grad_scale × d(loss)/d(params) to the grads; returns the sample's statistics.
   TttStats forward_backward(const TttSample& s, const TttOptions& o, float grad_scale);
@@ -72,15 +73,13 @@ class TrainableDraft {
 
  private:
   void init_params(uint64_t seed, const Tensor* lm_head_rows);
-  Param* add_param(const std::string& name, Tensor value, bool weight_decay);
   TttStats run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
                std::vector<Tensor>* logits_out = nullptr) const;
 
   DraftConfig cfg_;
   VocabMap vocab_;
   DraftTarget target_;
-  std::vector<std::unique_ptr<Param>> owned_;
-  ParamSet params_;
+  ParamStore store_;
   Param *fc_, *embed_norm_, *hidden_norm_, *q_, *k_, *v_, *o_, *post_norm_, *gate_, *up_, *down_, *final_norm_,
       *lm_head_;
   Tensor inv_freq_;
