@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "app/config.h"
+#include "app/demo_cmd.h"
 #include "app/generate_cmd.h"
 #include "app/logging.h"
 #include "app/train_cmd.h"
@@ -59,6 +60,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("generate", "Generate from prompt token ids with a Hugging Face model (plain decoding)");
   updraft::GenerateArgs gen_args;
   updraft::add_generate_options(*generate, gen_args);
+
+  auto* demo = app.add_subcommand(
+      "demo", "The whole mission on the built-in policy: RL with speculative rollouts and an online drafter");
+  updraft::demo::DemoOptions demo_opts;
+  updraft::add_demo_options(*demo, demo_opts);
 
   auto* pretrain = app.add_subcommand("pretrain", "Train the built-in policy and its tokenizer on the built-in corpus");
   updraft::train::PretrainOptions pre;
@@ -111,6 +117,8 @@ int main(int argc, char** argv) {
       return run_config_check(config_path);
     if (generate->parsed())
       return updraft::run_generate(gen_args);
+    if (demo->parsed())
+      return updraft::run_demo_cmd(demo_opts);
     if (pretrain->parsed())
       return updraft::run_pretrain(pre);
     if (train_cmd->parsed())

@@ -145,6 +145,23 @@ void DraftModel::save(const std::string& dir) const {
   write_file_atomic((std::filesystem::path(dir) / "config.json").string(), c.to_eagle_json(target_.num_layers) + "\n");
 }
 
+DraftModel DraftModel::rebind(const DraftTarget& target) const {
+  // stored_ holds the EAGLE-format tensors, so rebuild from the EAGLE form of the config.
+  const DraftConfig cfg = DraftConfig::from_json_text(cfg_.to_eagle_json(target_.num_layers), "rebind");
+  std::vector<std::string> names;
+  for (const auto& [n, t] : stored_)
+    names.push_back(n);
+  return build(
+      cfg, names,
+      [&](const std::string& n) {
+        for (const auto& [m, t] : stored_)
+          if (m == n)
+            return t;
+        return Tensor();
+      },
+      target, "rebind");
+}
+
 DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden) const {
   const int64_t H = cfg_.hidden_size, Ht = cfg_.target_hidden_size, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
                 HD = cfg_.head_dim;

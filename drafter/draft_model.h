@@ -54,6 +54,10 @@ class DraftModel {
                           const std::function<Tensor(const std::string&)>& get, const DraftTarget& target,
                           const std::string& where);
   void save(const std::string& dir) const;
+  // The same weights serving another version of the policy (its embedding table, device and
+  // activation dtype): what a worker does when RL replaces the policy under a drafter. Error
+  // when the new policy's sizes do not fit the draft.
+  DraftModel rebind(const DraftTarget& target) const;
 
   const DraftConfig& config() const { return cfg_; }
   const VocabMap& vocab() const { return vocab_; }

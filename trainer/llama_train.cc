@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/hf_checkpoint.h"
 #include "kernels/io/safetensors.h"
 #include "kernels/ops.h"
 #include "trainer/init.h"
@@ -56,18 +58,46 @@ TrainableLlama::TrainableLlama(const PolicyConfig& cfg, uint64_t seed) : cfg_(cf
   inv_freq_ = ops::rope_inv_freq(cfg.rope, cfg.head_dim);
 }
 
+TrainableLlama TrainableLlama::load_hf(const std::string& dir) {
+  PolicyConfig cfg = PolicyConfig::from_file(dir + "/config.json");
+  TrainableLlama m(cfg, 0);
+  const CheckpointDir ckpt = CheckpointDir::open(dir);
+  std::set<std::string> used;
+  for (Param* p : m.params()) {
+    if (!ckpt.has(p->name))
+      throw Error("TrainableLlama: " + dir + " has no tensor " + p->name);
+    const Tensor t = ckpt.get(p->name);
+    if (t.shape() != p->value.shape())
+      throw Error("TrainableLlama: " + dir + ": " + p->name + " has shape " + shape_str(t.shape()) + ", expected " +
+                  shape_str(p->value.shape()));
+    p->value.copy_from(t.to_dtype(DType::F32));
+    used.insert(p->name);
+  }
+  for (const std::string& n : ckpt.names())
+    if (!used.count(n))
+      throw Error("TrainableLlama: " + dir + " holds " + n + ", which this architecture does not use");
+  return m;
+}
+
 LmLoss TrainableLlama::forward_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                                         const std::vector<uint8_t>* target_mask, float grad_scale) {
-  return run(tokens, B, T, target_mask, grad_scale, true);
+  return run(tokens, B, T, target_mask, nullptr, grad_scale, true);
+}
+
+LmLoss TrainableLlama::weighted_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                                         const std::vector<float>& weights, float grad_scale) {
+  UPD_REQUIRE(static_cast<int64_t>(weights.size()) == B * T) << "TrainableLlama: weights must have B*T entries";
+  return run(tokens, B, T, nullptr, &weights, grad_scale, true);
 }
 
 LmLoss TrainableLlama::evaluate(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                                 const std::vector<uint8_t>* target_mask) const {
-  return run(tokens, B, T, target_mask, 0.f, false);
+  return run(tokens, B, T, target_mask, nullptr, 0.f, false);
 }
 
 LmLoss TrainableLlama::run(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
-                           const std::vector<uint8_t>* target_mask, float grad_scale, bool backward) const {
+                           const std::vector<uint8_t>* target_mask, const std::vector<float>* weights,
+                           float grad_scale, bool backward) const {
   UPD_REQUIRE(B > 0 && T > 0 && static_cast<int64_t>(tokens.size()) == B * (T + 1))
       << "TrainableLlama: expected " << B << " sequences of " << T + 1 << " tokens, got " << tokens.size();
   UPD_REQUIRE(target_mask == nullptr || static_cast<int64_t>(target_mask->size()) == B * T)
@@ -81,7 +111,7 @@ LmLoss TrainableLlama::run(const std::vector<int32_t>& tokens, int64_t B, int64_
     for (int64_t t = 0; t < T; ++t) {
       const size_t r = static_cast<size_t>(b * T + t);
       in_ids[r] = tokens[static_cast<size_t>(b * (T + 1) + t)];
-      const bool keep = target_mask == nullptr || (*target_mask)[r] != 0;
+      const bool keep = weights != nullptr ? (*weights)[r] != 0.f : target_mask == nullptr || (*target_mask)[r] != 0;
       tgt[r] = keep ? tokens[static_cast<size_t>(b * (T + 1) + t + 1)] : -1;
       UPD_REQUIRE(tgt[r] < V) << "TrainableLlama: target token " << tgt[r] << " outside the vocabulary";
       pos[r] = static_cast<int32_t>(t);
@@ -162,7 +192,7 @@ LmLoss TrainableLlama::run(const std::vector<int32_t>& tokens, int64_t B, int64_
   const float w = grad_scale / static_cast<float>(out.targets);
   Tensor dloss = f32({N});
   for (int64_t r = 0; r < N; ++r)
-    dloss.data<float>()[r] = tgt[static_cast<size_t>(r)] < 0 ? 0.f : w;
+    dloss.data<float>()[r] = tgt[static_cast<size_t>(r)] < 0 ? 0.f : weights ? grad_scale * (*weights)[r] : w;
   ops::cross_entropy_backward(logits, targets, dloss, logits);  // logits now hold dlogits
   Tensor dnf = f32({N, H});
   ops::linear_backward(nf, lm_head_->value, logits, &dnf, false, &lm_head_->grad, nullptr);

@@ -37,6 +37,11 @@ class TrainableLlama {
   // norms 1; deterministic in seed. Requires arch Llama without biases or q/k norm.
   TrainableLlama(const PolicyConfig& cfg, uint64_t seed);
 
+  // Continues from a Hugging Face directory (config.json + safetensors, any float dtype; the
+  // f32 master weights are the stored values converted). Error when a tensor is missing, has
+  // the wrong shape, or the checkpoint holds tensors this architecture does not use.
+  static TrainableLlama load_hf(const std::string& dir);
+
   const PolicyConfig& config() const { return cfg_; }
   TrainableLlama(const TrainableLlama&) = delete;
   TrainableLlama& operator=(const TrainableLlama&) = delete;
@@ -47,6 +52,11 @@ class TrainableLlama {
 
   LmLoss forward_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                           const std::vector<uint8_t>* target_mask, float grad_scale);
+  // Policy-gradient form: the loss is Σ_r weights[r] · CE_r over the B*T targets (any sign; 0
+  // drops a target), its gradient times grad_scale ADDED to the grads; no normalisation (the
+  // caller's weights carry it). LmLoss reports the plain mean CE over targets with weight != 0.
+  LmLoss weighted_backward(const std::vector<int32_t>& tokens, int64_t B, int64_t T, const std::vector<float>& weights,
+                           float grad_scale);
   // Loss only (no activations kept, no gradients).
   LmLoss evaluate(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                   const std::vector<uint8_t>* target_mask) const;
@@ -60,7 +70,7 @@ class TrainableLlama {
     Param *input_norm, *post_norm, *q, *k, *v, *o, *gate, *up, *down;
   };
   LmLoss run(const std::vector<int32_t>& tokens, int64_t B, int64_t T, const std::vector<uint8_t>* target_mask,
-             float grad_scale, bool backward) const;
+             const std::vector<float>* weights, float grad_scale, bool backward) const;
 
   PolicyConfig cfg_;
   ParamStore store_;

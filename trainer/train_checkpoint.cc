@@ -52,17 +52,6 @@ fs::path parent_of(const fs::path& dir) {
   return dir.has_parent_path() ? dir.parent_path() : fs::path(".");
 }
 
-// Makes renames and creations inside `dir` durable.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  UPD_REQUIRE(fd >= 0) << dir.string() << ": cannot open directory: " << std::strerror(errno);
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  // EINVAL: the filesystem does not sync directories (nothing more can be done there).
-  UPD_REQUIRE(rc == 0 || e == EINVAL) << dir.string() << ": fsync failed: " << std::strerror(e);
-}
-
 void rename_or_fail(const fs::path& from, const fs::path& to) {
   UPD_REQUIRE(::rename(from.c_str(), to.c_str()) == 0)
       << "cannot rename " << from.string() << " to " << to.string() << ": " << std::strerror(errno);
@@ -261,7 +250,7 @@ void save_train_checkpoint(const std::string& dir_arg, const ParamSet& params, c
       remove_quietly(prev);
     } else {
       rename_or_fail(prev, dir);
-      fsync_dir(parent);
+      fsync_dir(parent.string());
     }
   }
   if (path_exists(dir)) {
@@ -321,14 +310,14 @@ void save_train_checkpoint(const std::string& dir_arg, const ParamSet& params, c
 
   if (!path_exists(dir)) {
     rename_or_fail(tmp, dir);
-    fsync_dir(parent);
+    fsync_dir(parent.string());
     stage(options, "swapped");
     stage(options, "done");
     return;
   }
   if (options.use_rename_exchange) {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-      fsync_dir(parent);
+      fsync_dir(parent.string());
       stage(options, "swapped");
       remove_quietly(tmp);  // the old checkpoint
       stage(options, "done");
@@ -339,10 +328,10 @@ void save_train_checkpoint(const std::string& dir_arg, const ParamSet& params, c
         << "cannot exchange " << tmp.string() << " and " << dir.string() << ": " << std::strerror(e);
   }
   rename_or_fail(dir, prev);
-  fsync_dir(parent);
+  fsync_dir(parent.string());
   stage(options, "old_moved");
   rename_or_fail(tmp, dir);
-  fsync_dir(parent);
+  fsync_dir(parent.string());
   stage(options, "swapped");
   remove_quietly(prev);
   stage(options, "done");

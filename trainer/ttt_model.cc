@@ -186,6 +186,13 @@ DraftModel TrainableDraft::to_draft() const {
       target_, "trained drafter");
 }
 
+void TrainableDraft::set_target(const DraftTarget& target) {
+  UPD_REQUIRE(target.hidden_size == target_.hidden_size && target.vocab_size == target_.vocab_size &&
+              target.num_layers == target_.num_layers)
+      << "TrainableDraft::set_target: the new policy's sizes differ from the draft's";
+  target_ = target;
+}
+
 TttStats TrainableDraft::forward_backward(const TttSample& s, const TttOptions& o, float grad_scale) {
   return run(s, o, grad_scale, true);
 }

@@ -59,6 +59,9 @@ class TrainableDraft {
 
   const DraftConfig& config() const { return cfg_; }
   const VocabMap& vocab() const { return vocab_; }
+  // Serves a new version of the same policy from now on (its embedding table): the online
+  // trainer follows RL this way. CheckFailure when the sizes differ.
+  void set_target(const DraftTarget& target);
   ParamSet& params() { return store_.set(); }
 
   // Adds grad_scale × d(loss)/d(params) to the grads; returns the sample's statistics.

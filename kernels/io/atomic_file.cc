@@ -54,6 +54,15 @@ void AtomicFile::commit() {
   }
 }
 
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  UPD_REQUIRE(fd >= 0) << dir << ": cannot open directory: " << std::strerror(errno);
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  UPD_REQUIRE(rc == 0 || e == EINVAL) << dir << ": fsync failed: " << std::strerror(e);
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
   AtomicFile f(path);
   f.write(contents);

@@ -25,6 +25,11 @@ class AtomicFile {
   int fd_ = -1;
 };
 
+// Makes renames and creations inside `dir` durable (a filesystem that cannot sync directories,
+// EINVAL, is accepted: nothing more can be done there). Error when the directory cannot be
+// opened or fsync fails otherwise.
+void fsync_dir(const std::string& dir);
+
 // The whole file in one call.
 void write_file_atomic(const std::string& path, const std::string& contents);
 

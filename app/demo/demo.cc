@@ -1,0 +1,549 @@
+#include "app/demo/demo.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "app/demo/report.h"
+#include "kernels/core/error.h"
+#include "kernels/io/atomic_file.h"
+#include "kernels/io/weight_version.h"
+#include "messaging/buffer_server.h"
+#include "messaging/record_sender.h"
+#include "messaging/record_store.h"
+#include "messaging/zmq_util.h"
+#include "rollout/tokenizer.h"
+#include "rollout/worker/worker.h"
+#include "trainer/capture.h"
+#include "trainer/corpus.h"
+#include "trainer/draft_train.h"
+#include "trainer/grpo.h"
+#include "trainer/online/online_trainer.h"
+#include "trainer/pretrain.h"
+#include "trainer/train_once.h"
+
+#ifndef UPDRAFT_SOURCE_DIR
+#define UPDRAFT_SOURCE_DIR "."
+#endif
+
+namespace updraft::demo {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The policy and initial drafter the demo runs on: the ones given, else the built-in small
+// policy and its drafter shipped in models/, else the tiny preset trained here (seconds).
+struct Models {
+  std::string policy, drafter, name;
+};
+
+Models resolve_models(const DemoOptions& o) {
+  Models m;
+  const fs::path shipped = fs::path(UPDRAFT_SOURCE_DIR) / "models";
+  if (!o.model_dir.empty()) {
+    m.policy = o.model_dir;
+    m.name = fs::path(o.model_dir).filename().string();
+  } else if (fs::exists(shipped / "small" / "config.json")) {
+    m.policy = (shipped / "small").string();
+    m.name = "built-in small";
+    if (o.drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
+      m.drafter = (shipped / "small-eagle3").string();
+  } else {
+    m.policy = (fs::path(o.out_dir) / "builtin" / "tiny").string();
+    m.name = "tiny preset";
+    if (!fs::exists(fs::path(m.policy) / "model.safetensors")) {
+      spdlog::info("demo: no built-in small policy in {}; pretraining the tiny preset into {} (about a minute)",
+                   shipped.string(), m.policy);
+      train::PretrainOptions po;
+      po.preset = "tiny";
+      po.out_dir = m.policy;
+      po.seed = o.seed;
+      po.progress = [](const std::string& l) { spdlog::info("pretrain: {}", l); };
+      train::pretrain(po);
+    }
+  }
+  if (!o.drafter_dir.empty())
+    m.drafter = o.drafter_dir;
+  if (m.drafter.empty()) {
+    m.drafter = (fs::path(o.out_dir) / "builtin" / (fs::path(m.policy).filename().string() + "-eagle3")).string();
+    if (!fs::exists(fs::path(m.drafter) / "model.safetensors")) {
+      spdlog::info("demo: training the initial drafter in-domain on the policy's rollouts into {}", m.drafter);
+      train::TrainOnceOptions to;
+      to.model_dir = m.policy;
+      to.out_dir = m.drafter;
+      to.prompts = o.offline_prompts;
+      to.heldout_prompts = 16;
+      to.max_new_tokens = o.max_new_tokens;
+      to.temperature = 1.0f;
+      to.train.steps = o.offline_steps;
+      to.train.eval_every = 0;
+      to.seed = o.seed;
+      to.progress = [](const std::string& l) { spdlog::info("train --once: {}", l); };
+      train::train_once(to);
+    }
+  }
+  return m;
+}
+
+// One generation phase: the requests split round-robin over the workers, run in parallel.
+struct Phase {
+  std::vector<BatchReport> batches;        // per worker
+  std::vector<const Completion*> ordered;  // completion of request i
+  SpecStats spec;
+  int64_t tokens = 0;
+  double seconds = 0;
+  uint64_t drafter_version = 0;
+};
+
+Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector<GenRequest>& reqs, GenMode mode,
+                int threads_per_worker) {
+  const size_t W = workers.size();
+  Phase ph;
+  ph.batches.resize(W);
+  std::vector<std::vector<GenRequest>> parts(W);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    parts[i % W].push_back(reqs[i]);
+  std::vector<std::exception_ptr> errors(W);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < W; ++w)
+    threads.emplace_back([&, w] {
+      omp_set_num_threads(threads_per_worker);
+      try {
+        if (!parts[w].empty())
+          ph.batches[w] = workers[w]->generate(parts[w], mode);
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  ph.seconds = since(t0);
+  for (auto& e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  ph.ordered.resize(reqs.size());
+  std::vector<size_t> next(W, 0);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    ph.ordered[i] = &ph.batches[i % W].completions[next[i % W]++];
+  for (const BatchReport& b : ph.batches) {
+    ph.spec.merge(b.spec);
+    ph.tokens += b.generated_tokens;
+    ph.drafter_version = std::max(ph.drafter_version, b.drafter_version);
+  }
+  return ph;
+}
+
+// Records of a serving phase, captured by each worker in parallel; returns wall seconds.
+double stream_phase(std::vector<std::unique_ptr<Worker>>& workers, const Phase& ph, int threads_per_worker) {
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(workers.size());
+  for (size_t w = 0; w < workers.size(); ++w)
+    threads.emplace_back([&, w] {
+      omp_set_num_threads(threads_per_worker);
+      try {
+        if (!ph.batches[w].completions.empty())
+          workers[w]->stream_records(ph.batches[w]);
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  return since(t0);
+}
+
+struct Measured {
+  SpecStats spec;
+  int64_t tokens = 0;
+  double seconds = 0;
+};
+
+Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& reqs,
+                 const EngineOptions& eo) {
+  Engine e(policy, eo, drafter);
+  for (GenRequest r : reqs) {
+    r.speculate = drafter != nullptr;
+    e.submit(std::move(r));
+  }
+  const auto t0 = Clock::now();
+  Measured m;
+  for (const GenResult& r : e.run())
+    m.tokens += static_cast<int64_t>(r.tokens.size());
+  m.seconds = since(t0);
+  m.spec = e.stats().spec;
+  return m;
+}
+
+std::string fmt(const char* f, double a) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+void check_options(const DemoOptions& o) {
+  if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
+      o.spec_steps < 1 || o.spec_top_k < 1 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
+      o.offline_prompts < 2 || o.offline_steps < 1 || !(o.rl_lr >= 0) || !(o.trainer_lr > 0) ||
+      o.window_versions < 1)
+    throw Error("demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps must be >= 1, "
+                "group >= 2 (GRPO compares responses within a group), learning rates positive");
+  if (o.domain != "mix" && o.domain != "arith" && o.domain != "code")
+    throw Error("demo: --domain must be mix, arith or code");
+}
+
+int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir);
+
+}  // namespace
+
+int run_demo(const DemoOptions& o) {
+  check_options(o);
+  fs::create_directories(o.out_dir);
+  // The buffer: RocksDB in a temporary directory (or OUT/buffer with --keep-buffer).
+  std::string buffer_dir;
+  if (o.keep_buffer) {
+    buffer_dir = (fs::path(o.out_dir) / "buffer").string();
+    fs::remove_all(buffer_dir);
+  } else {
+    std::string tmpl = (fs::temp_directory_path() / "updraft-demo-buffer-XXXXXX").string();
+    UPD_REQUIRE(::mkdtemp(tmpl.data()) != nullptr) << "demo: cannot create a temporary directory";
+    buffer_dir = tmpl;
+  }
+  struct Cleanup {
+    std::string dir;
+    bool keep;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep)
+        fs::remove_all(dir, ec);
+    }
+  } cleanup{buffer_dir, o.keep_buffer};
+  return run_with_buffer(o, buffer_dir);
+}
+
+namespace {
+
+int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
+  const auto t_start = Clock::now();
+  const Models models = resolve_models(o);
+  const Tokenizer tok = Tokenizer::load(models.policy);
+  auto policy0 = std::make_shared<const PolicyModel>(PolicyModel::load(models.policy));
+  auto draft0 = std::make_shared<const DraftModel>(DraftModel::load(models.drafter, policy0->draft_target()));
+  train::TrainableLlama master = train::TrainableLlama::load_hf(models.policy);
+  train::AdamWOptions ao;
+  ao.beta2 = 0.99;
+  ao.weight_decay = 0.0;
+  train::AdamW opt(master.params(), ao);
+  const PolicyConfig& pc = policy0->config();
+  spdlog::info("demo: policy {} ({} layers x {}, vocab {}), drafter {} (vocab {}), {} RL steps of {} prompts x {}",
+               models.name, pc.num_layers, pc.hidden_size, pc.vocab_size, models.drafter,
+               draft0->config().draft_vocab_size, o.steps, o.prompts_per_step, o.group);
+
+  // Versions (published policies and drafters) live in the output directory, fresh each run.
+  const fs::path versions = fs::path(o.out_dir) / "versions";
+  fs::remove_all(versions);
+  fs::create_directories(versions);
+
+  // The buffer, served over inproc ZeroMQ.
+  messaging::StoreOptions so;
+  so.path = buffer_dir;
+  so.version_window = std::max<uint64_t>(o.window_versions + 1, 4);
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  messaging::ZmqContext zctx;
+  messaging::BufferServerOptions bo;
+  bo.endpoints = {"inproc://updraft-demo-buffer"};
+  bo.zmq_context = zctx.get();
+  auto server = std::make_unique<messaging::BufferServer>(bo, store);
+
+  // Workers.
+  const int cores = std::max(1, omp_get_max_threads());
+  const int threads_per_worker = std::max(1, cores / static_cast<int>(o.workers));
+  EngineOptions eo;
+  eo.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps};
+  eo.max_batch = o.prompts_per_step * o.group;
+  std::vector<std::shared_ptr<messaging::RecordSender>> senders;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int64_t w = 0; w < o.workers; ++w) {
+    messaging::SenderOptions sopt;
+    sopt.endpoint = bo.endpoints[0];
+    sopt.worker = static_cast<uint32_t>(w + 1);
+    sopt.zmq_context = zctx.get();
+    senders.push_back(std::make_shared<messaging::RecordSender>(sopt));
+    WorkerOptions wo;
+    wo.id = static_cast<uint32_t>(w + 1);
+    wo.engine = eo;
+    workers.push_back(std::make_unique<Worker>(wo, policy0, 1, draft0, 1, senders.back()));
+    workers.back()->set_reference_drafter(draft0, 1);
+  }
+
+  // The online trainer; promoted drafters go to every worker through the hot-swap path.
+  std::mutex promoted_mu;
+  std::vector<uint64_t> promoted_now;
+  train::OnlineTrainerOptions to;
+  to.dir = versions.string();
+  to.window_versions = o.window_versions;
+  to.window_records = static_cast<size_t>(o.prompts_per_step * o.group * static_cast<int64_t>(o.window_versions));
+  to.steps_per_round = o.trainer_steps_per_round;
+  to.lr = o.trainer_lr;
+  to.min_new_records = static_cast<uint64_t>(std::max<int64_t>(1, o.prompts_per_step * o.group / 2));
+  to.seed = o.seed;
+  to.progress = [](const std::string& l) { spdlog::info("{}", l); };
+  to.on_promote = [&](const WeightVersion& v) {
+    for (auto& w : workers)
+      w->offer_drafter(v.dir);
+    std::lock_guard<std::mutex> lock(promoted_mu);
+    promoted_now.push_back(v.version);
+  };
+  train::OnlineTrainer trainer(to, store, policy0, 1, *draft0, 1);
+  trainer.set_paused(true);
+  trainer.start();
+
+  const corpus::Mix mix = o.domain == "mix" ? corpus::Mix{} : corpus::Mix::only(corpus::domain_from_name(o.domain));
+  auto make_requests = [&](uint64_t offset, int64_t prompts, std::vector<corpus::Sample>* samples) {
+    *samples = corpus::make_samples(mix, corpus::Split::kRl, static_cast<size_t>(prompts), o.seed, offset);
+    std::vector<GenRequest> reqs;
+    for (size_t i = 0; i < samples->size(); ++i)
+      for (int64_t g = 0; g < o.group; ++g) {
+        GenRequest r;
+        r.prompt = tok.encode((*samples)[i].prompt);
+        r.params.temperature = 1.0f;
+        r.params.max_new_tokens = o.max_new_tokens;
+        r.params.has_seed = true;
+        r.params.seed = mix64(o.seed ^ mix64(offset * 1000003 + i * 131 + static_cast<uint64_t>(g)));
+        reqs.push_back(std::move(r));
+      }
+    return reqs;
+  };
+
+  std::vector<StepRecord> steps;
+  std::shared_ptr<const PolicyModel> current_policy = policy0;
+  std::string current_policy_dir = models.policy;
+  for (int64_t s = 0; s < o.steps; ++s) {
+    StepRecord rec;
+    rec.step = s + 1;
+    std::vector<corpus::Sample> samples;
+    const std::vector<GenRequest> reqs =
+        make_requests(static_cast<uint64_t>(s * o.prompts_per_step), o.prompts_per_step, &samples);
+
+    // Generation: the trainer yields the CPU; the three runs see the same policy version.
+    trainer.set_paused(true);
+    const Phase online = run_phase(workers, reqs, GenMode::kServing, threads_per_worker);
+    const Phase frozen = run_phase(workers, reqs, GenMode::kReference, threads_per_worker);
+    const Phase plain = run_phase(workers, reqs, GenMode::kPlain, threads_per_worker);
+    rec.policy_version = online.batches[0].policy_version;
+    rec.drafter_version = online.drafter_version;
+    rec.tau_online = online.spec.tau();
+    rec.tau_frozen = frozen.spec.tau();
+    rec.gen_online_s = online.seconds;
+    rec.gen_frozen_s = frozen.seconds;
+    rec.gen_plain_s = plain.seconds;
+    rec.tokens_online = online.tokens;
+    rec.tokens_plain = plain.tokens;
+    rec.tps_online = online.tokens / online.seconds;
+    rec.tps_frozen = frozen.tokens / frozen.seconds;
+    rec.tps_plain = plain.tokens / plain.seconds;
+    rec.capture_s = stream_phase(workers, online, threads_per_worker);
+    trainer.set_paused(false);
+
+    // Rewards and the GRPO update on the online run's rollouts.
+    std::vector<train::GrpoSample> gs;
+    int64_t formatted = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const GenResult& g = online.ordered[i]->result;
+      const size_t prompt_index = i / static_cast<size_t>(o.group);
+      const double r = corpus::reward(samples[prompt_index], tok.decode(g.tokens, true));
+      formatted += r > 0;
+      rec.reward += r;
+      gs.push_back({g.prompt, g.tokens, r, static_cast<int64_t>(prompt_index)});
+    }
+    rec.reward /= static_cast<double>(reqs.size());
+    rec.format_rate = static_cast<double>(formatted) / static_cast<double>(reqs.size());
+    const auto t_up = Clock::now();
+    const train::GrpoStats st = train::grpo_step(master, opt, gs, o.rl_lr);
+    rec.grad_norm = st.grad_norm;
+    rec.nll = st.mean_nll;
+    const uint64_t next_version = rec.policy_version + 1;
+    const WeightVersion pv = publish_version(
+        versions.string(), "policy", next_version, [&](const std::string& d) { master.save_hf(d, DType::BF16); },
+        {{"rl_step", s + 1}, {"mean_reward", rec.reward}});
+    for (auto& w : workers)
+      w->offer_policy(pv.dir);
+    current_policy = std::make_shared<const PolicyModel>(PolicyModel::load(pv.dir));
+    current_policy_dir = pv.dir;
+    trainer.notify_policy(current_policy, next_version);
+    rec.update_s = since(t_up);
+    if (next_version >= 4)  // workers and trainer hold what they serve; old files can go
+      fs::remove_all(versions / version_dir_name("policy", next_version - 3));
+    for (auto& snd : senders)
+      snd->flush(std::chrono::milliseconds(10000));
+    rec.records_acked = static_cast<int64_t>(server->metrics().records_stored.load());
+    {
+      std::lock_guard<std::mutex> lock(promoted_mu);
+      rec.promoted = promoted_now;
+      promoted_now.clear();
+    }
+    std::string promo;
+    for (uint64_t v : rec.promoted)
+      promo += " +drafter v" + std::to_string(v);
+    spdlog::info(
+        "demo: step {}/{}  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}) vs frozen {:.2f}  tokens/s "
+        "online {:.0f} frozen {:.0f} plain {:.0f}  speedup gen {:.2f}x step {:.2f}x  [update {:.1f} s, capture {:.1f} "
+        "s]{}",
+        s + 1, o.steps, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version, rec.tau_frozen,
+        rec.tps_online, rec.tps_frozen, rec.tps_plain, rec.gen_speedup(), rec.step_speedup(), rec.update_s,
+        rec.capture_s, promo);
+    steps.push_back(rec);
+  }
+  trainer.stop();
+
+  Summary sum = summarize(steps);
+  // Drafters on the final policy, measured on the same held-out requests (RL prompts the run
+  // never saw): the online drafter as it ended, the frozen one, and one trained offline.
+  std::vector<corpus::Sample> final_samples;
+  const std::vector<GenRequest> final_reqs =
+      make_requests(static_cast<uint64_t>(o.steps * o.prompts_per_step), o.final_prompts, &final_samples);
+  const DraftTarget ft = current_policy->draft_target();
+  const WeightVersion online_v = latest_version(versions.string(), "drafter");
+  const DraftModel online_final = online_v.dir.empty() ? draft0->rebind(ft) : DraftModel::load(online_v.dir, ft);
+  const DraftModel frozen_final = draft0->rebind(ft);
+  EngineOptions meo = eo;
+  meo.max_batch = static_cast<int64_t>(final_reqs.size());
+  sum.final_online_tau = measure(*current_policy, &online_final, final_reqs, meo).spec.tau();
+  sum.final_frozen_tau = measure(*current_policy, &frozen_final, final_reqs, meo).spec.tau();
+  if (o.offline_compare) {
+    spdlog::info("demo: training a drafter offline on {} rollouts of the final policy ({} steps)", o.offline_prompts,
+                 o.offline_steps);
+    std::vector<corpus::Sample> off_samples =
+        corpus::make_samples(mix, corpus::Split::kTrain, static_cast<size_t>(o.offline_prompts), o.seed + 7);
+    std::vector<GenRequest> off_reqs;
+    for (const auto& smp : off_samples) {
+      GenRequest r;
+      r.prompt = tok.encode(smp.prompt);
+      r.params.temperature = 1.0f;
+      r.params.max_new_tokens = o.max_new_tokens;
+      off_reqs.push_back(std::move(r));
+    }
+    EngineOptions peo = eo;
+    peo.max_batch = 64;
+    peo.seed = o.seed + 11;
+    Engine e(*current_policy, peo, nullptr);
+    for (GenRequest r : off_reqs)
+      e.submit(std::move(r));
+    std::vector<train::Rollout> rollouts;
+    for (const GenResult& g : e.run())
+      if (!g.tokens.empty())
+        rollouts.push_back({g.prompt, g.tokens});
+    train::CaptureOptions co;
+    co.aux_layers = draft0->aux_layers();
+    std::vector<train::TttSample> data = train::capture_samples(*current_policy, rollouts, co, 0);
+    const size_t n_held = std::max<size_t>(1, data.size() / 10);
+    train::InMemoryDataset held(std::vector<train::TttSample>(data.end() - static_cast<std::ptrdiff_t>(n_held), data.end()));
+    data.resize(data.size() - n_held);
+    train::InMemoryDataset train_set(std::move(data));
+    double coverage = 0;
+    const int64_t vd = draft0->config().draft_vocab_size;
+    const VocabMap vocab = train::choose_draft_vocab(train_set, vd, pc.vocab_size, &coverage);
+    train::TrainableDraft off(train::draft_config_for(current_policy->config(), vd), vocab, ft,
+                              current_policy->lm_head(), o.seed);
+    train::DraftTrainOptions dto;
+    dto.steps = o.offline_steps;
+    dto.eval_every = 0;
+    dto.seed = o.seed;
+    train::train_drafter(off, train_set, held, dto);
+    const DraftModel offline_final = off.to_draft();
+    sum.final_offline_tau = measure(*current_policy, &offline_final, final_reqs, meo).spec.tau();
+    sum.vs_offline = sum.final_offline_tau > 0 ? sum.final_online_tau / sum.final_offline_tau : 0.0;
+  }
+
+  for (auto& w : workers) {
+    const WorkerMetrics m = w->metrics();
+    sum.drafter_swaps += m.drafter_swaps;
+    sum.policy_swaps += m.policy_swaps;
+    sum.rejected += m.rejected_drafter + m.rejected_policy;
+    sum.rollbacks += m.rollbacks;
+  }
+  sum.records_stored = static_cast<int64_t>(server->metrics().records_stored.load());
+  sum.seconds = since(t_start);
+
+  // Report.
+  nlohmann::json js = nlohmann::json::array();
+  for (const StepRecord& r : steps)
+    js.push_back(step_json(r));
+  const bool drift_ok = sum.drift >= 0.15, adapt_ok = sum.adapt_ratio >= 1.15,
+             offline_ok = !o.offline_compare || sum.vs_offline >= 0.9, speed_ok = sum.step_speedup > 1.0;
+  const nlohmann::json report = {
+      {"policy", models.policy},
+      {"initial_drafter", models.drafter},
+      {"options",
+       {{"steps", o.steps},
+        {"prompts_per_step", o.prompts_per_step},
+        {"group", o.group},
+        {"max_new_tokens", o.max_new_tokens},
+        {"rl_lr", o.rl_lr},
+        {"domain", o.domain},
+        {"workers", o.workers},
+        {"spec", {{"steps", o.spec_steps}, {"top_k", o.spec_top_k}, {"draft_tokens", eo.spec.draft_tokens}}},
+        {"trainer", {{"steps_per_round", o.trainer_steps_per_round}, {"lr", o.trainer_lr}}},
+        {"seed", o.seed}}},
+      {"machine", {{"cores", cores}}},
+      {"steps", js},
+      {"summary",
+       {{"frozen_tau_first_quarter", sum.frozen_tau_first_quarter},
+        {"frozen_tau_last_quarter", sum.frozen_tau_last_quarter},
+        {"drift", sum.drift},
+        {"online_tau_second_half", sum.online_tau_second_half},
+        {"frozen_tau_second_half", sum.frozen_tau_second_half},
+        {"online_over_frozen", sum.adapt_ratio},
+        {"final_tau", {{"online", sum.final_online_tau}, {"frozen", sum.final_frozen_tau}, {"offline", sum.final_offline_tau}}},
+        {"online_over_offline", sum.vs_offline},
+        {"generation_speedup", sum.gen_speedup},
+        {"step_speedup", sum.step_speedup},
+        {"reward_first_quarter", sum.reward_first},
+        {"reward_last_quarter", sum.reward_last},
+        {"drafters_promoted", sum.promotions},
+        {"drafter_swaps", sum.drafter_swaps},
+        {"policy_swaps", sum.policy_swaps},
+        {"rejected_versions", sum.rejected},
+        {"rollbacks", sum.rollbacks},
+        {"records_stored", sum.records_stored},
+        {"seconds", sum.seconds}}},
+      {"checks",
+       {{"drift_at_least_15pct", drift_ok},
+        {"online_at_least_1_15x_frozen", adapt_ok},
+        {"online_at_least_0_9x_offline", offline_ok},
+        {"rl_step_faster_than_plain", speed_ok}}}};
+  write_file_atomic((fs::path(o.out_dir) / "report.json").string(), report.dump(2) + "\n");
+  write_file_atomic((fs::path(o.out_dir) / "tau.svg").string(),
+                    render_svg(steps, "updraft demo: acceptance length over RL steps (" + models.name + ")"));
+  spdlog::info("demo: summary ({} s)", static_cast<int64_t>(sum.seconds));
+  for (const std::string& line : summary_table(sum, o.offline_compare))
+    spdlog::info("  {}", line);
+  spdlog::info("demo: report {}, plot {}", (fs::path(o.out_dir) / "report.json").string(),
+               (fs::path(o.out_dir) / "tau.svg").string());
+  return 0;
+}
+
+}  // namespace
+}  // namespace updraft::demo

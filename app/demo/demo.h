@@ -1,0 +1,56 @@
+// `updraft demo`: the whole mission in one process (design.md §1, issue "online adaptation").
+//
+// Roles, all real: W rollout workers (threads, rollout/worker/worker.h) generating with EAGLE-3
+// speculation and streaming records over ZeroMQ (inproc) to the buffer server, which stores them
+// in RocksDB (a temporary directory); the online trainer (trainer/online/online_trainer.h)
+// refreshing the drafter from the buffer and publishing versions the workers hot-swap; and a
+// GRPO loop (trainer/grpo.h) on the corpus's verifiable rewards that updates the policy every
+// step and publishes it through the same versioned hot-swap path.
+//
+// Each RL step s (policy version s + 1):
+//   1. P prompts of the corpus's RL split (positions s·P ..), each sampled G times at
+//      temperature 1 with per-request seeds: the same requests for all three runs below.
+//   2. Online: the workers generate them speculatively with the serving drafter (the RL data;
+//      records captured and streamed). Frozen: the same requests with a frozen copy of the
+//      initial drafter (τ only). Plain: the same requests without a drafter. All three on the
+//      same policy version, back to back, with the trainer paused: one policy trajectory (the
+//      one the online run's rollouts drive), three ways of generating it.
+//   3. Rewards, GRPO update, publish policy v+1, offer it to the workers and the trainer.
+//      The trainer runs while the policy updates (and yields while generation runs, since
+//      they share the CPU); promoted drafters are offered to the workers as they appear.
+// At the end a drafter is trained offline on the final policy's rollouts (as many optimiser
+// steps as the initial one had), and online, frozen and offline drafters are measured on the
+// same held-out requests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace updraft::demo {
+
+struct DemoOptions {
+  std::string model_dir;    // the policy (HF dir + tokenizer.json); empty: the built-in one
+  std::string drafter_dir;  // its initial drafter; empty: the built-in one, or trained here
+  std::string out_dir = "updraft-demo";
+  std::string domain = "mix";  // RL prompts: mix, arith or code
+  int64_t steps = 16;
+  int64_t prompts_per_step = 8, group = 4;
+  int64_t max_new_tokens = 64;
+  double rl_lr = 5e-5;
+  int64_t workers = 2;
+  int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
+  int64_t trainer_steps_per_round = 30;
+  double trainer_lr = 3e-4;
+  uint64_t window_versions = 3;
+  int64_t final_prompts = 16;             // held-out comparison at the end
+  int64_t offline_prompts = 128, offline_steps = 300;
+  bool offline_compare = true;
+  uint64_t seed = 1;
+  bool keep_buffer = false;
+};
+
+// Writes out_dir/report.json and out_dir/tau.svg; returns a process exit code.
+int run_demo(const DemoOptions& options);
+
+}  // namespace updraft::demo

@@ -1,0 +1,164 @@
+#include "app/demo/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace updraft::demo {
+namespace {
+
+double mean_of(const std::vector<StepRecord>& v, size_t begin, size_t end, double StepRecord::*field) {
+  if (begin >= end)
+    return 0.0;
+  double s = 0;
+  for (size_t i = begin; i < end; ++i)
+    s += v[i].*field;
+  return s / static_cast<double>(end - begin);
+}
+
+std::string fmt(const char* f, double a) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+}  // namespace
+
+double StepRecord::step_speedup() const {
+  if (tokens_online <= 0 || tokens_plain <= 0)
+    return 0.0;
+  // Per generated token, so that the two runs' different lengths do not count.
+  const double online = (gen_online_s + capture_s + update_s) / static_cast<double>(tokens_online);
+  const double plain = (gen_plain_s + update_s) / static_cast<double>(tokens_plain);
+  return online > 0 ? plain / online : 0.0;
+}
+
+Summary summarize(const std::vector<StepRecord>& steps) {
+  Summary s;
+  const size_t n = steps.size();
+  if (n == 0)
+    return s;
+  const size_t q = std::max<size_t>(1, n / 4), half = n / 2;
+  s.frozen_tau_first_quarter = mean_of(steps, 0, q, &StepRecord::tau_frozen);
+  s.frozen_tau_last_quarter = mean_of(steps, n - q, n, &StepRecord::tau_frozen);
+  s.drift = s.frozen_tau_first_quarter > 0 ? 1.0 - s.frozen_tau_last_quarter / s.frozen_tau_first_quarter : 0.0;
+  s.online_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_online);
+  s.frozen_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_frozen);
+  s.adapt_ratio = s.frozen_tau_second_half > 0 ? s.online_tau_second_half / s.frozen_tau_second_half : 0.0;
+  double g = 0, w = 0;
+  for (const StepRecord& r : steps) {
+    g += r.gen_speedup();
+    w += r.step_speedup();
+    s.promotions += static_cast<int64_t>(r.promoted.size());
+  }
+  s.gen_speedup = g / static_cast<double>(n);
+  s.step_speedup = w / static_cast<double>(n);
+  s.reward_first = mean_of(steps, 0, q, &StepRecord::reward);
+  s.reward_last = mean_of(steps, n - q, n, &StepRecord::reward);
+  return s;
+}
+
+nlohmann::json step_json(const StepRecord& s) {
+  return {{"step", s.step},
+          {"policy_version", s.policy_version},
+          {"drafter_version", s.drafter_version},
+          {"reward", s.reward},
+          {"format_rate", s.format_rate},
+          {"tau_online", s.tau_online},
+          {"tau_frozen", s.tau_frozen},
+          {"tokens_per_s", {{"online", s.tps_online}, {"frozen", s.tps_frozen}, {"plain", s.tps_plain}}},
+          {"seconds",
+           {{"generate_online", s.gen_online_s},
+            {"generate_frozen", s.gen_frozen_s},
+            {"generate_plain", s.gen_plain_s},
+            {"capture", s.capture_s},
+            {"policy_update", s.update_s}}},
+          {"tokens", {{"online", s.tokens_online}, {"plain", s.tokens_plain}}},
+          {"generation_speedup", s.gen_speedup()},
+          {"step_speedup", s.step_speedup()},
+          {"records_acked", s.records_acked},
+          {"drafters_promoted", s.promoted},
+          {"grpo", {{"grad_norm", s.grad_norm}, {"nll", s.nll}}}};
+}
+
+std::string render_svg(const std::vector<StepRecord>& steps, const std::string& title) {
+  const double W = 760, H = 380, L = 60, R = 20, T = 40, B = 50;
+  double ymax = 1.0;
+  for (const StepRecord& s : steps)
+    ymax = std::max({ymax, s.tau_online, s.tau_frozen});
+  ymax = std::ceil(ymax + 0.25);
+  const double ymin = 1.0;
+  const size_t n = std::max<size_t>(steps.size(), 2);
+  auto x = [&](double i) { return L + (W - L - R) * i / static_cast<double>(n - 1); };
+  auto y = [&](double v) { return T + (H - T - B) * (1.0 - (v - ymin) / (ymax - ymin)); };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+  // Axes and grid.
+  for (double v = ymin; v <= ymax + 1e-9; v += 0.5) {
+    o << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << y(v) << "\" y2=\"" << y(v)
+      << "\" stroke=\"#e5e5e5\"/>\n";
+    o << "<text x=\"" << L - 8 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">" << fmt("%.1f", v) << "</text>\n";
+  }
+  o << "<line x1=\"" << L << "\" x2=\"" << L << "\" y1=\"" << T << "\" y2=\"" << H - B << "\" stroke=\"black\"/>\n";
+  o << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << H - B << "\" y2=\"" << H - B
+    << "\" stroke=\"black\"/>\n";
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 12 << "\" text-anchor=\"middle\">RL step</text>\n";
+  o << "<text x=\"16\" y=\"" << (T + H - B) / 2 << "\" transform=\"rotate(-90 16 " << (T + H - B) / 2
+    << ")\" text-anchor=\"middle\">acceptance length tau</text>\n";
+  // Markers: a policy update after every step (short grey ticks), drafter swaps (dashed blue).
+  for (size_t i = 0; i < steps.size(); ++i) {
+    o << "<line x1=\"" << x(static_cast<double>(i)) << "\" x2=\"" << x(static_cast<double>(i)) << "\" y1=\"" << H - B
+      << "\" y2=\"" << H - B + 6 << "\" stroke=\"#999\"/>\n";
+    if (i > 0 && steps[i].drafter_version != steps[i - 1].drafter_version)
+      o << "<line x1=\"" << x(static_cast<double>(i) - 0.5) << "\" x2=\"" << x(static_cast<double>(i) - 0.5)
+        << "\" y1=\"" << T << "\" y2=\"" << H - B << "\" stroke=\"#4a7bd0\" stroke-dasharray=\"4 3\"/>\n";
+  }
+  auto series = [&](double StepRecord::*f, const char* color) {
+    o << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
+    for (size_t i = 0; i < steps.size(); ++i)
+      o << x(static_cast<double>(i)) << "," << y(steps[i].*f) << " ";
+    o << "\"/>\n";
+  };
+  series(&StepRecord::tau_online, "#1f5fbf");
+  series(&StepRecord::tau_frozen, "#d0542a");
+  const double lx = W - R - 250, ly = T + 8;
+  o << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly << "\" y2=\"" << ly
+    << "\" stroke=\"#1f5fbf\" stroke-width=\"2\"/><text x=\"" << lx + 30 << "\" y=\"" << ly + 4
+    << "\">online drafter</text>\n";
+  o << "<line x1=\"" << lx + 130 << "\" x2=\"" << lx + 154 << "\" y1=\"" << ly << "\" y2=\"" << ly
+    << "\" stroke=\"#d0542a\" stroke-width=\"2\"/><text x=\"" << lx + 160 << "\" y=\"" << ly + 4
+    << "\">frozen drafter</text>\n";
+  o << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly + 18 << "\" y2=\"" << ly + 18
+    << "\" stroke=\"#4a7bd0\" stroke-dasharray=\"4 3\"/><text x=\"" << lx + 30 << "\" y=\"" << ly + 22
+    << "\">drafter swap</text>\n";
+  o << "<line x1=\"" << lx + 130 << "\" x2=\"" << lx + 130 << "\" y1=\"" << ly + 14 << "\" y2=\"" << ly + 22
+    << "\" stroke=\"#999\"/><text x=\"" << lx + 136 << "\" y=\"" << ly + 22 << "\">policy update</text>\n";
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::vector<std::string> summary_table(const Summary& s, bool offline) {
+  std::vector<std::string> t;
+  t.push_back("                                   online   frozen   offline");
+  t.push_back("tau, second half of the run     " + fmt("%8.2f", s.online_tau_second_half) +
+              fmt(" %8.2f", s.frozen_tau_second_half) + "        -");
+  t.push_back("tau, final policy (held-out)    " + fmt("%8.2f", s.final_online_tau) +
+              fmt(" %8.2f", s.final_frozen_tau) + (offline ? fmt(" %9.2f", s.final_offline_tau) : "        -"));
+  t.push_back("frozen tau: first quarter " + fmt("%.2f", s.frozen_tau_first_quarter) + ", last quarter " +
+              fmt("%.2f", s.frozen_tau_last_quarter) + " (drift " + fmt("%.0f%%", 100 * s.drift) + ")");
+  t.push_back("online / frozen tau, second half: " + fmt("%.2fx", s.adapt_ratio) +
+              (offline ? "; online / offline on the final policy: " + fmt("%.2fx", s.vs_offline) : ""));
+  t.push_back("speculative (online) vs plain: generation " + fmt("%.2fx", s.gen_speedup) + ", whole RL step " +
+              fmt("%.2fx", s.step_speedup));
+  t.push_back("reward: first quarter " + fmt("%.3f", s.reward_first) + ", last quarter " + fmt("%.3f", s.reward_last));
+  t.push_back("drafters promoted " + std::to_string(s.promotions) + ", swaps " + std::to_string(s.drafter_swaps) +
+              ", policy swaps " + std::to_string(s.policy_swaps) + ", rejected " + std::to_string(s.rejected) +
+              ", rollbacks " + std::to_string(s.rollbacks) + ", records stored " + std::to_string(s.records_stored));
+  return t;
+}
+
+}  // namespace updraft::demo

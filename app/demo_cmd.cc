@@ -1,0 +1,41 @@
+#include "app/demo_cmd.h"
+
+namespace updraft {
+
+void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
+  cmd.add_option("--model", o.model_dir, "policy directory (default: the built-in small policy)");
+  cmd.add_option("--drafter", o.drafter_dir, "its initial EAGLE-3 drafter (default: the built-in one)");
+  cmd.add_option("--out", o.out_dir, "where report.json, tau.svg and the published versions go")
+      ->capture_default_str();
+  cmd.add_option("--steps", o.steps, "RL steps")->capture_default_str();
+  cmd.add_option("--prompts", o.prompts_per_step, "prompts per RL step")->capture_default_str();
+  cmd.add_option("--group", o.group, "responses sampled per prompt (GRPO group)")->capture_default_str();
+  cmd.add_option("--max-new-tokens", o.max_new_tokens, "tokens per response")->capture_default_str();
+  cmd.add_option("--rl-lr", o.rl_lr, "policy learning rate (AdamW)")->capture_default_str();
+  cmd.add_option("--domain", o.domain, "corpus domain of the RL prompts")
+      ->check(CLI::IsMember({"mix", "arith", "code"}))
+      ->capture_default_str();
+  cmd.add_option("--workers", o.workers, "rollout worker threads")->capture_default_str();
+  cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();
+  cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
+  cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")
+      ->capture_default_str();
+  cmd.add_option("--trainer-steps", o.trainer_steps_per_round, "online trainer steps per round")
+      ->capture_default_str();
+  cmd.add_option("--trainer-lr", o.trainer_lr, "online trainer learning rate")->capture_default_str();
+  cmd.add_option("--window-versions", o.window_versions, "policy versions the trainer reads")->capture_default_str();
+  cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")
+      ->capture_default_str();
+  cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the offline drafters")->capture_default_str();
+  cmd.add_option("--offline-steps", o.offline_steps, "optimiser steps of the offline drafters")
+      ->capture_default_str();
+  cmd.add_flag("!--no-offline", o.offline_compare, "skip the offline drafter of the final comparison");
+  cmd.add_flag("--keep-buffer", o.keep_buffer, "keep the RocksDB buffer in OUT/buffer");
+  cmd.add_option("--seed", o.seed, "seed of prompts, sampling and training")->capture_default_str();
+}
+
+int run_demo_cmd(const demo::DemoOptions& o) {
+  return demo::run_demo(o);
+}
+
+}  // namespace updraft

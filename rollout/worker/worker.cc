@@ -1,0 +1,250 @@
+#include "rollout/worker/worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "kernels/core/error.h"
+#include "kernels/io/weight_version.h"
+#include "trainer/online/record_convert.h"
+
+namespace updraft {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* gen_mode_name(GenMode m) {
+  switch (m) {
+    case GenMode::kServing:
+      return "serving";
+    case GenMode::kReference:
+      return "reference";
+    case GenMode::kPlain:
+      return "plain";
+  }
+  return "?";
+}
+
+Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
+               std::shared_ptr<const DraftModel> drafter, uint64_t drafter_version,
+               std::shared_ptr<messaging::RecordSender> sender)
+    : options_(std::move(options)), sender_(std::move(sender)), policy_(std::move(policy)),
+      policy_version_(policy_version) {
+  UPD_REQUIRE(policy_ != nullptr) << "Worker: a policy is required";
+  serving_ = {std::move(drafter), drafter_version};
+  if (serving_.model)
+    policy_->check_aux_layers(serving_.model->aux_layers());
+}
+
+bool Worker::offer_policy(const std::string& dir) {
+  try {
+    const WeightVersion v = verify_version(dir, "policy");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (v.version <= std::max(policy_version_, staged_policy_version_))
+        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
+    }
+    auto p = std::make_shared<PolicyModel>(PolicyModel::load(dir));
+    std::lock_guard<std::mutex> lock(mu_);
+    const PolicyConfig &a = p->config(), &b = policy_->config();
+    if (a.hidden_size != b.hidden_size || a.vocab_size != b.vocab_size || a.num_layers != b.num_layers)
+      throw Error("its sizes differ from the serving policy's (a new architecture needs a new worker)");
+    if (serving_.model)
+      p->check_aux_layers(serving_.model->aux_layers());
+    staged_policy_ = std::move(p);
+    staged_policy_version_ = v.version;
+    spdlog::debug("worker {}: staged policy v{}", options_.id, v.version);
+    return true;
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.rejected_policy;
+    spdlog::warn("worker {}: rejected policy {}: {}", options_.id, dir, e.what());
+    return false;
+  }
+}
+
+bool Worker::offer_drafter(const std::string& dir) {
+  try {
+    const WeightVersion v = verify_version(dir, "drafter");
+    std::shared_ptr<const PolicyModel> policy;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (v.version <= std::max(serving_.version, staged_drafter_.version))
+        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
+      if (banned_drafters_.count(v.version))
+        throw Error("version " + std::to_string(v.version) + " was rolled back");
+      policy = staged_policy_ ? staged_policy_ : policy_;
+    }
+    auto d = std::make_shared<const DraftModel>(DraftModel::load(dir, policy->draft_target()));
+    policy->check_aux_layers(d->aux_layers());
+    std::lock_guard<std::mutex> lock(mu_);
+    staged_drafter_ = {std::move(d), v.version};
+    spdlog::debug("worker {}: staged drafter v{}", options_.id, v.version);
+    return true;
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.rejected_drafter;
+    spdlog::warn("worker {}: rejected drafter {}: {}", options_.id, dir, e.what());
+    return false;
+  }
+}
+
+void Worker::set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_->check_aux_layers(drafter->aux_layers());
+  reference_ = {std::move(drafter), version};
+}
+
+void Worker::apply_staged() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (staged_policy_) {
+    policy_ = std::move(staged_policy_);
+    policy_version_ = staged_policy_version_;
+    const DraftTarget t = policy_->draft_target();
+    // Drafters read the policy's embedding table: every one kept follows the new policy (a
+    // staged drafter was loaded against the old one's table).
+    for (Drafter* d : {&serving_, &reference_, &previous_, &staged_drafter_})
+      if (d->model)
+        d->model = std::make_shared<const DraftModel>(d->model->rebind(t));
+    ++metrics_.policy_swaps;
+  }
+  if (staged_drafter_.model) {
+    if (serving_.model)
+      previous_ = serving_;
+    serving_ = std::move(staged_drafter_);
+    staged_drafter_ = {};
+    watch_new_ = SpecStats();
+    watching_ = previous_.model != nullptr;
+    ++metrics_.drafter_swaps;
+    spdlog::info("worker {}: serving drafter v{} (policy v{})", options_.id, serving_.version, policy_version_);
+  }
+}
+
+void Worker::watch_acceptance(const SpecStats& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!watching_) {
+    last_of_previous_ = s;  // the serving drafter's most recent batch: the bar for its successor
+    return;
+  }
+  watch_new_.merge(s);
+  if (watch_new_.rounds < options_.rollback_rounds)
+    return;
+  watching_ = false;
+  const double bar = (1.0 - options_.rollback_margin) * last_of_previous_.tau();
+  if (last_of_previous_.rounds > 0 && watch_new_.tau() < bar) {
+    spdlog::warn("worker {}: drafter v{} tau {:.2f} fell below {:.2f} (v{} had {:.2f}); rolling back", options_.id,
+                 serving_.version, watch_new_.tau(), bar, previous_.version, last_of_previous_.tau());
+    banned_drafters_.insert(serving_.version);
+    serving_ = previous_;
+    ++metrics_.rollbacks;
+  }
+  previous_ = {};
+  last_of_previous_ = watch_new_;
+}
+
+BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mode) {
+  apply_staged();
+  std::shared_ptr<const PolicyModel> policy;
+  Drafter drafter;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    policy = policy_;
+    if (mode == GenMode::kServing)
+      drafter = serving_;
+    else if (mode == GenMode::kReference)
+      drafter = reference_;
+  }
+  UPD_REQUIRE(mode == GenMode::kPlain || drafter.model != nullptr)
+      << "Worker::generate: no " << gen_mode_name(mode) << " drafter";
+  BatchReport rep;
+  rep.mode = mode;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // versions are fixed for the whole batch
+    rep.policy_version = policy_version_;
+  }
+  rep.drafter_version = drafter.version;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Engine engine(*policy, options_.engine, drafter.model.get());
+  std::vector<uint64_t> ids;
+  for (GenRequest r : requests) {
+    r.speculate = mode != GenMode::kPlain;
+    ids.push_back(engine.submit(std::move(r)));
+  }
+  std::map<uint64_t, GenResult> done;
+  for (GenResult& g : engine.run())
+    done[g.id] = std::move(g);
+  rep.generate_seconds = seconds_since(t0);
+  for (uint64_t id : ids) {
+    Completion c{std::move(done.at(id)), rep.policy_version, rep.drafter_version};
+    rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
+    rep.spec.merge(c.result.spec);
+    rep.completions.push_back(std::move(c));
+  }
+
+  if (mode == GenMode::kServing) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      WorkerMetrics::Cell& cell = metrics_.by_version[{rep.policy_version, rep.drafter_version}];
+      cell.spec.merge(rep.spec);
+      cell.tokens += rep.generated_tokens;
+      cell.completions += static_cast<int64_t>(rep.completions.size());
+      cell.seconds += rep.generate_seconds;
+    }
+    if (drafter.model)
+      watch_acceptance(rep.spec);
+  }
+  return rep;
+}
+
+int64_t Worker::stream_records(const BatchReport& batch) {
+  UPD_REQUIRE(sender_ != nullptr) << "Worker::stream_records: no record sender attached";
+  std::shared_ptr<const PolicyModel> policy;
+  std::vector<int64_t> aux_layers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (batch.policy_version != policy_version_)
+      throw Error("Worker::stream_records: the batch's policy v" + std::to_string(batch.policy_version) +
+                  " is no longer served (v" + std::to_string(policy_version_) + "): its aux states are gone");
+    policy = policy_;
+    if (serving_.model)
+      aux_layers = serving_.model->aux_layers();
+  }
+  std::vector<train::Rollout> rollouts;
+  for (const Completion& c : batch.completions)
+    if (!c.result.tokens.empty())
+      rollouts.push_back({c.result.prompt, c.result.tokens});
+  train::CaptureOptions copts = options_.capture;
+  if (copts.aux_layers.empty())
+    copts.aux_layers = aux_layers;
+  const std::vector<train::TttSample> samples = train::capture_samples(*policy, rollouts, copts, batch.policy_version);
+  int64_t queued = 0;
+  for (const train::TttSample& s : samples) {
+    messaging::RecordData r = train::to_record(s);
+    r.worker = options_.id;
+    r.drafter_version = batch.drafter_version;
+    queued += sender_->submit(std::move(r)) ? 1 : 0;
+  }
+  return queued;
+}
+
+uint64_t Worker::policy_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_version_;
+}
+
+uint64_t Worker::drafter_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return serving_.version;
+}
+
+WorkerMetrics Worker::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_;
+}
+
+}  // namespace updraft

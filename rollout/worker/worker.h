@@ -1,0 +1,129 @@
+// A rollout worker: generates completions with the serving policy and drafter versions, turns
+// them into training records (aux states + teacher top-k) streamed to the buffer, and
+// hot-swaps new versions of either model.
+//
+// Hot-swap contract (design.md §6):
+//  * offer_policy / offer_drafter (any thread) load the new version BESIDE the serving one and
+//    validate it: manifest and sha256 of every file (kernels/io/weight_version.h), the model's
+//    header, names, shapes and dtypes (its loader), version order (strictly newer than the
+//    serving and staged ones), and for a drafter that it fits the policy. A rejected offer
+//    leaves everything as it was, is logged and counted (rejected_policy / rejected_drafter).
+//  * An accepted version is staged; the worker thread swaps it in at its next batch boundary
+//    (generate() runs whole batches, so no sequence is in flight across a swap and no draft
+//    cache needs rebuilding; a mid-batch swap would re-prefill the draft cache from the aux
+//    states of each sequence's committed tokens). A new policy rebinds the serving drafters to
+//    its embedding table. The old version is freed when the last batch using it is done
+//    (shared ownership).
+//  * After a drafter swap the worker watches acceptance: once `rollback_rounds` speculative
+//    rounds have run on the new drafter, if its τ is below (1 − rollback_margin) × the τ the
+//    previous drafter had over its last rounds, the previous drafter is restored (logged,
+//    counted), and that version is never taken again.
+//  * Every completion carries the policy and drafter versions it was generated with; the
+//    worker's metrics are labelled by both.
+//
+// Modes of generate(): kServing (speculative with the serving drafter), kReference (speculative
+// with a fixed reference drafter, e.g. a frozen copy to compare against), kPlain (no drafter).
+// stream_records() turns a batch into training records (one policy forward over each sequence
+// gives the aux states and the teacher top-k, trainer/capture.h) and submits them to the
+// sender: it never waits for the buffer (RecordSender's bounded queue sheds instead).
+// Thread safety: generate() from one thread; offers and metrics() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "drafter/draft_model.h"
+#include "messaging/record_sender.h"
+#include "rollout/engine.h"
+#include "rollout/policy_model.h"
+#include "trainer/capture.h"
+
+namespace updraft {
+
+struct WorkerOptions {
+  uint32_t id = 0;
+  EngineOptions engine;
+  train::CaptureOptions capture;
+  double rollback_margin = 0.2;
+  int64_t rollback_rounds = 64;
+};
+
+enum class GenMode { kServing, kReference, kPlain };
+const char* gen_mode_name(GenMode m);
+
+struct Completion {
+  GenResult result;
+  uint64_t policy_version = 0, drafter_version = 0;  // drafter 0 for plain decoding
+};
+
+struct BatchReport {
+  GenMode mode = GenMode::kServing;
+  std::vector<Completion> completions;  // in request order
+  uint64_t policy_version = 0, drafter_version = 0;
+  SpecStats spec;
+  int64_t generated_tokens = 0;
+  double generate_seconds = 0;
+  double tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
+};
+
+struct WorkerMetrics {
+  struct Cell {
+    SpecStats spec;
+    int64_t tokens = 0, completions = 0;
+    double seconds = 0;
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
+  int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
+};
+
+class Worker {
+ public:
+  // The initial versions are trusted (loaded by the caller); sender may be null (no records).
+  Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
+         std::shared_ptr<const DraftModel> drafter, uint64_t drafter_version,
+         std::shared_ptr<messaging::RecordSender> sender);
+
+  bool offer_policy(const std::string& version_dir);
+  bool offer_drafter(const std::string& version_dir);
+  // A fixed drafter for kReference batches (rebound to each new policy like the serving one).
+  void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
+
+  BatchReport generate(const std::vector<GenRequest>& requests, GenMode mode);
+  // Captures and submits the records of a batch this worker generated (with the policy version
+  // it was generated with, which must still be the serving one). Returns the records queued.
+  // Error without a sender or when the policy changed since the batch.
+  int64_t stream_records(const BatchReport& batch);
+
+  uint64_t policy_version() const;
+  uint64_t drafter_version() const;
+  WorkerMetrics metrics() const;
+
+ private:
+  struct Drafter {
+    std::shared_ptr<const DraftModel> model;
+    uint64_t version = 0;
+  };
+  void apply_staged();                         // worker thread, between batches
+  void watch_acceptance(const SpecStats& s);  // worker thread, after a serving batch
+
+  WorkerOptions options_;
+  std::shared_ptr<messaging::RecordSender> sender_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const PolicyModel> policy_;
+  uint64_t policy_version_ = 0;
+  Drafter serving_, reference_, previous_;  // previous_: kept until the new one is confirmed
+  std::shared_ptr<const PolicyModel> staged_policy_;
+  uint64_t staged_policy_version_ = 0;
+  Drafter staged_drafter_;
+  std::set<uint64_t> banned_drafters_;
+  SpecStats watch_new_, last_of_previous_;  // acceptance since the swap; previous drafter's recent
+  bool watching_ = false;
+  WorkerMetrics metrics_;
+};
+
+}  // namespace updraft

@@ -1,0 +1,157 @@
+// The rollout worker's hot-swap path and record stream: damaged, stale or misfitting versions
+// are refused and counted with the serving version untouched; accepted ones are served from
+// the next batch with every completion labelled; a policy swap keeps speculation lossless; a
+// drafter that loses acceptance is rolled back; records reach a real buffer, acknowledged.
+#include "rollout/worker/worker.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "messaging/buffer_server.h"
+#include "messaging/zmq_util.h"
+#include "tests/trainer/online_fixture.h"
+
+namespace updraft {
+namespace {
+
+using namespace testing_online;
+
+struct Fixture {
+  TempDir dir{"worker"};
+  train::TrainableLlama m = make_policy(4);
+  WeightVersion p1 = publish_policy(m, dir.str() + "/v", 1);
+  std::shared_ptr<const PolicyModel> policy = std::make_shared<const PolicyModel>(PolicyModel::load(p1.dir));
+  std::vector<std::vector<int32_t>> ps = prompts(4, 7);
+
+  WeightVersion publish_draft(const DraftModel& d, uint64_t v) {
+    return publish_version(dir.str() + "/v", "drafter", v, [&](const std::string& x) { d.save(x); });
+  }
+  std::unique_ptr<Worker> worker(std::shared_ptr<const DraftModel> d, std::shared_ptr<messaging::RecordSender> s = {},
+                                 int64_t rollback_rounds = 1 << 30) {
+    WorkerOptions o;
+    o.id = 1;
+    o.engine.spec = SpecSettings{4, 1, 4};
+    o.rollback_rounds = rollback_rounds;
+    o.rollback_margin = 0.1;
+    return std::make_unique<Worker>(o, policy, 1, std::move(d), 1, std::move(s));
+  }
+};
+
+TEST(Worker, RefusesDamagedStaleAndMisfittingDrafters) {
+  Fixture s;
+  auto w = s.worker(std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)));
+  const WeightVersion good = s.publish_draft(fresh_draft(*s.policy, 2), 2);
+  {  // a damaged copy as version 3
+    const WeightVersion bad = s.publish_draft(fresh_draft(*s.policy, 3), 3);
+    std::fstream f(bad.dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_FALSE(w->offer_drafter(s.dir.str() + "/v/drafter-v00000003"));
+  EXPECT_FALSE(w->offer_drafter(s.dir.str() + "/v/missing"));
+  EXPECT_EQ(w->metrics().rejected_drafter, 2);
+  EXPECT_TRUE(w->offer_drafter(good.dir));
+  EXPECT_FALSE(w->offer_drafter(good.dir));  // not newer than the staged one
+  EXPECT_EQ(w->drafter_version(), 1u);       // staged, not yet serving
+  const BatchReport b = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  EXPECT_EQ(w->drafter_version(), 2u);
+  for (const Completion& c : b.completions) {
+    EXPECT_EQ(c.policy_version, 1u);
+    EXPECT_EQ(c.drafter_version, 2u);
+  }
+  EXPECT_EQ(w->metrics().drafter_swaps, 1);
+  EXPECT_EQ(w->metrics().by_version.count({1, 2}), 1u);
+  // A policy with another vocabulary does not fit: refused, still serving v1.
+  PolicyConfig other = config();
+  other.vocab_size = 50;
+  train::TrainableLlama m2(other, 3);
+  EXPECT_FALSE(w->offer_policy(publish_policy(m2, s.dir.str() + "/v", 2).dir));
+  EXPECT_EQ(w->metrics().rejected_policy, 1);
+  EXPECT_EQ(w->policy_version(), 1u);
+}
+
+TEST(Worker, PolicySwapRebindsTheDrafterAndStaysLossless) {
+  Fixture s;
+  const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(16, 1)), 1);
+  auto w = s.worker(std::make_shared<const DraftModel>(trained_draft(*s.policy, samples, 60)));
+  train::TrainableLlama m2 = make_policy(4);
+  for (train::Param* p : m2.params())  // a different policy, same shapes (an RL update)
+    p->value.data<float>()[0] += 0.5f;
+  const WeightVersion p2 = publish_policy(m2, s.dir.str() + "/v", 2);
+  EXPECT_TRUE(w->offer_policy(p2.dir));
+  EXPECT_EQ(w->policy_version(), 1u);
+  const BatchReport spec = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  const BatchReport plain = w->generate(greedy_requests(s.ps), GenMode::kPlain);
+  EXPECT_EQ(w->metrics().policy_swaps, 1);
+  const PolicyModel direct = PolicyModel::load(p2.dir);
+  Engine e(direct);
+  for (const GenRequest& r : greedy_requests(s.ps))
+    e.submit(r);
+  auto ref = e.run();
+  std::sort(ref.begin(), ref.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
+  for (size_t i = 0; i < s.ps.size(); ++i) {
+    EXPECT_EQ(spec.completions[i].policy_version, 2u);
+    EXPECT_EQ(spec.completions[i].result.tokens, ref[i].tokens);
+    EXPECT_EQ(plain.completions[i].result.tokens, ref[i].tokens);
+    EXPECT_EQ(plain.completions[i].drafter_version, 0u);
+  }
+}
+
+TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
+  Fixture s;
+  const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(24, 1)), 1);
+  auto w = s.worker(std::make_shared<const DraftModel>(trained_draft(*s.policy, samples, 300)), {}, 20);
+  const BatchReport good = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  ASSERT_GT(good.spec.tau(), 1.2) << "the trained drafter should accept well";
+  const WeightVersion bad = s.publish_draft(fresh_draft(*s.policy, 9), 2);
+  ASSERT_TRUE(w->offer_drafter(bad.dir));
+  const BatchReport worse = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  EXPECT_EQ(worse.drafter_version, 2u);
+  EXPECT_LT(worse.spec.tau(), good.spec.tau() * 0.9);
+  EXPECT_EQ(w->metrics().rollbacks, 1);
+  EXPECT_EQ(w->drafter_version(), 1u);
+  const BatchReport after = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  EXPECT_EQ(after.drafter_version, 1u);
+  EXPECT_NEAR(after.spec.tau(), good.spec.tau(), 1e-9);  // the same drafter, the same greedy rounds
+}
+
+TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
+  Fixture s;
+  messaging::StoreOptions so;
+  so.path = s.dir.str() + "/buffer";
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  messaging::ZmqContext ctx;
+  messaging::BufferServerOptions bo;
+  bo.endpoints = {"inproc://worker-test"};
+  bo.zmq_context = ctx.get();
+  messaging::BufferServer server(bo, store);
+  messaging::SenderOptions sopt;
+  sopt.endpoint = bo.endpoints[0];
+  sopt.worker = 1;
+  sopt.zmq_context = ctx.get();
+  auto sender = std::make_shared<messaging::RecordSender>(sopt);
+  auto w = s.worker(std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)), sender);
+  const BatchReport b = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  EXPECT_EQ(w->stream_records(b), static_cast<int64_t>(s.ps.size()));
+  ASSERT_TRUE(sender->flush(std::chrono::milliseconds(10000)));
+  EXPECT_EQ(sender->metrics().records_acked.load(), s.ps.size());
+  const auto stored = store->latest(10);
+  ASSERT_EQ(stored.size(), s.ps.size());
+  for (const auto& r : stored) {
+    EXPECT_EQ(r.policy_version, 1u);
+    EXPECT_EQ(r.drafter_version, 1u);
+    EXPECT_EQ(r.worker, 1u);
+    EXPECT_EQ(r.teacher_k, 16u);
+    EXPECT_EQ(r.aux.shape[1], 3u * config().hidden_size);
+  }
+  // Records of a batch whose policy is no longer served are refused (their aux states would lie).
+  train::TrainableLlama m2 = make_policy(4);
+  m2.params()[1].value.data<float>()[0] += 1.0f;
+  ASSERT_TRUE(w->offer_policy(publish_policy(m2, s.dir.str() + "/v", 2).dir));
+  w->generate(greedy_requests(s.ps), GenMode::kPlain);
+  EXPECT_THROW(w->stream_records(b), Error);
+}
+
+}  // namespace
+}  // namespace updraft

@@ -1,0 +1,144 @@
+// The online trainer over a real RocksDB buffer: records convert losslessly, a round trains on
+// the window, promotes a better drafter as a verified published version (which the engine
+// measures as better), and a restarted trainer resumes from its checkpoint.
+#include "trainer/online/online_trainer.h"
+
+#include <gtest/gtest.h>
+
+#include "messaging/codec.h"
+#include "messaging/record_store.h"
+#include "tests/trainer/online_fixture.h"
+#include "trainer/online/record_convert.h"
+
+namespace updraft::train {
+namespace {
+
+using namespace testing_online;
+
+void store_samples(messaging::RecordStore& store, const std::vector<TttSample>& samples, uint32_t worker,
+                   uint64_t first_seq) {
+  std::vector<messaging::EncodedMessage> msgs;
+  std::vector<messaging::RecordStore::Item> items;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    messaging::RecordData r = to_record(samples[i]);
+    r.worker = worker;
+    r.seq = first_seq + i;
+    msgs.push_back(messaging::encode_record(r));
+    const messaging::Verdict v = messaging::validate_record(msgs.back().data(), msgs.back().size());
+    ASSERT_TRUE(v.ok()) << v.detail;
+    items.push_back({v.header, msgs.back().data(), msgs.back().size()});
+  }
+  store.write(items);
+}
+
+TEST(RecordConvert, RoundTripThroughTheWireIsExact) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("rc");
+  const PolicyModel p = PolicyModel::load(publish_policy(m, t.str(), 1).dir);
+  const auto samples = capture(p, rollouts(p, prompts(2, 1)), 7);
+  for (const TttSample& s : samples) {
+    messaging::RecordData r = to_record(s);
+    r.worker = 3;
+    const messaging::EncodedMessage msg = messaging::encode_record(r);
+    const TttSample back = to_sample(messaging::decode_record(msg.data(), msg.size()));
+    EXPECT_EQ(back.tokens, s.tokens);
+    EXPECT_EQ(back.prompt_length, s.prompt_length);
+    EXPECT_EQ(back.policy_version, 7u);
+    EXPECT_EQ(back.teacher_ids, s.teacher_ids);
+    EXPECT_EQ(back.teacher_logprobs, s.teacher_logprobs);
+    ASSERT_EQ(back.aux.dtype(), s.aux.dtype());
+    ASSERT_EQ(back.aux.shape(), s.aux.shape());
+    EXPECT_EQ(0, std::memcmp(back.aux.raw(), s.aux.raw(), s.aux.nbytes()));
+  }
+}
+
+TEST(OnlineTrainer, RoundPromotesABetterDrafterAndRestartResumes) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("ot");
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+  const auto train_prompts = prompts(24, 1), eval_prompts = prompts(6, 99);
+  const auto samples = capture(*policy, rollouts(*policy, train_prompts), 1);
+  messaging::StoreOptions so;
+  so.path = t.str() + "/buffer";
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  store_samples(*store, samples, 1, 0);
+  EXPECT_EQ(store->consumer_lag(), samples.size());
+
+  const DraftModel initial = fresh_draft(*policy, 5);
+  OnlineTrainerOptions o;
+  o.dir = t.str() + "/versions";
+  o.steps_per_round = 300;
+  o.lr = 1e-3;
+  o.ttt.steps = 3;
+  o.heldout_fraction = 0.25;
+  std::vector<uint64_t> announced;
+  o.on_promote = [&](const WeightVersion& v) { announced.push_back(v.version); };
+  {
+    OnlineTrainer tr(o, store, policy, 1, initial, 1);
+    EXPECT_FALSE(tr.resumed());
+    const RoundReport r = tr.run_round("test");
+    EXPECT_EQ(r.train_records + r.heldout_records, samples.size());
+    EXPECT_GT(r.heldout_records, 0u);
+    EXPECT_GT(r.candidate_tau, r.serving_tau);
+    ASSERT_TRUE(r.promoted);
+    EXPECT_EQ(r.serving_version, 2u);
+    EXPECT_EQ(announced, std::vector<uint64_t>{2});
+    EXPECT_EQ(store->consumer_lag(), 0u);
+  }
+  // The published version verifies, loads, and is measurably better in the engine.
+  const WeightVersion v = verify_version(latest_version(o.dir, "drafter").dir, "drafter");
+  EXPECT_EQ(v.version, 2u);
+  EXPECT_EQ(v.meta["policy_version"], 1);
+  const DraftModel promoted = DraftModel::load(v.dir, policy->draft_target());
+  const double tau_before = acceptance(*policy, initial, eval_prompts).tau();
+  const double tau_after = acceptance(*policy, promoted, eval_prompts).tau();
+  EXPECT_GT(tau_after, tau_before + 0.2) << "before " << tau_before;
+
+  // A restarted trainer continues from its checkpoint with the newest version serving.
+  OnlineTrainer again(o, store, policy, 1, initial, 1);
+  EXPECT_TRUE(again.resumed());
+  EXPECT_EQ(again.serving_version(), 2u);
+  const RoundReport r2 = again.run_round("restart");
+  EXPECT_EQ(r2.round, 2);
+}
+
+TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("otl");
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+  messaging::StoreOptions so;
+  so.path = t.str() + "/buffer";
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  OnlineTrainerOptions o;
+  o.dir = t.str() + "/versions";
+  o.steps_per_round = 5;
+  o.ttt.steps = 2;
+  o.min_new_records = 4;
+  o.poll_ms = 5;
+  o.progress = [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); };
+  OnlineTrainer tr(o, store, policy, 1, fresh_draft(*policy, 5), 1);
+  tr.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(tr.reports().empty());  // nothing stored: nothing due
+  store_samples(*store, capture(*policy, rollouts(*policy, prompts(4, 2)), 1), 1, 0);
+  for (int i = 0; i < 400 && tr.reports().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_FALSE(tr.reports().empty());
+  EXPECT_EQ(tr.reports()[0].trigger, "4 new records");
+  // A new policy version with new records triggers a round bound to it.
+  train::TrainableLlama m2 = make_policy(4);
+  m2.params()[0].value.data<float>()[0] += 1.0f;
+  auto policy2 = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m2, t.str() + "/p", 2).dir));
+  tr.notify_policy(policy2, 2);
+  store_samples(*store, capture(*policy2, rollouts(*policy2, prompts(2, 3)), 2), 1, 4);
+  for (int i = 0; i < 400 && tr.reports().size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  tr.stop();
+  ASSERT_GE(tr.reports().size(), 2u);
+  EXPECT_EQ(tr.reports()[1].trigger, "policy v2");
+  EXPECT_EQ(tr.reports()[1].trained_on_policy, 2u);
+  EXPECT_EQ(tr.reports()[1].max_policy_version, 2u);
+}
+
+}  // namespace
+}  // namespace updraft::train

@@ -1,0 +1,137 @@
+// The online drafter trainer (`updraft train` without --once; the demo runs it in process):
+// refreshes the serving drafter with TTT on the newest records of the buffer and publishes
+// better versions for the workers to hot-swap (design.md §7, eagle3.md C).
+//
+// A round:
+//  1. Window: the newest `window_records` records whose policy version is within the newest
+//     `window_versions` versions in the store (RecordStore::latest). Records are split by a hash
+//     of (worker, seq) into training (1 − heldout_fraction) and held-out records, so a record's
+//     role never changes between rounds.
+//  2. Training: `steps_per_round` AdamW steps (constant lr, clipping) of `samples_per_step`
+//     training records drawn with a seeded generator; the model and optimiser persist across
+//     rounds (continuous training, no restarts).
+//  3. Evaluation: candidate and serving drafter on the held-out records, both bound to the
+//     newest policy. The score is the chain acceptance length estimated from the per-step TTT
+//     accuracies a_k: τ̂ = 1 + Σ_k Π_{j<=k} a_j (what a greedy chain of K drafts accepts when
+//     step k is right with probability a_k given the earlier ones were).
+//  4. Promotion: when τ̂(candidate) > (1 + promote_margin) τ̂(serving), the candidate is
+//     published as the next drafter version (kernels/io/weight_version.h: temp directory,
+//     fsync, rename, sha256 manifest) and announced through on_promote.
+//  5. Checkpoint: model + optimiser + counters into <dir>/trainer (trainer/train_checkpoint.h),
+//     from which a restarted trainer continues; the serving version is the newest published.
+//
+// Triggers (checked every poll_ms while running, never while paused): a new policy version
+// (notify_policy), at least min_new_records records stored since the last round (the store's
+// consumer lag), or live acceptance (report_tau) below tau_floor. The trainer reads the store
+// and publishes files; it never calls into the workers, so it cannot block rollouts. Pausing
+// (set_paused) takes effect between two training steps: on a machine where the trainer shares
+// cores with the workers, the caller pauses it while latency-critical generation runs.
+// Thread safety: all public methods may be called from any thread; rounds run one at a time.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/io/weight_version.h"
+#include "messaging/record_store.h"
+#include "rollout/policy_model.h"
+#include "trainer/adamw.h"
+#include "trainer/ttt_model.h"
+
+namespace updraft::train {
+
+struct OnlineTrainerOptions {
+  std::string dir;  // published drafter versions; trainer checkpoint in <dir>/trainer
+  uint64_t window_versions = 3;
+  size_t window_records = 256;
+  double heldout_fraction = 0.125;
+  int64_t steps_per_round = 30;
+  int64_t samples_per_step = 4;
+  double lr = 3e-4;
+  double clip = 0.5;
+  TttOptions ttt;
+  bool train_on_new_policy = true;
+  uint64_t min_new_records = 16;
+  double tau_floor = 0;  // 0: off
+  double promote_margin = 0.01;
+  int64_t poll_ms = 50;
+  uint64_t seed = 1;
+  std::function<void(const WeightVersion&)> on_promote;
+  std::function<void(const std::string&)> progress;
+};
+
+struct RoundReport {
+  int64_t round = 0;
+  std::string trigger;
+  size_t train_records = 0, heldout_records = 0;
+  uint64_t min_policy_version = 0, max_policy_version = 0, trained_on_policy = 0;
+  double loss = 0;  // mean training loss over the round's steps
+  double candidate_tau = 0, serving_tau = 0;
+  std::vector<double> candidate_acc, serving_acc;
+  bool promoted = false;
+  uint64_t serving_version = 0;  // after the round
+  double seconds = 0;
+};
+
+// τ̂ = 1 + Σ_k Π_{j<=k} a_j from per-step accuracies.
+double estimated_chain_tau(const TttStats& s);
+
+class OnlineTrainer {
+ public:
+  // Starts from `initial` (published or trusted, version initial_version) unless <dir>/trainer
+  // holds a checkpoint, which is resumed (with the newest published version as serving).
+  OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messaging::RecordStore> store,
+                std::shared_ptr<const PolicyModel> policy, uint64_t policy_version, const DraftModel& initial,
+                uint64_t initial_version);
+  ~OnlineTrainer();
+  OnlineTrainer(const OnlineTrainer&) = delete;
+  OnlineTrainer& operator=(const OnlineTrainer&) = delete;
+
+  void start();  // the trigger loop on its own thread
+  void stop();   // finishes the running round, joins
+
+  // One round now, on the caller's thread (tests, and the loop itself).
+  RoundReport run_round(const std::string& trigger);
+
+  void notify_policy(std::shared_ptr<const PolicyModel> policy, uint64_t version);
+  void report_tau(double tau);
+  void set_paused(bool paused);
+  // Waits until no round is running (returns at once when idle).
+  void wait_idle();
+
+  std::vector<RoundReport> reports() const;
+  uint64_t serving_version() const;
+  bool resumed() const { return resumed_; }
+
+ private:
+  void loop();
+  std::string due_trigger();  // REQUIRES: mu_ held; "" when nothing is due
+
+  OnlineTrainerOptions options_;
+  std::shared_ptr<messaging::RecordStore> store_;
+  std::unique_ptr<TrainableDraft> draft_, serving_;
+  std::unique_ptr<AdamW> opt_;
+  std::mt19937_64 rng_;
+  bool resumed_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const PolicyModel> policy_;
+  uint64_t policy_version_ = 0, bound_policy_version_ = 0, trained_policy_version_ = 0;
+  double live_tau_ = 0;
+  bool paused_ = false, running_round_ = false, stop_ = false;
+  int64_t rounds_ = 0;
+  uint64_t serving_version_ = 0;
+  std::vector<RoundReport> reports_;
+  std::mutex round_mu_;  // one round at a time
+  std::thread thread_;
+};
+
+}  // namespace updraft::train

@@ -1,0 +1,18 @@
+// Converting between what the trainer trains on (TttSample) and what the buffer stores
+// (messaging::RecordData): tokens, prompt length, aux states, teacher top-k and policy version
+// carry over unchanged; the aux tensor keeps its dtype (bf16, f16 or f32) and its bytes.
+#pragma once
+
+#include "messaging/record.h"
+#include "trainer/ttt_data.h"
+
+namespace updraft::train {
+
+// The record of a sample (worker, drafter version and rounds are the caller's to fill).
+messaging::RecordData to_record(const TttSample& s);
+
+// The sample of a record. Error when its aux tensor is not [tokens, width] or the teacher
+// arrays do not match (records passed the buffer's validation, so this means a wrong policy).
+TttSample to_sample(const messaging::RecordData& r);
+
+}  // namespace updraft::train
