@@ -22,6 +22,9 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->capture_default_str();
   cmd.add_option("--trainer-steps", o.trainer_steps_per_round, "online trainer steps per round")
       ->capture_default_str();
+  cmd.add_option("--trainer-share", o.trainer_share,
+                 "trainer time per RL step, as a multiple of the step's generation time (the CPU is shared)")
+      ->capture_default_str();
   cmd.add_option("--trainer-lr", o.trainer_lr, "online trainer learning rate")->capture_default_str();
   cmd.add_option("--window-versions", o.window_versions, "policy versions the trainer reads")->capture_default_str();
   cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")

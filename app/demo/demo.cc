@@ -207,7 +207,7 @@ void check_options(const DemoOptions& o) {
   if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
       o.spec_steps < 1 || o.spec_top_k < 1 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
       o.offline_prompts < 2 || o.offline_steps < 1 || !(o.rl_lr >= 0) || !(o.trainer_lr > 0) ||
-      o.window_versions < 1)
+      o.window_versions < 1 || !(o.trainer_share >= 0))
     throw Error("demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps must be >= 1, "
                 "group >= 2 (GRPO compares responses within a group), learning rates positive");
   if (o.domain != "mix" && o.domain != "arith" && o.domain != "code")
@@ -347,8 +347,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     const std::vector<GenRequest> reqs =
         make_requests(static_cast<uint64_t>(s * o.prompts_per_step), o.prompts_per_step, &samples);
 
-    // Generation: the trainer yields the CPU; the three runs see the same policy version.
-    trainer.set_paused(true);
+    // Generation: the trainer is paused; the three runs see the same policy version.
     const Phase online = run_phase(workers, reqs, GenMode::kServing, threads_per_worker);
     const Phase frozen = run_phase(workers, reqs, GenMode::kReference, threads_per_worker);
     const Phase plain = run_phase(workers, reqs, GenMode::kPlain, threads_per_worker);
@@ -365,7 +364,6 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.tps_frozen = frozen.tokens / frozen.seconds;
     rec.tps_plain = plain.tokens / plain.seconds;
     rec.capture_s = stream_phase(workers, online, threads_per_worker);
-    trainer.set_paused(false);
 
     // Rewards and the GRPO update on the online run's rollouts.
     std::vector<train::GrpoSample> gs;
@@ -399,6 +397,15 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     for (auto& snd : senders)
       snd->flush(std::chrono::milliseconds(10000));
     rec.records_acked = static_cast<int64_t>(server->metrics().records_stored.load());
+    // The trainer's slot (see demo.h): until it is idle or its share of the step is used.
+    trainer.set_paused(false);
+    const auto t_slot = Clock::now();
+    const double budget = o.trainer_share * rec.gen_online_s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * to.poll_ms));  // let a due trigger fire
+    while (since(t_slot) < budget && !trainer.idle())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    trainer.set_paused(true);
+    rec.trainer_slot_s = since(t_slot);
     {
       std::lock_guard<std::mutex> lock(promoted_mu);
       rec.promoted = promoted_now;
@@ -410,15 +417,17 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     spdlog::info(
         "demo: step {}/{}  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}) vs frozen {:.2f}  tokens/s "
         "online {:.0f} frozen {:.0f} plain {:.0f}  speedup gen {:.2f}x step {:.2f}x  [update {:.1f} s, capture {:.1f} "
-        "s]{}",
+        "s, trainer {:.1f} s]{}",
         s + 1, o.steps, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version, rec.tau_frozen,
         rec.tps_online, rec.tps_frozen, rec.tps_plain, rec.gen_speedup(), rec.step_speedup(), rec.update_s,
-        rec.capture_s, promo);
+        rec.capture_s, rec.trainer_slot_s, promo);
     steps.push_back(rec);
   }
   trainer.stop();
 
   Summary sum = summarize(steps);
+  for (const train::RoundReport& r : trainer.reports())
+    sum.promotions += r.promoted ? 1 : 0;
   // Drafters on the final policy, measured on the same held-out requests (RL prompts the run
   // never saw): the online drafter as it ended, the frozen one, and one trained offline.
   std::vector<corpus::Sample> final_samples;
@@ -505,7 +514,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"domain", o.domain},
         {"workers", o.workers},
         {"spec", {{"steps", o.spec_steps}, {"top_k", o.spec_top_k}, {"draft_tokens", eo.spec.draft_tokens}}},
-        {"trainer", {{"steps_per_round", o.trainer_steps_per_round}, {"lr", o.trainer_lr}}},
+        {"trainer",
+         {{"steps_per_round", o.trainer_steps_per_round}, {"lr", o.trainer_lr}, {"share", o.trainer_share}}},
         {"seed", o.seed}}},
       {"machine", {{"cores", cores}}},
       {"steps", js},

@@ -16,8 +16,12 @@
 //      same policy version, back to back, with the trainer paused: one policy trajectory (the
 //      one the online run's rollouts drive), three ways of generating it.
 //   3. Rewards, GRPO update, publish policy v+1, offer it to the workers and the trainer.
-//      The trainer runs while the policy updates (and yields while generation runs, since
-//      they share the CPU); promoted drafters are offered to the workers as they appear.
+//   4. The trainer's slot. In a deployment the trainer has its own device and runs beside
+//      generation; here it shares two cores with the workers, so the demo time-slices: it is
+//      paused while generation runs (it yields within one training step) and gets a slot of
+//      trainer_share × the step's online generation time after the update (ended early when
+//      it is idle). Step timings exclude the slot, which is reported on its own. Promoted
+//      drafters are offered to the workers as they appear and served from the next batch.
 // At the end a drafter is trained offline on the final policy's rollouts (as many optimiser
 // steps as the initial one had), and online, frozen and offline drafters are measured on the
 // same held-out requests.
@@ -41,6 +45,7 @@ struct DemoOptions {
   int64_t workers = 2;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
   int64_t trainer_steps_per_round = 30;
+  double trainer_share = 1.0;
   double trainer_lr = 3e-4;
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end

@@ -50,7 +50,6 @@ Summary summarize(const std::vector<StepRecord>& steps) {
   for (const StepRecord& r : steps) {
     g += r.gen_speedup();
     w += r.step_speedup();
-    s.promotions += static_cast<int64_t>(r.promoted.size());
   }
   s.gen_speedup = g / static_cast<double>(n);
   s.step_speedup = w / static_cast<double>(n);
@@ -73,7 +72,8 @@ nlohmann::json step_json(const StepRecord& s) {
             {"generate_frozen", s.gen_frozen_s},
             {"generate_plain", s.gen_plain_s},
             {"capture", s.capture_s},
-            {"policy_update", s.update_s}}},
+            {"policy_update", s.update_s},
+            {"trainer_slot", s.trainer_slot_s}}},
           {"tokens", {{"online", s.tokens_online}, {"plain", s.tokens_plain}}},
           {"generation_speedup", s.gen_speedup()},
           {"step_speedup", s.step_speedup()},

@@ -18,7 +18,7 @@ struct StepRecord {
   double tau_online = 0, tau_frozen = 0;
   double tps_online = 0, tps_frozen = 0, tps_plain = 0;  // generated tokens / wall seconds
   double gen_online_s = 0, gen_frozen_s = 0, gen_plain_s = 0;
-  double capture_s = 0, update_s = 0;
+  double capture_s = 0, update_s = 0, trainer_slot_s = 0;
   int64_t tokens_online = 0, tokens_plain = 0;
   int64_t records_acked = 0;
   std::vector<uint64_t> promoted;  // drafter versions the trainer published during this step

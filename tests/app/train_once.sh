@@ -31,3 +31,42 @@ done
 tau=$(sed -nE 's/^ *"tau": ([0-9.]+),?$/\1/p' "$work/draft/train_report.json")
 echo "tau $tau"
 awk -v t="$tau" 'BEGIN { exit !(t >= 2.0) }' || { echo "tau $tau below 2"; cat "$work/train.log"; exit 1; }
+
+# The demo, shortened, on this policy with a barely trained initial drafter (so that the
+# online trainer has something to improve): every piece must connect. Records acknowledged and
+# stored, at least one drafter promoted and swapped into the workers, policy versions advancing
+# one per RL step, versions reported on every step, the report and plot written.
+"$bin" train --once --model "$work/policy" --out "$work/weak" --prompts 24 --heldout-prompts 4 --max-new-tokens 32 \
+  --draft-vocab 256 --steps 4 --ttt-steps 3 --eval-every 0 >"$work/weak.log" 2>&1 ||
+  { cat "$work/weak.log"; exit 1; }
+"$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo" --steps 4 --prompts 3 --group 4 \
+  --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
+  >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+grep -q "demo: step 4/4" "$work/demo.log" || { echo "no progress line for step 4"; cat "$work/demo.log"; exit 1; }
+[ -s "$work/demo/tau.svg" ] || { echo "no plot"; exit 1; }
+python3 - "$work/demo/report.json" <<'PY' || { cat "$work/demo.log"; exit 1; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, steps = r["summary"], r["steps"]
+problems = []
+if s["records_stored"] < 4 * 3 * 4:
+    problems.append(f"records stored {s['records_stored']} < {4 * 3 * 4}")
+if steps[-1]["records_acked"] < 3 * 3 * 4:
+    problems.append("records of the first three steps not all acknowledged")
+if s["drafters_promoted"] < 1:
+    problems.append("no drafter promoted")
+if s["drafter_swaps"] < 1 or max(x["drafter_version"] for x in steps) < 2:
+    problems.append("no promoted drafter was swapped in and served")
+if [x["policy_version"] for x in steps] != [1, 2, 3, 4]:
+    problems.append(f"policy versions {[x['policy_version'] for x in steps]}")
+if s["policy_swaps"] < 3 * 2:
+    problems.append(f"policy swaps {s['policy_swaps']} (3 per worker expected)")
+if any(x["tau_online"] < 1 or x["tau_frozen"] < 1 or x["tokens_per_s"]["plain"] <= 0 for x in steps):
+    problems.append("a step without measurements")
+if s["rejected_versions"] != 0:
+    problems.append("a version was rejected")
+print("demo:", {k: s[k] for k in ("records_stored", "drafters_promoted", "drafter_swaps", "policy_swaps")})
+if problems:
+    print("\n".join(problems))
+    sys.exit(1)
+PY

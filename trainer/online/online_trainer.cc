@@ -131,6 +131,11 @@ void OnlineTrainer::wait_idle() {
   cv_.wait(lock, [&] { return !running_round_; });
 }
 
+bool OnlineTrainer::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !running_round_ && due_trigger().empty();
+}
+
 std::vector<RoundReport> OnlineTrainer::reports() const {
   std::lock_guard<std::mutex> lock(mu_);
   return reports_;
@@ -141,7 +146,7 @@ uint64_t OnlineTrainer::serving_version() const {
   return serving_version_;
 }
 
-std::string OnlineTrainer::due_trigger() {
+std::string OnlineTrainer::due_trigger() const {
   if (options_.train_on_new_policy && policy_version_ > trained_policy_version_ && store_->consumer_lag() > 0)
     return "policy v" + std::to_string(policy_version_);
   const uint64_t lag = store_->consumer_lag();

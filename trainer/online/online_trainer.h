@@ -105,6 +105,8 @@ class OnlineTrainer {
   void set_paused(bool paused);
   // Waits until no round is running (returns at once when idle).
   void wait_idle();
+  // No round running and none due: what a caller lending the trainer CPU time waits for.
+  bool idle() const;
 
   std::vector<RoundReport> reports() const;
   uint64_t serving_version() const;
@@ -112,7 +114,7 @@ class OnlineTrainer {
 
  private:
   void loop();
-  std::string due_trigger();  // REQUIRES: mu_ held; "" when nothing is due
+  std::string due_trigger() const;  // REQUIRES: mu_ held; "" when nothing is due
 
   OnlineTrainerOptions options_;
   std::shared_ptr<messaging::RecordStore> store_;
