@@ -53,8 +53,12 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
       cache_(model.kv_shape(), KvCache::blocks_for_bytes(model.kv_shape(), opts.block_size, opts.kv_cache_bytes),
              opts.block_size) {
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
-  if (drafter_ == nullptr)
+  UPD_REQUIRE(opts.capture_teacher_k >= 1) << "engine: capture_teacher_k must be at least 1";
+  capture_layers_ = opts.capture_aux_layers.empty() ? model.config().default_aux_layers() : opts.capture_aux_layers;
+  if (drafter_ == nullptr) {
+    model.check_aux_layers(capture_layers_);
     return;
+  }
   opts_.spec.validate();
   const PolicyConfig& pc = model.config();
   const DraftConfig& dc = drafter_->config();
@@ -129,6 +133,47 @@ void Engine::admit() {
   }
 }
 
+const std::vector<int64_t>& Engine::aux_layers() const {
+  return drafter_ ? drafter_->aux_layers() : capture_layers_;
+}
+
+namespace {
+
+// Top-k of log_softmax(z) (ties: lower id first) into ids / lps.
+void top_logprobs(const float* z, int64_t V, int64_t k, int32_t* ids, float* lps) {
+  float m = z[0];
+  for (int64_t c = 1; c < V; ++c)
+    m = std::max(m, z[c]);
+  double sum = 0;
+  for (int64_t c = 0; c < V; ++c)
+    sum += std::exp(static_cast<double>(z[c] - m));
+  const float lse = m + static_cast<float>(std::log(sum));
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  for (int64_t c = 0; c < V; ++c)
+    idx[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+  for (int64_t j = 0; j < k; ++j) {
+    ids[j] = idx[static_cast<size_t>(j)];
+    lps[j] = z[ids[j]] - lse;
+  }
+}
+
+}  // namespace
+
+void Engine::finish_capture(Seq& s) const {
+  const int64_t n = static_cast<int64_t>(s.req.prompt.size() + s.result.tokens.size());
+  const int64_t W = static_cast<int64_t>(aux_layers().size()) * model_.config().hidden_size;
+  // Rows past the end (accepted beyond a stop) go; the final position's row was never computed.
+  s.cap_aux.resize(static_cast<size_t>(n * W), 0.f);
+  s.result.aux = Tensor::from_f32(s.cap_aux, {n, W}).to_dtype(DType::BF16);
+  s.cap_aux.clear();
+  s.cap_aux.shrink_to_fit();
+  const size_t rows = s.result.tokens.size() * static_cast<size_t>(s.result.teacher_k);
+  s.result.teacher_ids.resize(rows);
+  s.result.teacher_logprobs.resize(rows);
+}
+
 bool Engine::is_stop(const Seq& s, int32_t tok) const {
   const auto& stops = s.req.params.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), tok) != stops.end())
@@ -165,7 +210,7 @@ std::vector<GenResult> Engine::step() {
   std::vector<int64_t> first_row, cached;  // per entry: first token row in the step, prior KV length
   std::vector<bool> prefill_step;
   int64_t budget = opts_.prefill_chunk, rows = 0;
-  bool any_spec = false;
+  bool any_spec = false, any_capture = false;
   for (auto& sp : running_) {
     Seq& s = *sp;
     const int64_t plen = static_cast<int64_t>(s.req.prompt.size());
@@ -194,6 +239,7 @@ std::vector<GenResult> Engine::step() {
         st.tree_mask = s.tree.mask();
     }
     any_spec |= s.spec;
+    any_capture |= s.req.capture;
     first_row.push_back(rows);
     cached.push_back(s.kv.length);
     prefill_step.push_back(prefill);
@@ -202,9 +248,9 @@ std::vector<GenResult> Engine::step() {
     owner.push_back(&s);
   }
   ForwardOptions fopts;
-  fopts.aux = any_spec;
-  if (any_spec)
-    fopts.aux_layers = drafter_->aux_layers();
+  fopts.aux = any_spec || any_capture;
+  if (fopts.aux)
+    fopts.aux_layers = aux_layers();
   ForwardOut fo = model_.forward(cache_, batch, fopts);
   ++stats_.steps;
 
@@ -240,6 +286,16 @@ std::vector<GenResult> Engine::step() {
     }
   }
 
+  // Capture reads the aux states of committed rows on the host, f32.
+  Tensor host_aux;
+  const int64_t aux_width = static_cast<int64_t>(aux_layers().size()) * model_.config().hidden_size;
+  if (any_capture) {
+    host_aux = fo.aux.to(Device::CPU).reshape({-1, aux_width});
+    if (host_aux.dtype() != DType::F32)
+      host_aux = host_aux.to_dtype(DType::F32);
+  }
+  const int64_t teacher_k = std::min<int64_t>(opts_.capture_teacher_k, V);
+
   // Verify, emit, commit; collect the (state row, next token) pairs the drafter must absorb.
   std::vector<Seq*> spec_seqs;
   std::vector<std::vector<int32_t>> pair_rows, pair_tokens;
@@ -265,12 +321,24 @@ std::vector<GenResult> Engine::step() {
                                                            host_logp.data<float>() + logit_row * V, V)
                                            : verify_sampled(tree, host_probs.data<float>() + logit_row * V, V, s.seed,
                                                             first, opts_.accept_rule);
+      const int64_t base = logit_row;
       logit_row += tree.size();
       if (tree.size() > 1) {
         s.result.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
         stats_.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
       }
-      emit(s, v.tokens, v.logprobs);
+      const size_t kept = emit(s, v.tokens, v.logprobs);
+      if (s.req.capture) {  // teacher of output token i: the row of the node it was drawn at
+        s.result.teacher_k = teacher_k;
+        for (size_t i = 0; i < kept; ++i) {
+          const int64_t row = base + (i == 0 ? 0 : v.nodes[i - 1]);
+          const size_t at = s.result.teacher_ids.size();
+          s.result.teacher_ids.resize(at + static_cast<size_t>(teacher_k));
+          s.result.teacher_logprobs.resize(at + static_cast<size_t>(teacher_k));
+          top_logprobs(host_logits.data<float>() + row * V, V, teacher_k, s.result.teacher_ids.data() + at,
+                       s.result.teacher_logprobs.data() + at);
+        }
+      }
       if (!prefill_step[e]) {  // keep the root and the accepted path in the policy's cache
         std::vector<int64_t> keep = {0};
         for (int32_t node : v.nodes)
@@ -282,6 +350,11 @@ std::vector<GenResult> Engine::step() {
       ptok.insert(ptok.end(), v.tokens.begin(), v.tokens.end());
       s.tree = DraftTree();
     }
+    if (s.req.capture)  // prow: the rows of the positions this step committed, in order
+      for (int32_t r : prow) {
+        const float* a = host_aux.data<float>() + static_cast<int64_t>(r) * aux_width;
+        s.cap_aux.insert(s.cap_aux.end(), a, a + aux_width);
+      }
     if (s.spec && s.result.finish_reason.empty()) {
       UPD_CHECK(prow.size() == ptok.size())
           << "engine: " << prow.size() << " draft pairs but " << ptok.size() << " tokens";
@@ -302,6 +375,8 @@ std::vector<GenResult> Engine::step() {
       cache_.release((*it)->kv);
       if ((*it)->spec)
         draft_cache_->release((*it)->dkv);
+      if ((*it)->req.capture)
+        finish_capture(**it);
       done.push_back(std::move((*it)->result));
       it = running_.erase(it);
     } else {

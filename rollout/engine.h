@@ -32,6 +32,13 @@
 // request ends with "length" after max_new_tokens. Tokens a round accepted beyond the stop are
 // discarded.
 //
+// Capture (per request, GenRequest::capture): the drafter's training data, gathered from the
+// forwards generation runs anyway (no extra pass): the policy's aux hidden states at every
+// position of prompt + output ([n, A*H], bf16; A aux layers: the drafter's, else
+// EngineOptions::capture_aux_layers or the config's default; the final position's row, which no
+// training pair reads, is zero) and, for every output token, the top-k log-probabilities of the
+// unscaled policy distribution at the position that produced it (trainer/ttt_data.h's teacher).
+//
 // Metrics: per request and in aggregate, speculative rounds, drafted and accepted tokens,
 // accepted per position (round count whose accepted length reached position j), and draft and
 // verify seconds. tau = 1 + accepted / rounds (eagle3.md E.1).
@@ -70,6 +77,7 @@ struct GenRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
   bool speculate = true;  // used when the engine has a drafter
+  bool capture = false;   // return the drafter's training data with the result (see above)
 };
 
 // Speculation counters (per request, and summed over the engine).
@@ -91,6 +99,12 @@ struct GenResult {
   std::vector<float> logprobs;
   std::string finish_reason;  // "stop" or "length"
   SpecStats spec;
+  // Capture (requests with capture only): aux [prompt + tokens, A*H] bf16; teacher top-k per
+  // output token, row-major [tokens, teacher_k].
+  Tensor aux;
+  int64_t teacher_k = 0;
+  std::vector<int32_t> teacher_ids;
+  std::vector<float> teacher_logprobs;
 };
 
 struct EngineOptions {
@@ -102,6 +116,8 @@ struct EngineOptions {
   SpecSettings spec;  // tree shape when a drafter is given
   int64_t draft_kv_cache_bytes = int64_t{64} << 20;
   AcceptRule accept_rule = AcceptRule::Exact;  // NoResidual only for the losslessness test's control
+  int64_t capture_teacher_k = 16;
+  std::vector<int64_t> capture_aux_layers;  // without a drafter; empty: the config's default
 };
 
 struct EngineStats {
@@ -135,6 +151,7 @@ class Engine {
     int64_t prefilled = 0;  // prompt tokens in the cache
     DraftTree tree;         // the next step's verification tree (root = pending token)
     GenResult result;
+    std::vector<float> cap_aux;  // capture: aux rows of committed positions, in order
   };
   void admit();
   bool is_stop(const Seq& s, int32_t tok) const;
@@ -145,7 +162,11 @@ class Engine {
 
   const PolicyModel& model_;
   EngineOptions opts_;
+  void finish_capture(Seq& s) const;
+  const std::vector<int64_t>& aux_layers() const;
+
   const DraftModel* drafter_;
+  std::vector<int64_t> capture_layers_;
   KvCache cache_;
   std::unique_ptr<KvCache> draft_cache_;
   uint64_t next_id_ = 1;

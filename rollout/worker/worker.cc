@@ -173,6 +173,7 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   std::vector<uint64_t> ids;
   for (GenRequest r : requests) {
     r.speculate = mode != GenMode::kPlain;
+    r.capture = mode == GenMode::kServing && sender_ != nullptr && options_.in_engine_capture;
     ids.push_back(engine.submit(std::move(r)));
   }
   std::map<uint64_t, GenResult> done;
@@ -203,25 +204,45 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
 
 int64_t Worker::stream_records(const BatchReport& batch) {
   UPD_REQUIRE(sender_ != nullptr) << "Worker::stream_records: no record sender attached";
-  std::shared_ptr<const PolicyModel> policy;
-  std::vector<int64_t> aux_layers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (batch.policy_version != policy_version_)
-      throw Error("Worker::stream_records: the batch's policy v" + std::to_string(batch.policy_version) +
-                  " is no longer served (v" + std::to_string(policy_version_) + "): its aux states are gone");
-    policy = policy_;
-    if (serving_.model)
-      aux_layers = serving_.model->aux_layers();
-  }
+  std::vector<train::TttSample> samples;
   std::vector<train::Rollout> rollouts;
-  for (const Completion& c : batch.completions)
-    if (!c.result.tokens.empty())
-      rollouts.push_back({c.result.prompt, c.result.tokens});
-  train::CaptureOptions copts = options_.capture;
-  if (copts.aux_layers.empty())
-    copts.aux_layers = aux_layers;
-  const std::vector<train::TttSample> samples = train::capture_samples(*policy, rollouts, copts, batch.policy_version);
+  for (const Completion& c : batch.completions) {
+    const GenResult& g = c.result;
+    if (g.tokens.empty())
+      continue;
+    if (g.aux.defined()) {  // captured by the engine while generating
+      train::TttSample t;
+      t.tokens = g.prompt;
+      t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
+      t.prompt_length = static_cast<int64_t>(g.prompt.size());
+      t.aux = g.aux;
+      t.teacher_k = g.teacher_k;
+      t.teacher_ids = g.teacher_ids;
+      t.teacher_logprobs = g.teacher_logprobs;
+      t.policy_version = batch.policy_version;
+      samples.push_back(std::move(t));
+    } else {
+      rollouts.push_back({g.prompt, g.tokens});
+    }
+  }
+  if (!rollouts.empty()) {  // not captured while generating: one forward of the serving policy
+    std::shared_ptr<const PolicyModel> policy;
+    std::vector<int64_t> aux_layers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (batch.policy_version != policy_version_)
+        throw Error("Worker::stream_records: the batch's policy v" + std::to_string(batch.policy_version) +
+                    " is no longer served (v" + std::to_string(policy_version_) + "): its aux states are gone");
+      policy = policy_;
+      if (serving_.model)
+        aux_layers = serving_.model->aux_layers();
+    }
+    train::CaptureOptions copts = options_.capture;
+    if (copts.aux_layers.empty())
+      copts.aux_layers = aux_layers;
+    for (train::TttSample& t : train::capture_samples(*policy, rollouts, copts, batch.policy_version))
+      samples.push_back(std::move(t));
+  }
   int64_t queued = 0;
   for (const train::TttSample& s : samples) {
     messaging::RecordData r = train::to_record(s);

@@ -23,9 +23,10 @@
 //
 // Modes of generate(): kServing (speculative with the serving drafter), kReference (speculative
 // with a fixed reference drafter, e.g. a frozen copy to compare against), kPlain (no drafter).
-// stream_records() turns a batch into training records (one policy forward over each sequence
-// gives the aux states and the teacher top-k, trainer/capture.h) and submits them to the
-// sender: it never waits for the buffer (RecordSender's bounded queue sheds instead).
+// stream_records() turns a batch into training records and submits them to the sender: the
+// aux states and teacher top-k the engine captured while generating (serving batches with a
+// sender and in_engine_capture), else one policy forward over each sequence
+// (trainer/capture.h). It never waits for the buffer (RecordSender's bounded queue sheds).
 // Thread safety: generate() from one thread; offers and metrics() from any thread.
 #pragma once
 
@@ -49,6 +50,7 @@ struct WorkerOptions {
   uint32_t id = 0;
   EngineOptions engine;
   train::CaptureOptions capture;
+  bool in_engine_capture = true;  // serving batches carry their records' data (no extra pass)
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
 };
@@ -94,9 +96,9 @@ class Worker {
   void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
 
   BatchReport generate(const std::vector<GenRequest>& requests, GenMode mode);
-  // Captures and submits the records of a batch this worker generated (with the policy version
-  // it was generated with, which must still be the serving one). Returns the records queued.
-  // Error without a sender or when the policy changed since the batch.
+  // Submits the records of a batch this worker generated. Completions the engine did not
+  // capture need a forward of the policy they were generated with, which must still be the
+  // serving one (Error otherwise, and without a sender). Returns the records queued.
   int64_t stream_records(const BatchReport& batch);
 
   uint64_t policy_version() const;

@@ -145,12 +145,18 @@ TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
     EXPECT_EQ(r.teacher_k, 16u);
     EXPECT_EQ(r.aux.shape[1], 3u * config().hidden_size);
   }
-  // Records of a batch whose policy is no longer served are refused (their aux states would lie).
+  for (const Completion& c : b.completions)  // captured while generating
+    EXPECT_TRUE(c.result.aux.defined());
+  // A batch the engine did not capture needs a forward of its own policy: once that policy is
+  // no longer served its records are refused (their aux states would come from another).
+  const BatchReport plain = w->generate(greedy_requests(s.ps), GenMode::kPlain);
+  EXPECT_FALSE(plain.completions[0].result.aux.defined());
   train::TrainableLlama m2 = make_policy(4);
   m2.params()[1].value.data<float>()[0] += 1.0f;
   ASSERT_TRUE(w->offer_policy(publish_policy(m2, s.dir.str() + "/v", 2).dir));
   w->generate(greedy_requests(s.ps), GenMode::kPlain);
-  EXPECT_THROW(w->stream_records(b), Error);
+  EXPECT_THROW(w->stream_records(plain), Error);
+  EXPECT_EQ(w->stream_records(b), static_cast<int64_t>(s.ps.size()));  // captured: still fine
 }
 
 }  // namespace

@@ -142,3 +142,73 @@ TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
 
 }  // namespace
 }  // namespace updraft::train
+
+namespace updraft::train {
+namespace {
+
+using namespace testing_online;
+
+// What the engine captures while generating equals the separate capture pass: the aux states
+// of every position but the last, and the teacher top-k of every output token, for plain and
+// speculative requests, greedy and sampled, including tokens accepted in multi-token rounds.
+TEST(EngineCapture, MatchesTheCapturePass) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("cap");
+  const PolicyModel p = PolicyModel::load(publish_policy(m, t.str(), 1).dir);
+  const auto samples = capture(p, rollouts(p, prompts(16, 1)), 1);
+  const DraftModel d = trained_draft(p, samples, 100);
+  for (const bool spec : {false, true})
+    for (const float temp : {0.0f, 1.0f}) {
+      EngineOptions eo;
+      eo.spec = SpecSettings{3, 2, 5};
+      eo.capture_teacher_k = 8;
+      Engine e(p, eo, &d);
+      for (GenRequest r : greedy_requests(prompts(5, 3), 20)) {
+        r.speculate = spec;
+        r.capture = true;
+        r.params.temperature = temp;
+        r.params.has_seed = true;
+        r.params.seed = 5;
+        e.submit(r);
+      }
+      auto res = e.run();
+      if (spec)
+        ASSERT_GT(e.stats().spec.accepted, 0) << "no multi-token round exercised";
+      std::vector<Rollout> ro;
+      for (const auto& g : res)
+        ro.push_back({g.prompt, g.tokens});
+      CaptureOptions co;
+      co.teacher_k = 8;
+      co.aux_layers = d.aux_layers();
+      const auto ref = capture_samples(p, ro, co, 1);
+      for (size_t i = 0; i < res.size(); ++i) {
+        const GenResult& g = res[i];
+        const TttSample& x = ref[i];
+        SCOPED_TRACE("spec " + std::to_string(spec) + " temperature " + std::to_string(temp) + " request " +
+                     std::to_string(i));
+        ASSERT_EQ(g.aux.shape(), x.aux.shape());
+        ASSERT_EQ(g.teacher_k, 8);
+        const auto a = g.aux.to_f32_vector(), b = x.aux.to_f32_vector();
+        const int64_t W = x.aux.size(1), n = x.length();
+        for (int64_t j = 0; j < (n - 1) * W; ++j)
+          ASSERT_NEAR(a[static_cast<size_t>(j)], b[static_cast<size_t>(j)], 0.02f * std::abs(b[static_cast<size_t>(j)]) + 1e-3f)
+              << "aux row " << j / W;
+        for (int64_t r = 0; r < x.response_length(); ++r) {
+          std::vector<std::pair<int32_t, float>> u, v;
+          for (int64_t c = 0; c < 8; ++c) {
+            u.push_back({g.teacher_ids[r * 8 + c], g.teacher_logprobs[r * 8 + c]});
+            v.push_back({x.teacher_ids[r * 8 + c], x.teacher_logprobs[r * 8 + c]});
+          }
+          std::sort(u.begin(), u.end());
+          std::sort(v.begin(), v.end());
+          for (size_t c = 0; c < u.size(); ++c) {
+            ASSERT_EQ(u[c].first, v[c].first) << "teacher row " << r;
+            ASSERT_NEAR(u[c].second, v[c].second, 1e-3f) << "teacher row " << r;
+          }
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace updraft::train
