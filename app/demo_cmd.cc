@@ -30,7 +30,7 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")
       ->capture_default_str();
   cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the offline drafters")->capture_default_str();
-  cmd.add_option("--offline-steps", o.offline_steps, "optimiser steps of the offline drafters")
+  cmd.add_option("--offline-steps", o.offline_steps, "minimum optimiser steps of the offline drafter (default: as many as the online trainer took)")
       ->capture_default_str();
   cmd.add_flag("!--no-offline", o.offline_compare, "skip the offline drafter of the final comparison");
   cmd.add_flag("--keep-buffer", o.keep_buffer, "keep the RocksDB buffer in OUT/buffer");

@@ -7,7 +7,11 @@
 // random too unless --draft DIR names a trained one (the speed targets belong to trained
 // drafters; a random one accepts almost nothing, so this measures the cost side honestly).
 //
-// usage: spec_bench [--quick] [--tokens N] [--batch B] [--draft DIR]
+// With --model DIR (a policy with its tokenizer.json, e.g. the built-in small one) the prompts are
+// held-out prompts of the built-in corpus, encoded by that tokenizer; --temperature T samples
+// (seeded per sequence) instead of greedy decoding.
+//
+// usage: spec_bench [--quick] [--tokens N] [--batch B] [--draft DIR] [--model DIR] [--temperature T]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +23,8 @@
 #include "drafter/random_draft.h"
 #include "rollout/engine.h"
 #include "rollout/random_policy.h"
+#include "rollout/tokenizer.h"
+#include "trainer/corpus.h"
 
 using namespace updraft;
 
@@ -34,20 +40,21 @@ struct Run {
 };
 
 // Decode-phase throughput: prompts are prefilled (and the first tokens drawn) before timing.
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t prompt,
-            int64_t tokens) {
+Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B,
+            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature) {
+  const int64_t prompt = static_cast<int64_t>(prompts[0].size());
   EngineOptions o;
   o.max_batch = B;
   o.prefill_chunk = B * prompt;
   o.kv_cache_bytes = int64_t{1} << 30;
   o.spec = s;
   Engine e(model, o, draft);
-  const int64_t V = model.config().vocab_size;
   for (int64_t b = 0; b < B; ++b) {
     GenRequest r;
-    for (int64_t i = 0; i < prompt; ++i)
-      r.prompt.push_back(static_cast<int32_t>((b * 7919 + i * 104729) % V));
-    r.params.temperature = 0;
+    r.prompt = prompts[static_cast<size_t>(b) % prompts.size()];
+    r.params.temperature = temperature;
+    r.params.has_seed = true;
+    r.params.seed = static_cast<uint64_t>(b + 1);
     r.params.max_new_tokens = tokens + 1;
     r.params.ignore_eos = true;
     e.submit(r);
@@ -78,7 +85,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   int64_t tokens = 32;
   std::vector<int64_t> batches = {1, 4, 16, 64};
-  std::string draft_dir;
+  std::string draft_dir, model_dir;
+  float temperature = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
@@ -88,13 +96,32 @@ int main(int argc, char** argv) {
       batches = {std::stoll(argv[++i])};
     else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
       draft_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
+      model_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc)
+      temperature = std::stof(argv[++i]);
   }
-  const PolicyConfig cfg = bench::bench_policy_config(quick);
 
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s\n", m.threads, m.read_gbps);
-  PolicyModel model = random_policy(cfg, 1, DType::BF16);
+  PolicyModel model = model_dir.empty() ? random_policy(bench::bench_policy_config(quick), 1, DType::BF16)
+                                        : PolicyModel::load(model_dir);
+  const PolicyConfig cfg = model.config();
+  // Prompts: held-out corpus prompts through the model's tokenizer, or fixed pseudo-random ids.
+  std::vector<std::vector<int32_t>> prompts;
+  if (!model_dir.empty()) {
+    const Tokenizer tok = Tokenizer::load(model_dir);
+    for (const corpus::Sample& smp : corpus::make_samples(corpus::Mix{}, corpus::Split::kHeldOut, 64, 3))
+      prompts.push_back(tok.encode(smp.prompt));
+  } else {
+    for (int64_t b = 0; b < 64; ++b) {
+      std::vector<int32_t> p;
+      for (int64_t i = 0; i < 32; ++i)
+        p.push_back(static_cast<int32_t>((b * 7919 + i * 104729) % cfg.vocab_size));
+      prompts.push_back(p);
+    }
+  }
   const double wbytes = static_cast<double>(cfg.weight_bytes(DType::BF16) - cfg.vocab_size * cfg.hidden_size * 2);
   DraftConfig dc;
   dc.hidden_size = dc.target_hidden_size = cfg.hidden_size;
@@ -107,22 +134,22 @@ int main(int argc, char** argv) {
   const DraftModel draft = draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size),
                                                             model.draft_target(), 2, DType::BF16)
                                              : DraftModel::load(draft_dir, model.draft_target());
-  std::printf("policy: Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n", cfg.num_layers,
-              cfg.hidden_size, cfg.vocab_size, cfg.weight_bytes(DType::BF16) / 1048576.0);
+  std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n", model_dir.empty() ? "random" : model_dir.c_str(),
+              cfg.num_layers, cfg.hidden_size, cfg.vocab_size, cfg.weight_bytes(DType::BF16) / 1048576.0);
   std::printf("drafter: %s, draft vocabulary %ld\n", draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(),
               draft.config().draft_vocab_size);
-  const int64_t prompt = 32;
-  std::printf("workload: prompt %ld tokens, %ld greedy tokens per sequence timed after prefill\n\n", prompt, tokens);
+  std::printf("workload: %s prompts, %ld tokens per sequence at temperature %.2f, timed after prefill\n\n",
+              model_dir.empty() ? "32-token pseudo-random" : "held-out corpus", tokens, temperature);
   std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
               "tau", "roofline", "draft", "verify", "other", "accept per position");
   const std::vector<std::pair<const char*, SpecSettings>> settings = {{"chain 4", {4, 1, 5}},
                                                                       {"tree 4x3 (10 tok)", {4, 3, 10}}};
   for (int64_t B : batches) {
-    const Run plain = measure(model, nullptr, {}, B, prompt, tokens);
+    const Run plain = measure(model, nullptr, {}, B, prompts, tokens, temperature);
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
     const double roof = wbytes * steps_per_s / 1e9 / m.read_gbps;
     for (const auto& [name, s] : settings) {
-      const Run sp = measure(model, &draft, s, B, prompt, tokens);
+      const Run sp = measure(model, &draft, s, B, prompts, tokens, temperature);
       const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
       std::string acc;
       for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {

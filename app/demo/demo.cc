@@ -93,7 +93,7 @@ Models resolve_models(const DemoOptions& o) {
       to.heldout_prompts = 16;
       to.max_new_tokens = o.max_new_tokens;
       to.temperature = 1.0f;
-      to.train.steps = o.offline_steps;
+      to.train.steps = 300;
       to.train.eval_every = 0;
       to.seed = o.seed;
       to.progress = [](const std::string& l) { spdlog::info("train --once: {}", l); };
@@ -442,8 +442,6 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   sum.final_online_tau = measure(*current_policy, &online_final, final_reqs, meo).spec.tau();
   sum.final_frozen_tau = measure(*current_policy, &frozen_final, final_reqs, meo).spec.tau();
   if (o.offline_compare) {
-    spdlog::info("demo: training a drafter offline on {} rollouts of the final policy ({} steps)", o.offline_prompts,
-                 o.offline_steps);
     std::vector<corpus::Sample> off_samples =
         corpus::make_samples(mix, corpus::Split::kTrain, static_cast<size_t>(o.offline_prompts), o.seed + 7);
     std::vector<GenRequest> off_reqs;
@@ -471,13 +469,20 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     train::InMemoryDataset held(std::vector<train::TttSample>(data.end() - static_cast<std::ptrdiff_t>(n_held), data.end()));
     data.resize(data.size() - n_held);
     train::InMemoryDataset train_set(std::move(data));
-    double coverage = 0;
-    const int64_t vd = draft0->config().draft_vocab_size;
-    const VocabMap vocab = train::choose_draft_vocab(train_set, vd, pc.vocab_size, &coverage);
-    train::TrainableDraft off(train::draft_config_for(current_policy->config(), vd), vocab, ft,
-                              current_policy->lm_head(), o.seed);
+    // The initial drafter trained on the final policy's rollouts, as many optimiser steps as the
+    // online trainer took over the whole run (at least offline_steps): the same start and budget,
+    // data from exactly the distribution being measured.
+    int64_t online_steps = 0;
+    for (const train::RoundReport& r : trainer.reports())
+      online_steps += r.train_records > 0 ? o.trainer_steps_per_round : 0;
+    const int64_t off_steps = std::max(o.offline_steps, online_steps);
+    spdlog::info("demo: offline drafter: {} rollouts of the final policy, {} steps from the initial drafter",
+                 train_set.size() + held.size(), off_steps);
+    train::TrainableDraft off(*draft0, ft);
     train::DraftTrainOptions dto;
-    dto.steps = o.offline_steps;
+    dto.steps = off_steps;
+    dto.lr = o.trainer_lr;
+    dto.warmup_steps = 0;
     dto.eval_every = 0;
     dto.seed = o.seed;
     train::train_drafter(off, train_set, held, dto);

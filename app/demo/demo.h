@@ -22,9 +22,9 @@
 //      trainer_share × the step's online generation time after the update (ended early when
 //      it is idle). Step timings exclude the slot, which is reported on its own. Promoted
 //      drafters are offered to the workers as they appear and served from the next batch.
-// At the end a drafter is trained offline on the final policy's rollouts (as many optimiser
-// steps as the initial one had), and online, frozen and offline drafters are measured on the
-// same held-out requests.
+// At the end the initial drafter is trained offline on the final policy's rollouts (as many
+// optimiser steps as the online trainer took, at least offline_steps), and the online, frozen and
+// offline drafters are measured on the same held-out requests.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +49,7 @@ struct DemoOptions {
   double trainer_lr = 3e-4;
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end
-  int64_t offline_prompts = 128, offline_steps = 300;
+  int64_t offline_prompts = 128, offline_steps = 60;
   bool offline_compare = true;
   uint64_t seed = 1;
   bool keep_buffer = false;
