@@ -44,8 +44,8 @@ struct DemoOptions {
   double rl_lr = 5e-5;
   int64_t workers = 2;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
-  int64_t trainer_steps_per_round = 30;
-  double trainer_share = 1.0;
+  int64_t trainer_steps_per_round = 10;
+  double trainer_share = 2.0;
   double trainer_lr = 3e-4;
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end

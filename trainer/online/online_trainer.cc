@@ -259,8 +259,11 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
       ++loss_n;
     }
     const double norm = clip_grad_norm(draft_->params(), options_.clip);
+    const double warm = options_.warmup_steps > 0
+                            ? std::min(1.0, static_cast<double>(opt_->steps() + 1) / static_cast<double>(options_.warmup_steps))
+                            : 1.0;
     if (std::isfinite(norm))
-      opt_->step(options_.lr);
+      opt_->step(options_.lr * warm);
     draft_->params().zero_grad();
   }
   rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;

@@ -7,7 +7,8 @@
 //     `window_versions` versions in the store (RecordStore::latest). Records are split by a hash
 //     of (worker, seq) into training (1 − heldout_fraction) and held-out records, so a record's
 //     role never changes between rounds.
-//  2. Training: `steps_per_round` AdamW steps (constant lr, clipping) of `samples_per_step`
+//  2. Training: `steps_per_round` AdamW steps (lr warmed up over the optimiser's first
+//     warmup_steps, then constant; clipping) of `samples_per_step`
 //     training records drawn with a seeded generator; the model and optimiser persist across
 //     rounds (continuous training, no restarts).
 //  3. Evaluation: candidate and serving drafter on the held-out records, both bound to the
@@ -55,6 +56,7 @@ struct OnlineTrainerOptions {
   int64_t steps_per_round = 30;
   int64_t samples_per_step = 4;
   double lr = 3e-4;
+  int64_t warmup_steps = 20;  // linear warmup over the optimiser's first steps (fresh Adam moments)
   double clip = 0.5;
   TttOptions ttt;
   bool train_on_new_policy = true;
