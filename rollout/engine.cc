@@ -55,10 +55,8 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
   UPD_REQUIRE(opts.capture_teacher_k >= 1) << "engine: capture_teacher_k must be at least 1";
   capture_layers_ = opts.capture_aux_layers.empty() ? model.config().default_aux_layers() : opts.capture_aux_layers;
-  if (drafter_ == nullptr) {
-    model.check_aux_layers(capture_layers_);
-    return;
-  }
+  if (drafter_ == nullptr)
+    return;  // capture layers are checked when a request asks for capture
   opts_.spec.validate();
   const PolicyConfig& pc = model.config();
   const DraftConfig& dc = drafter_->config();
@@ -95,6 +93,8 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
 
 uint64_t Engine::submit(GenRequest req) {
   validate(req, model_.config());
+  if (req.capture && drafter_ == nullptr)
+    model_.check_aux_layers(capture_layers_);
   const bool spec = drafter_ != nullptr && req.speculate;
   const int64_t len = static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens;
   const int64_t need = cache_.blocks_needed(len + (spec ? opts_.spec.draft_tokens : 0));
