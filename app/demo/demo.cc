@@ -12,6 +12,7 @@
 
 #include "app/demo/report.h"
 #include "kernels/core/error.h"
+#include "kernels/ops/sampling.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/weight_version.h"
 #include "messaging/buffer_server.h"
@@ -40,13 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 // The policy and initial drafter the demo runs on: the ones given, else the built-in small
@@ -331,7 +325,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         r.params.temperature = 1.0f;
         r.params.max_new_tokens = o.max_new_tokens;
         r.params.has_seed = true;
-        r.params.seed = mix64(o.seed ^ mix64(offset * 1000003 + i * 131 + static_cast<uint64_t>(g)));
+        r.params.seed = ops::mix64(o.seed ^ ops::mix64(offset * 1000003 + i * 131 + static_cast<uint64_t>(g)));
         reqs.push_back(std::move(r));
       }
     return reqs;

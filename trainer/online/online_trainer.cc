@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "kernels/core/error.h"
+#include "kernels/ops/sampling.h"
 #include "messaging/key.h"
 #include "trainer/draft_train.h"
 #include "trainer/online/record_convert.h"
@@ -13,15 +14,8 @@
 namespace updraft::train {
 namespace {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 bool is_heldout(const messaging::RecordData& r, double fraction) {
-  const uint64_t h = mix64(mix64(r.worker) ^ r.seq);
+  const uint64_t h = ops::mix64(ops::mix64(r.worker) ^ r.seq);
   return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
 }
 
