@@ -25,15 +25,16 @@ inline std::vector<int32_t> ids_of(const Tensor& t) {
   return out;
 }
 
-// Elementwise |got - want| <= 1e-4 + 1e-4 |want|; reports the first three misses and the worst.
-inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+// Elementwise |got - want| <= tol + tol |want|; reports the first three misses and the worst.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                         double tol = 1e-4) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - want[i]);
     worst = std::max(worst, err);
-    if (!(err <= 1e-4 + 1e-4 * std::abs(want[i])) && ++bad <= 3)
+    if (!(err <= tol + tol * std::abs(want[i])) && ++bad <= 3)
       ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
   }
   EXPECT_EQ(bad, 0) << what << ": max abs error " << worst;

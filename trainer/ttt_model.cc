@@ -165,8 +165,8 @@ void TrainableDraft::init_params(uint64_t seed, const Tensor* lm_head_rows) {
   inv_freq_ = ops::rope_inv_freq(c.rope, c.head_dim);
 }
 
-DraftModel TrainableDraft::to_draft() const {
-  std::vector<std::pair<std::string, Tensor>> tensors = store_.set().copy_values(DType::BF16);
+DraftModel TrainableDraft::to_draft(DType dtype) const {
+  std::vector<std::pair<std::string, Tensor>> tensors = store_.set().copy_values(dtype);
   tensors.emplace_back("d2t", vocab_.d2t());
   tensors.emplace_back("t2d", vocab_.t2d());
   std::vector<std::string> names;
@@ -174,7 +174,7 @@ DraftModel TrainableDraft::to_draft() const {
     names.push_back(n);
   DraftConfig c = cfg_;
   c.format = DraftFormat::Eagle;
-  c.dtype = DType::BF16;
+  c.dtype = dtype;
   return DraftModel::build(
       c, names,
       [&](const std::string& n) {

@@ -70,8 +70,9 @@ class TrainableDraft {
   // The draft-vocabulary logits of every step, f32 [T, Vd] each (for tests and inspection).
   std::vector<Tensor> step_logits(const TttSample& s, int64_t steps) const;
 
-  // The current weights as a servable draft (bf16, EAGLE names), and saved in the EAGLE format.
-  DraftModel to_draft() const;
+  // The current weights as a servable draft (EAGLE names; bf16 unless asked otherwise), and saved
+  // in the EAGLE format (bf16).
+  DraftModel to_draft(DType dtype = DType::BF16) const;
   void save(const std::string& dir) const { to_draft().save(dir); }
 
  private:

@@ -8,6 +8,9 @@
 //                Small T (decode, T <= 8) takes a bandwidth-bound GEMV path; on the CPU with
 //                bf16/f16 weights and T <= 64 the same GEMV kernel runs tile by tile, so each
 //                output row is bitwise the same whatever T is (decode vs verification).
+//                CPU with bf16 weights: x is rounded to bf16 first (as on the GPU), products
+//                are exact and summed in f32 (vdpbf16ps where the CPU has AVX512-BF16, for
+//                every T, so there every row is also the same in prefill).
 //
 // dtypes
 //   CPU : a, c f32; b f32, bf16 or f16 (weights); accumulation in f32.

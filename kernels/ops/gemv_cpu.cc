@@ -11,6 +11,14 @@ bool cpu_has_avx512() {
   return has;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
 namespace {
 
 template <typename Load>
