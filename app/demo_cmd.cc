@@ -16,6 +16,9 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->check(CLI::IsMember({"mix", "arith", "code"}))
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "rollout worker threads")->capture_default_str();
+  cmd.add_option("--worker-batch", o.worker_batch,
+                 "sequences each worker decodes at once (0: all of its share of the step)")
+      ->capture_default_str();
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")

@@ -199,7 +199,7 @@ std::string fmt(const char* f, double a) {
 
 void check_options(const DemoOptions& o) {
   if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
-      o.spec_steps < 1 || o.spec_top_k < 1 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
+      o.spec_steps < 1 || o.spec_top_k < 1 || o.worker_batch < 0 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
       o.offline_prompts < 2 || o.offline_steps < 1 || !(o.rl_lr >= 0) || !(o.trainer_lr > 0) ||
       o.window_versions < 1 || !(o.trainer_share >= 0))
     throw Error("demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps must be >= 1, "
@@ -276,7 +276,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   const int threads_per_worker = std::max(1, cores / static_cast<int>(o.workers));
   EngineOptions eo;
   eo.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps};
-  eo.max_batch = o.prompts_per_step * o.group;
+  eo.max_batch = o.worker_batch > 0 ? o.worker_batch : o.prompts_per_step * o.group;
   std::vector<std::shared_ptr<messaging::RecordSender>> senders;
   std::vector<std::unique_ptr<Worker>> workers;
   for (int64_t w = 0; w < o.workers; ++w) {
@@ -512,6 +512,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"rl_lr", o.rl_lr},
         {"domain", o.domain},
         {"workers", o.workers},
+        {"worker_batch", eo.max_batch},
         {"spec", {{"steps", o.spec_steps}, {"top_k", o.spec_top_k}, {"draft_tokens", eo.spec.draft_tokens}}},
         {"trainer",
          {{"steps_per_round", o.trainer_steps_per_round}, {"lr", o.trainer_lr}, {"share", o.trainer_share}}},

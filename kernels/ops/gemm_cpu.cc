@@ -95,12 +95,14 @@ void linear_bf16dot(const float* xp, int64_t T, int64_t K, const uint16_t* w, in
       gemv_rows_bf16dot(xb, T, K, Kp, w, n0, std::min(N, n0 + chunk), yp, N);
     return;
   }
+  // Tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay the
+  // full per-row overhead for little work).
+  const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
   const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t n0 = 0; n0 < N; n0 += block)
-    for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxT)
-      gemv_rows_bf16dot(xb + t0 * Kp, std::min(kGemvMaxT, T - t0), K, Kp, w, n0, std::min(N, n0 + block),
-                        yp + t0 * N, N);
+    for (int64_t t0 = 0; t0 < T; t0 += tile)
+      gemv_rows_bf16dot(xb + t0 * Kp, std::min(tile, T - t0), K, Kp, w, n0, std::min(N, n0 + block), yp + t0 * N, N);
 }
 
 }  // namespace

@@ -113,11 +113,22 @@ void OnlineTrainer::report_tau(double tau) {
 }
 
 void OnlineTrainer::set_paused(bool paused) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    paused_ = paused;
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  paused_ = paused;
   cv_.notify_all();
+  if (paused)  // until the round's thread has parked (or no round runs)
+    cv_.wait(lock, [&] { return !running_round_ || parked_ || stop_; });
+}
+
+bool OnlineTrainer::yield_while_paused() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (paused_ && !stop_) {
+    parked_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !paused_ || stop_; });
+    parked_ = false;
+  }
+  return !stop_;
 }
 
 void OnlineTrainer::wait_idle() {
@@ -240,12 +251,8 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   int64_t loss_n = 0;
   const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
   for (int64_t step = 0; step < options_.steps_per_round; ++step) {
-    {  // yield the CPU while paused (one step's delay at most); a stop ends the round early
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !paused_ || stop_; });
-      if (stop_)
-        break;
-    }
+    if (!yield_while_paused())  // a stop ends the round early
+      break;
     draft_->params().zero_grad();
     for (int64_t j = 0; j < options_.samples_per_step; ++j) {
       const TttStats st = draft_->forward_backward(train[pick(rng_)], options_.ttt, scale);
@@ -262,6 +269,7 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   }
   rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
 
+  yield_while_paused();
   // 3. Evaluation on held-out records (the training records when none are held out yet).
   const InMemoryDataset eval(heldout.empty() ? train : heldout);
   const TttStats cand = evaluate_drafter(*draft_, eval, options_.ttt);

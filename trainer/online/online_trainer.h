@@ -104,6 +104,8 @@ class OnlineTrainer {
 
   void notify_policy(std::shared_ptr<const PolicyModel> policy, uint64_t version);
   void report_tau(double tau);
+  // Pausing returns once the trainer has yielded: at once when no round runs, else at the
+  // round's next step boundary (or before its evaluation). Never call it from a round's thread.
   void set_paused(bool paused);
   // Waits until no round is running (returns at once when idle).
   void wait_idle();
@@ -117,6 +119,7 @@ class OnlineTrainer {
  private:
   void loop();
   std::string due_trigger() const;  // REQUIRES: mu_ held; "" when nothing is due
+  bool yield_while_paused();        // a round's pause point; false when stopping
 
   OnlineTrainerOptions options_;
   std::shared_ptr<messaging::RecordStore> store_;
@@ -130,7 +133,7 @@ class OnlineTrainer {
   std::shared_ptr<const PolicyModel> policy_;
   uint64_t policy_version_ = 0, bound_policy_version_ = 0, trained_policy_version_ = 0;
   double live_tau_ = 0;
-  bool paused_ = false, running_round_ = false, stop_ = false;
+  bool paused_ = false, parked_ = false, running_round_ = false, stop_ = false;
   int64_t rounds_ = 0;
   uint64_t serving_version_ = 0;
   std::vector<RoundReport> reports_;
