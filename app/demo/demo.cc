@@ -191,12 +191,6 @@ Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std
   return m;
 }
 
-std::string fmt(const char* f, double a) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, f, a);
-  return buf;
-}
-
 void check_options(const DemoOptions& o) {
   if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
       o.spec_steps < 1 || o.spec_top_k < 1 || o.worker_batch < 0 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
@@ -433,8 +427,13 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   const DraftModel frozen_final = draft0->rebind(ft);
   EngineOptions meo = eo;
   meo.max_batch = static_cast<int64_t>(final_reqs.size());
-  sum.final_online_tau = measure(*current_policy, &online_final, final_reqs, meo).spec.tau();
+  const Measured m_online = measure(*current_policy, &online_final, final_reqs, meo);
+  const Measured m_plain = measure(*current_policy, nullptr, final_reqs, meo);
+  sum.final_online_tau = m_online.spec.tau();
   sum.final_frozen_tau = measure(*current_policy, &frozen_final, final_reqs, meo).spec.tau();
+  sum.full_batch = meo.max_batch;
+  sum.full_batch_online_tps = m_online.tokens / std::max(m_online.seconds, 1e-9);
+  sum.full_batch_plain_tps = m_plain.tokens / std::max(m_plain.seconds, 1e-9);
   if (o.offline_compare) {
     std::vector<corpus::Sample> off_samples =
         corpus::make_samples(mix, corpus::Split::kTrain, static_cast<size_t>(o.offline_prompts), o.seed + 7);
@@ -530,6 +529,10 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"online_over_offline", sum.vs_offline},
         {"generation_speedup", sum.gen_speedup},
         {"step_speedup", sum.step_speedup},
+        {"full_batch",
+         {{"batch", sum.full_batch},
+          {"plain_tokens_per_s", sum.full_batch_plain_tps},
+          {"online_tokens_per_s", sum.full_batch_online_tps}}},
         {"reward_first_quarter", sum.reward_first},
         {"reward_last_quarter", sum.reward_last},
         {"drafters_promoted", sum.promotions},

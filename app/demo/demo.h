@@ -43,7 +43,7 @@ struct DemoOptions {
   int64_t max_new_tokens = 64;
   double rl_lr = 5e-5;
   int64_t workers = 2;
-  int64_t worker_batch = 2;  // sequences each worker's engine decodes at once; 0: its whole share
+  int64_t worker_batch = 1;  // sequences each worker's engine decodes at once; 0: its whole share
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
   int64_t trainer_steps_per_round = 10;
   double trainer_share = 2.0;

@@ -154,6 +154,10 @@ std::vector<std::string> summary_table(const Summary& s, bool offline) {
               (offline ? "; online / offline on the final policy: " + fmt("%.2fx", s.vs_offline) : ""));
   t.push_back("speculative (online) vs plain: generation " + fmt("%.2fx", s.gen_speedup) + ", whole RL step " +
               fmt("%.2fx", s.step_speedup));
+  if (s.full_batch > 0)
+    t.push_back("at batch " + std::to_string(s.full_batch) + " on all cores (final requests): plain " +
+                fmt("%.0f", s.full_batch_plain_tps) + " tokens/s, speculative " + fmt("%.0f", s.full_batch_online_tps) +
+                " tokens/s (" + fmt("%.2fx", s.full_batch_plain_tps > 0 ? s.full_batch_online_tps / s.full_batch_plain_tps : 0.0) + ")");
   t.push_back("reward: first quarter " + fmt("%.3f", s.reward_first) + ", last quarter " + fmt("%.3f", s.reward_last));
   t.push_back("drafters promoted " + std::to_string(s.promotions) + ", swaps " + std::to_string(s.drafter_swaps) +
               ", policy swaps " + std::to_string(s.policy_swaps) + ", rejected " + std::to_string(s.rejected) +

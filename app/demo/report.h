@@ -33,6 +33,10 @@ struct Summary {
   double online_tau_second_half = 0, frozen_tau_second_half = 0, adapt_ratio = 0;
   double final_online_tau = 0, final_frozen_tau = 0, final_offline_tau = 0, vs_offline = 0;
   double gen_speedup = 0, step_speedup = 0;
+  // The final held-out requests decoded all at once with every core (the throughput-optimal
+  // setting on a CPU, where a large batch is compute-bound): plain and online-speculative.
+  int64_t full_batch = 0;
+  double full_batch_plain_tps = 0, full_batch_online_tps = 0;
   double reward_first = 0, reward_last = 0;
   int64_t promotions = 0, drafter_swaps = 0, policy_swaps = 0, rejected = 0, rollbacks = 0;
   int64_t records_stored = 0;

@@ -172,8 +172,9 @@ TEST(EngineCapture, MatchesTheCapturePass) {
         e.submit(r);
       }
       auto res = e.run();
-      if (spec)
+      if (spec) {
         ASSERT_GT(e.stats().spec.accepted, 0) << "no multi-token round exercised";
+      }
       std::vector<Rollout> ro;
       for (const auto& g : res)
         ro.push_back({g.prompt, g.tokens});

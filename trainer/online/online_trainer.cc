@@ -14,8 +14,14 @@
 namespace updraft::train {
 namespace {
 
+// Held out by prompt, not by record: RL samples several responses per prompt (a GRPO group),
+// and a candidate trained on some of them predicts the others far better than it predicts new
+// prompts, which made every candidate look better than the serving drafter.
 bool is_heldout(const messaging::RecordData& r, double fraction) {
-  const uint64_t h = ops::mix64(ops::mix64(r.worker) ^ r.seq);
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  const size_t n = std::min<size_t>(r.prompt_length, r.tokens.size());
+  for (size_t i = 0; i < n; ++i)
+    h = ops::mix64(h ^ static_cast<uint32_t>(r.tokens[i]));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
 }
 

@@ -5,8 +5,9 @@
 // A round:
 //  1. Window: the newest `window_records` records whose policy version is within the newest
 //     `window_versions` versions in the store (RecordStore::latest). Records are split by a hash
-//     of (worker, seq) into training (1 − heldout_fraction) and held-out records, so a record's
-//     role never changes between rounds.
+//     of their prompt into training (1 − heldout_fraction) and held-out records, so a record's
+//     role never changes between rounds and the responses to one prompt (a GRPO group, which
+//     resemble each other) are never on both sides.
 //  2. Training: `steps_per_round` AdamW steps (lr warmed up over the optimiser's first
 //     warmup_steps, then constant; clipping) of `samples_per_step`
 //     training records drawn with a seeded generator; the model and optimiser persist across
@@ -52,7 +53,7 @@ struct OnlineTrainerOptions {
   std::string dir;  // published drafter versions; trainer checkpoint in <dir>/trainer
   uint64_t window_versions = 3;
   size_t window_records = 256;
-  double heldout_fraction = 0.125;
+  double heldout_fraction = 0.25;
   int64_t steps_per_round = 30;
   int64_t samples_per_step = 4;
   double lr = 3e-4;
