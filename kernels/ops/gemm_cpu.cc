@@ -78,31 +78,42 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 
 namespace {
 
+// Runs fn(t0, tn, n0, n1) — rows [t0, t0 + tn) of x against weight rows [n0, n1) — over the
+// whole [T, N] output, in parallel. T <= 8: contiguous chunks of weight rows (multiples of 8),
+// one per thread, each streamed once. Larger T: blocks of weight rows small enough to stay in
+// L2 while every tile of tokens is multiplied with them, so the weights are read from memory
+// once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay
+// the full per-row overhead for little work).
+template <typename Fn>
+void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
+  if (T <= kGemvMaxT) {
+    const int nthreads = omp_get_max_threads();
+    const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
+#pragma omp parallel for schedule(static) if (N * K > (1 << 15))
+    for (int64_t n0 = 0; n0 < N; n0 += chunk)
+      fn(0, T, n0, std::min(N, n0 + chunk));
+    return;
+  }
+  const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
+  const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t n0 = 0; n0 < N; n0 += block)
+    for (int64_t t0 = 0; t0 < T; t0 += tile)
+      fn(t0, std::min(tile, T - t0), n0, std::min(N, n0 + block));
+}
+
 // Decode shapes with bf16 weights on a CPU with AVX512-BF16: x rounded to bf16 once, then the
-// vdpbf16ps GEMV, split across threads like gemv_rows (T <= 8) or tile by tile (any larger T:
-// at twice the f32 FMA rate it also beats widening the weights for sgemm on prefill shapes).
+// vdpbf16ps GEMV for any T (at twice the f32 FMA rate it also beats widening the weights for
+// sgemm on prefill shapes).
 void linear_bf16dot(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp) {
   const int64_t Kp = (K + 31) / 32 * 32;
   thread_local std::vector<uint16_t> buf;  // the caller's; the workers below see it through xb
   buf.resize(static_cast<size_t>(T * Kp));
   uint16_t* const xb = buf.data();
   round_rows_bf16(xp, T, K, Kp, xb);
-  if (T <= kGemvMaxT) {
-    const int nthreads = omp_get_max_threads();
-    const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 15))
-    for (int64_t n0 = 0; n0 < N; n0 += chunk)
-      gemv_rows_bf16dot(xb, T, K, Kp, w, n0, std::min(N, n0 + chunk), yp, N);
-    return;
-  }
-  // Tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay the
-  // full per-row overhead for little work).
-  const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
-  const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t n0 = 0; n0 < N; n0 += block)
-    for (int64_t t0 = 0; t0 < T; t0 += tile)
-      gemv_rows_bf16dot(xb + t0 * Kp, std::min(tile, T - t0), K, Kp, w, n0, std::min(N, n0 + block), yp + t0 * N, N);
+  for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1) {
+    gemv_rows_bf16dot(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N);
+  });
 }
 
 }  // namespace
@@ -126,23 +137,12 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
       v = bf16_to_f32(f32_to_bf16(v));
     xp = xr.data();
   }
-  if (T <= kGemvMaxT) {
-    // Split rows in contiguous chunks (multiples of 8 rows) so each thread streams its part.
-    const int nthreads = omp_get_max_threads();
-    const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 15))
-    for (int64_t n0 = 0; n0 < N; n0 += chunk)
-      gemv_rows(xp, T, K, w.raw(), w.dtype(), n0, std::min(N, n0 + chunk), yp, N);
-  } else if (T <= kGemvTiledMaxT && w.dtype() != DType::F32) {
-    // Batched decode / verification with 16-bit weights: blocks of weight rows small enough to
-    // stay in L2 while every tile of <= 8 tokens is multiplied with them, so the weights are
-    // read from memory once and widened once per tile, never written out as f32.
-    const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t n0 = 0; n0 < N; n0 += block)
-      for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxT)
-        gemv_rows(xp + t0 * K, std::min(kGemvMaxT, T - t0), K, w.raw(), w.dtype(), n0, std::min(N, n0 + block),
-                  yp + t0 * N, N);
+  if (T <= kGemvMaxT || (T <= kGemvTiledMaxT && w.dtype() != DType::F32)) {
+    // Decode and batched verification: the GEMV kernel, widening 16-bit weights tile by tile
+    // in registers, never writing them out as f32.
+    for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1) {
+      gemv_rows(xp + t0 * K, tn, K, w.raw(), w.dtype(), n0, n1, yp + t0 * N, N);
+    });
   } else if (w.dtype() == DType::F32) {
     sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   } else {
