@@ -12,13 +12,17 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--group", o.group, "responses sampled per prompt (GRPO group)")->capture_default_str();
   cmd.add_option("--max-new-tokens", o.max_new_tokens, "tokens per response")->capture_default_str();
   cmd.add_option("--rl-lr", o.rl_lr, "policy learning rate (AdamW)")->capture_default_str();
-  cmd.add_option("--domain", o.domain, "corpus domain of the RL prompts")
-      ->check(CLI::IsMember({"mix", "arith", "code"}))
+  cmd.add_option("--domain", o.domain,
+                 "corpus domain of the RL prompts: mix, arith, code, or a curriculum A>B (stage A, then B)")
+      ->capture_default_str();
+  cmd.add_option("--switch-step", o.switch_step, "curriculum: RL steps of the first stage (0: a quarter of the run)")
       ->capture_default_str();
   cmd.add_option("--workers", o.workers, "rollout worker threads")->capture_default_str();
   cmd.add_option("--worker-batch", o.worker_batch,
                  "sequences each worker decodes at once (0: all of its share of the step)")
       ->capture_default_str();
+  cmd.add_flag("!--no-adaptive", o.adaptive_spec,
+               "always speculate (default: a worker decodes plainly, with speculative probes, while that is faster)");
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")
@@ -37,6 +41,8 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->capture_default_str();
   cmd.add_flag("!--no-offline", o.offline_compare, "skip the offline drafter of the final comparison");
   cmd.add_flag("--keep-buffer", o.keep_buffer, "keep the RocksDB buffer in OUT/buffer");
+  cmd.add_flag("--fetch-weights", o.fetch_weights,
+               "workers fetch every new version as chunks over the weight link (as without a shared filesystem)");
   cmd.add_option("--seed", o.seed, "seed of prompts, sampling and training")->capture_default_str();
 }
 

@@ -10,19 +10,6 @@
 
 namespace updraft::messaging {
 
-namespace {
-
-bool send_to(void* socket, const std::string& peer, MessageKind kind, const EncodedMessage& body) {
-  if (!send_copy(socket, peer.data(), peer.size(), true))
-    return false;
-  const auto header = make_header(kind);
-  if (!send_copy(socket, header.data(), header.size(), true))
-    return false;
-  return send_shared(socket, body.share(), body.data(), body.size(), false);
-}
-
-}  // namespace
-
 BufferServer::BufferServer(BufferServerOptions options, std::shared_ptr<RecordStore> store)
     : options_(std::move(options)), store_(std::move(store)) {
   UPD_CHECK(store_ != nullptr && !store_->is_secondary()) << "buffer server needs a primary store";
@@ -133,7 +120,7 @@ void BufferServer::serve_once() {
     }
     for (auto& [peer, ack] : acks) {
       ack.buffer_instance = instance_;
-      send_to(socket_->get(), peer, MessageKind::kAck, encode_ack(ack));  // dropped if the peer left
+      send_framed_to(socket_->get(), peer, MessageKind::kAck, encode_ack(ack));  // dropped if the peer left
     }
     batch.clear();
     batch_bytes = 0;
@@ -164,7 +151,7 @@ void BufferServer::serve_once() {
       peers[peer] = hello->worker;
       current_incarnation[hello->worker] = hello->incarnation;
       HelloReply reply{store_->next_seq(hello->worker), instance_};
-      send_to(socket_->get(), peer, MessageKind::kHelloReply, encode_hello_reply(reply));
+      send_framed_to(socket_->get(), peer, MessageKind::kHelloReply, encode_hello_reply(reply));
       continue;
     }
     metrics_.records_received.fetch_add(1);
@@ -202,7 +189,7 @@ void BufferServer::serve_once() {
   write_batch();
   for (auto& [peer, ack] : refusals) {
     ack.buffer_instance = instance_;
-    send_to(socket_->get(), peer, MessageKind::kAck, encode_ack(ack));
+    send_framed_to(socket_->get(), peer, MessageKind::kAck, encode_ack(ack));
   }
   const StoreStats st = store_->stats();
   metrics_.store_bytes.store(st.bytes);

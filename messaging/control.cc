@@ -20,27 +20,9 @@ DecodeLimits control_limits() {
   return l;
 }
 
-// Opens body as T and hands its reader to fn; any failure becomes *why and nullopt.
 template <typename T, typename Out, typename Fn>
 std::optional<Out> decode_as(const void* data, size_t size, Reject* why, Fn&& fn) {
-  SafeReader sr;
-  std::string detail;
-  Reject r = sr.open(data, size, control_limits(), &detail);
-  if (r == Reject::kNone) {
-    try {
-      auto root = sr.reader().getRoot<T>();
-      if (root.totalSize().wordCount > sr.words()) {
-        r = Reject::kMalformed;
-      } else {
-        return fn(root);
-      }
-    } catch (const kj::Exception& e) {
-      r = classify(e);
-    }
-  }
-  if (why != nullptr)
-    *why = r;
-  return std::nullopt;
+  return decode_flat<T, Out>(data, size, control_limits(), why, [&](typename T::Reader r, Reject&) { return fn(r); });
 }
 
 }  // namespace
@@ -57,7 +39,7 @@ std::optional<MessageKind> parse_header(const void* data, size_t size) {
     return std::nullopt;
   if (b[5] != 0 || b[6] != 0 || b[7] != 0)
     return std::nullopt;
-  if (b[4] < static_cast<uint8_t>(MessageKind::kRecord) || b[4] > static_cast<uint8_t>(MessageKind::kAck))
+  if (b[4] < static_cast<uint8_t>(MessageKind::kRecord) || b[4] > static_cast<uint8_t>(MessageKind::kWeightChunk))
     return std::nullopt;
   return static_cast<MessageKind>(b[4]);
 }

@@ -17,7 +17,17 @@
 
 namespace updraft::messaging {
 
-enum class MessageKind : uint8_t { kRecord = 1, kHello = 2, kHelloReply = 3, kAck = 4 };
+// 1-4: the record link (docs/messaging.md); 5-8: the weight link (messaging/weight_link.h).
+enum class MessageKind : uint8_t {
+  kRecord = 1,
+  kHello = 2,
+  kHelloReply = 3,
+  kAck = 4,
+  kAnnouncement = 5,
+  kVersionRequest = 6,
+  kChunkRequest = 7,
+  kWeightChunk = 8,
+};
 
 constexpr size_t kHeaderBytes = 8;
 std::array<uint8_t, kHeaderBytes> make_header(MessageKind kind);

@@ -26,14 +26,6 @@ std::string routing_id(uint32_t worker, uint64_t incarnation) {
   return buf;
 }
 
-bool send_framed(void* socket, MessageKind kind, const EncodedMessage& body) {
-  const auto header = make_header(kind);
-  if (!send_copy(socket, header.data(), header.size(), true))
-    return false;
-  // Once the first frame is queued ZeroMQ accepts the rest of the message.
-  return send_shared(socket, body.share(), body.data(), body.size(), false);
-}
-
 }  // namespace
 
 RecordSender::RecordSender(SenderOptions options)

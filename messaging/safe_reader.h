@@ -36,4 +36,33 @@ class SafeReader {
 // Maps a Cap'n Proto decoding exception to a reason.
 Reject classify(const kj::Exception& e);
 
+// Opens an untrusted message as a T and hands its reader to fn(reader, reason), which returns
+// the decoded value, or nullopt after setting reason (kInvalidField when it sets none). Any
+// failure becomes *why (when given) and nullopt; nothing is thrown for bad input.
+template <typename T, typename Out, typename Fn>
+std::optional<Out> decode_flat(const void* data, size_t size, const DecodeLimits& limits, Reject* why, Fn&& fn) {
+  SafeReader sr;
+  std::string detail;
+  Reject r = sr.open(data, size, limits, &detail);
+  if (r == Reject::kNone) {
+    try {
+      auto root = sr.reader().template getRoot<T>();
+      if (root.totalSize().wordCount > sr.words()) {
+        r = Reject::kMalformed;
+      } else {
+        std::optional<Out> out = fn(root, r);
+        if (out)
+          return out;
+        if (r == Reject::kNone)
+          r = Reject::kInvalidField;
+      }
+    } catch (const kj::Exception& e) {
+      r = classify(e);
+    }
+  }
+  if (why != nullptr)
+    *why = r;
+  return std::nullopt;
+}
+
 }  // namespace updraft::messaging

@@ -130,6 +130,19 @@ bool send_copy(void* socket, const void* data, size_t size, bool more) {
   return send_msg(socket, &msg, more);
 }
 
+bool send_framed(void* socket, MessageKind kind, const EncodedMessage& body) {
+  const auto header = make_header(kind);
+  if (!send_copy(socket, header.data(), header.size(), true))
+    return false;
+  return send_shared(socket, body.share(), body.data(), body.size(), false);
+}
+
+bool send_framed_to(void* socket, const std::string& peer, MessageKind kind, const EncodedMessage& body) {
+  if (!send_copy(socket, peer.data(), peer.size(), true))
+    return false;
+  return send_framed(socket, kind, body);
+}
+
 bool is_local_endpoint(const std::string& ep) {
   if (ep.rfind("inproc://", 0) == 0 || ep.rfind("ipc://", 0) == 0)
     return true;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/error.h"
+#include "messaging/control.h"
 
 // UPD_ZMQ_CHECK(zmq_bind(s, ep)) << "binding " << ep;  (the call returns -1 on failure)
 #define UPD_ZMQ_CHECK(expr)                              \
@@ -78,6 +79,11 @@ bool recv_multipart(void* socket, std::vector<ZmqMessage>& frames, size_t* total
 bool send_shared(void* socket, std::shared_ptr<const void> owner, const void* data, size_t size, bool more);
 // Sends a copy of the bytes without blocking; same return convention.
 bool send_copy(void* socket, const void* data, size_t size, bool more);
+
+// Sends [header][body] (DEALER, PUB) or [peer][header][body] (ROUTER) without blocking, the body
+// shared with ZeroMQ; same return convention (once the first frame is queued ZeroMQ takes the rest).
+bool send_framed(void* socket, MessageKind kind, const EncodedMessage& body);
+bool send_framed_to(void* socket, const std::string& peer, MessageKind kind, const EncodedMessage& body);
 
 // True for tcp:// endpoints on the loopback interface, and for inproc:// and ipc://.
 bool is_local_endpoint(const std::string& endpoint);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "app/demo/report.h"
@@ -18,6 +19,7 @@
 #include "messaging/buffer_server.h"
 #include "messaging/record_sender.h"
 #include "messaging/record_store.h"
+#include "messaging/weight_link.h"
 #include "messaging/zmq_util.h"
 #include "rollout/tokenizer.h"
 #include "rollout/worker/worker.h"
@@ -43,6 +45,8 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+bool is_curriculum(const DemoOptions& o) { return o.domain.find('>') != std::string::npos; }
+
 // The policy and initial drafter the demo runs on: the ones given, else the built-in small
 // policy and its drafter shipped in models/, else the tiny preset trained here (seconds).
 struct Models {
@@ -58,7 +62,12 @@ Models resolve_models(const DemoOptions& o) {
   } else if (fs::exists(shipped / "small" / "config.json")) {
     m.policy = (shipped / "small").string();
     m.name = "built-in small";
-    if (o.drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
+    // A curriculum starts from a drafter trained in-domain for its first stage when one ships.
+    const std::string first_stage = o.domain.substr(0, o.domain.find('>'));
+    const fs::path staged = shipped / ("small-eagle3-" + first_stage);
+    if (o.drafter_dir.empty() && is_curriculum(o) && fs::exists(staged / "config.json"))
+      m.drafter = staged.string();
+    else if (o.drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
       m.drafter = (shipped / "small-eagle3").string();
   } else {
     m.policy = (fs::path(o.out_dir) / "builtin" / "tiny").string();
@@ -77,7 +86,8 @@ Models resolve_models(const DemoOptions& o) {
   if (!o.drafter_dir.empty())
     m.drafter = o.drafter_dir;
   if (m.drafter.empty()) {
-    m.drafter = (fs::path(o.out_dir) / "builtin" / (fs::path(m.policy).filename().string() + "-eagle3")).string();
+    const std::string suffix = is_curriculum(o) ? "-eagle3-" + o.domain.substr(0, o.domain.find('>')) : "-eagle3";
+    m.drafter = (fs::path(o.out_dir) / "builtin" / (fs::path(m.policy).filename().string() + suffix)).string();
     if (!fs::exists(fs::path(m.drafter) / "model.safetensors")) {
       spdlog::info("demo: training the initial drafter in-domain on the policy's rollouts into {}", m.drafter);
       train::TrainOnceOptions to;
@@ -85,6 +95,10 @@ Models resolve_models(const DemoOptions& o) {
       to.out_dir = m.drafter;
       to.prompts = o.offline_prompts;
       to.heldout_prompts = 16;
+      if (is_curriculum(o)) {  // in-domain for the first stage, over the whole vocabulary
+        to.domain = o.domain.substr(0, o.domain.find('>'));
+        to.draft_vocab = std::numeric_limits<int32_t>::max();
+      }
       to.max_new_tokens = o.max_new_tokens;
       to.temperature = 1.0f;
       to.train.steps = 300;
@@ -191,6 +205,42 @@ Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std
   return m;
 }
 
+// The RL prompts' domains: one mix for the whole run, or a two-stage curriculum "A>B" (stage A
+// before switch_step, B from it on).
+struct Schedule {
+  corpus::Mix first, second;
+  std::string first_name, second_name;
+  int64_t switch_step = 0;  // 0-based step index of the first B step; == steps without a curriculum
+  const corpus::Mix& at(int64_t step) const { return step < switch_step ? first : second; }
+};
+
+corpus::Mix mix_of(const std::string& name) {
+  if (name == "mix")
+    return corpus::Mix{};
+  if (name != "arith" && name != "code")
+    throw Error("demo: --domain takes mix, arith, code or a curriculum A>B of two of them, not '" + name + "'");
+  return corpus::Mix::only(corpus::domain_from_name(name));
+}
+
+Schedule parse_schedule(const DemoOptions& o) {
+  Schedule sc;
+  const size_t gt = o.domain.find('>');
+  sc.first_name = o.domain.substr(0, gt);
+  sc.second_name = gt == std::string::npos ? sc.first_name : o.domain.substr(gt + 1);
+  sc.first = mix_of(sc.first_name);
+  sc.second = mix_of(sc.second_name);
+  if (gt == std::string::npos) {
+    sc.switch_step = o.steps;
+  } else {
+    if (sc.first_name == sc.second_name)
+      throw Error("demo: a curriculum needs two different domains, not '" + o.domain + "'");
+    sc.switch_step = o.switch_step > 0 ? o.switch_step : std::max<int64_t>(1, o.steps / 4);
+    if (sc.switch_step >= o.steps)
+      throw Error("demo: --switch-step must be below --steps");
+  }
+  return sc;
+}
+
 void check_options(const DemoOptions& o) {
   if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
       o.spec_steps < 1 || o.spec_top_k < 1 || o.worker_batch < 0 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
@@ -198,8 +248,7 @@ void check_options(const DemoOptions& o) {
       o.window_versions < 1 || !(o.trainer_share >= 0))
     throw Error("demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps must be >= 1, "
                 "group >= 2 (GRPO compares responses within a group), learning rates positive");
-  if (o.domain != "mix" && o.domain != "arith" && o.domain != "code")
-    throw Error("demo: --domain must be mix, arith or code");
+  (void)parse_schedule(o);  // throws on a bad --domain
 }
 
 int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir);
@@ -282,11 +331,39 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     WorkerOptions wo;
     wo.id = static_cast<uint32_t>(w + 1);
     wo.engine = eo;
+    wo.adaptive.enabled = o.adaptive_spec;
     workers.push_back(std::make_unique<Worker>(wo, policy0, 1, draft0, 1, senders.back()));
     workers.back()->set_reference_drafter(draft0, 1);
   }
 
-  // The online trainer; promoted drafters go to every worker through the hot-swap path.
+  // The weight link: versions are announced on it; each worker's subscriber offers them to the
+  // worker's hot-swap path (reading the shared directory, or fetching chunks with --fetch-weights).
+  messaging::WeightPublisherOptions wpo;
+  wpo.zmq_context = zctx.get();
+  wpo.pub_endpoint = "inproc://updraft-demo-weights-pub";
+  wpo.request_endpoint = "inproc://updraft-demo-weights-req";
+  messaging::WeightPublisher weights(wpo);
+  std::vector<std::unique_ptr<messaging::WeightSubscriber>> subscribers;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    messaging::WeightSubscriberOptions wso;
+    wso.zmq_context = zctx.get();
+    wso.pub_endpoint = weights.pub_endpoint();
+    wso.request_endpoint = weights.request_endpoint();
+    wso.min_version[0] = wso.min_version[1] = 1;  // the initial versions are loaded already
+    wso.prefer_transfer = o.fetch_weights;
+    wso.local_root = (fs::path(o.out_dir) / ("worker-" + std::to_string(w + 1) + "-weights")).string();
+    Worker* worker = workers[w].get();
+    wso.on_version = [worker](messaging::WeightKind kind, uint64_t, const std::string& dir) {
+      if (kind == messaging::WeightKind::kPolicy)
+        worker->offer_policy(dir);
+      else
+        worker->offer_drafter(dir);
+    };
+    fs::remove_all(wso.local_root);
+    subscribers.push_back(std::make_unique<messaging::WeightSubscriber>(wso));
+  }
+
+  // The online trainer; promoted drafters are announced to every worker.
   std::mutex promoted_mu;
   std::vector<uint64_t> promoted_now;
   train::OnlineTrainerOptions to;
@@ -299,8 +376,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   to.seed = o.seed;
   to.progress = [](const std::string& l) { spdlog::info("{}", l); };
   to.on_promote = [&](const WeightVersion& v) {
-    for (auto& w : workers)
-      w->offer_drafter(v.dir);
+    weights.announce(v.dir, messaging::WeightKind::kDrafter,
+                     {{"heldout_tau_estimate", v.meta.value("heldout_tau_estimate", 0.0)}});
     std::lock_guard<std::mutex> lock(promoted_mu);
     promoted_now.push_back(v.version);
   };
@@ -308,9 +385,13 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   trainer.set_paused(true);
   trainer.start();
 
-  const corpus::Mix mix = o.domain == "mix" ? corpus::Mix{} : corpus::Mix::only(corpus::domain_from_name(o.domain));
-  auto make_requests = [&](uint64_t offset, int64_t prompts, std::vector<corpus::Sample>* samples) {
-    *samples = corpus::make_samples(mix, corpus::Split::kRl, static_cast<size_t>(prompts), o.seed, offset);
+  const Schedule schedule = parse_schedule(o);
+  if (is_curriculum(o))
+    spdlog::info("demo: curriculum: {} prompts for steps 1-{}, then {} prompts", schedule.first_name,
+                 schedule.switch_step, schedule.second_name);
+  // Requests of step `step` (the final comparison uses the last stage): the same for all runs.
+  auto make_requests = [&](int64_t step, uint64_t offset, int64_t prompts, std::vector<corpus::Sample>* samples) {
+    *samples = corpus::make_samples(schedule.at(step), corpus::Split::kRl, static_cast<size_t>(prompts), o.seed, offset);
     std::vector<GenRequest> reqs;
     for (size_t i = 0; i < samples->size(); ++i)
       for (int64_t g = 0; g < o.group; ++g) {
@@ -333,15 +414,25 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.step = s + 1;
     std::vector<corpus::Sample> samples;
     const std::vector<GenRequest> reqs =
-        make_requests(static_cast<uint64_t>(s * o.prompts_per_step), o.prompts_per_step, &samples);
+        make_requests(s, static_cast<uint64_t>(s * o.prompts_per_step), o.prompts_per_step, &samples);
 
-    // Generation: the trainer is paused; the three runs see the same policy version.
-    const Phase online = run_phase(workers, reqs, GenMode::kServing, threads_per_worker);
-    const Phase frozen = run_phase(workers, reqs, GenMode::kReference, threads_per_worker);
-    const Phase plain = run_phase(workers, reqs, GenMode::kPlain, threads_per_worker);
+    // Generation: the trainer is paused; the three runs see the same policy version. Their order
+    // rotates every step, so that no mode always runs first after the update (cold caches).
+    Phase online, frozen, plain;
+    const GenMode modes[3] = {GenMode::kServing, GenMode::kReference, GenMode::kPlain};
+    Phase* phases[3] = {&online, &frozen, &plain};
+    for (int64_t k = 0; k < 3; ++k) {
+      const int64_t m = (k + s) % 3;
+      *phases[m] = run_phase(workers, reqs, modes[m], threads_per_worker);
+    }
     rec.policy_version = online.batches[0].policy_version;
     rec.drafter_version = online.drafter_version;
+    rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;
     rec.tau_online = online.spec.tau();
+    int64_t speculated = 0;
+    for (const BatchReport& b : online.batches)
+      speculated += b.speculated;
+    rec.spec_share = static_cast<double>(speculated) / static_cast<double>(reqs.size());
     rec.tau_frozen = frozen.spec.tau();
     rec.gen_online_s = online.seconds;
     rec.gen_frozen_s = frozen.seconds;
@@ -374,8 +465,10 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     const WeightVersion pv = publish_version(
         versions.string(), "policy", next_version, [&](const std::string& d) { master.save_hf(d, DType::BF16); },
         {{"rl_step", s + 1}, {"mean_reward", rec.reward}});
-    for (auto& w : workers)
-      w->offer_policy(pv.dir);
+    weights.announce(pv.dir, messaging::WeightKind::kPolicy, {{"rl_step", static_cast<double>(s + 1)}, {"mean_reward", rec.reward}});
+    for (const auto& sub : subscribers)
+      UPD_REQUIRE(sub->wait_delivered(messaging::WeightKind::kPolicy, next_version, std::chrono::seconds(60)))
+          << "demo: a worker did not receive policy v" << next_version << " (" << sub->stats().last_failure << ")";
     current_policy = std::make_shared<const PolicyModel>(PolicyModel::load(pv.dir));
     current_policy_dir = pv.dir;
     trainer.notify_policy(current_policy, next_version);
@@ -403,15 +496,32 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     for (uint64_t v : rec.promoted)
       promo += " +drafter v" + std::to_string(v);
     spdlog::info(
-        "demo: step {}/{}  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}) vs frozen {:.2f}  tokens/s "
+        "demo: step {}/{} [{}]  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}, {:.0f}% speculative) vs frozen {:.2f}  tokens/s "
         "online {:.0f} frozen {:.0f} plain {:.0f}  speedup gen {:.2f}x step {:.2f}x  [update {:.1f} s, capture {:.1f} "
         "s, trainer {:.1f} s]{}",
-        s + 1, o.steps, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version, rec.tau_frozen,
+        s + 1, o.steps, rec.domain, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version,
+        100 * rec.spec_share, rec.tau_frozen,
         rec.tps_online, rec.tps_frozen, rec.tps_plain, rec.gen_speedup(), rec.step_speedup(), rec.update_s,
         rec.capture_s, rec.trainer_slot_s, promo);
     steps.push_back(rec);
   }
   trainer.stop();
+  {
+    const messaging::WeightPublisherStats ps = weights.stats();
+    uint64_t delivered = 0, fetched = 0, fetched_bytes = 0, failures = 0;
+    for (const auto& sub : subscribers) {
+      const messaging::WeightSubscriberStats ss = sub->stats();
+      delivered += ss.delivered;
+      fetched += ss.fetched;
+      fetched_bytes += ss.fetched_bytes;
+      failures += ss.failures;
+    }
+    spdlog::info("demo: weight link: {} versions announced, {} deliveries to {} workers ({} fetched as chunks, {:.1f} MB), {} failures",
+                 ps.announcements, delivered, subscribers.size(), fetched, fetched_bytes / 1e6, failures);
+    subscribers.clear();  // the workers hold what they serve; the fetched copies can go
+    for (size_t w = 0; w < workers.size(); ++w)
+      fs::remove_all(fs::path(o.out_dir) / ("worker-" + std::to_string(w + 1) + "-weights"));
+  }
 
   Summary sum = summarize(steps);
   for (const train::RoundReport& r : trainer.reports())
@@ -420,7 +530,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   // never saw): the online drafter as it ended, the frozen one, and one trained offline.
   std::vector<corpus::Sample> final_samples;
   const std::vector<GenRequest> final_reqs =
-      make_requests(static_cast<uint64_t>(o.steps * o.prompts_per_step), o.final_prompts, &final_samples);
+      make_requests(o.steps, static_cast<uint64_t>(o.steps * o.prompts_per_step), o.final_prompts, &final_samples);
   const DraftTarget ft = current_policy->draft_target();
   const WeightVersion online_v = latest_version(versions.string(), "drafter");
   const DraftModel online_final = online_v.dir.empty() ? draft0->rebind(ft) : DraftModel::load(online_v.dir, ft);
@@ -436,7 +546,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   sum.full_batch_plain_tps = m_plain.tokens / std::max(m_plain.seconds, 1e-9);
   if (o.offline_compare) {
     std::vector<corpus::Sample> off_samples =
-        corpus::make_samples(mix, corpus::Split::kTrain, static_cast<size_t>(o.offline_prompts), o.seed + 7);
+        corpus::make_samples(schedule.at(o.steps), corpus::Split::kTrain, static_cast<size_t>(o.offline_prompts), o.seed + 7);
     std::vector<GenRequest> off_reqs;
     for (const auto& smp : off_samples) {
       GenRequest r;

@@ -10,18 +10,27 @@
 // Each RL step s (policy version s + 1):
 //   1. P prompts of the corpus's RL split (positions s·P ..), each sampled G times at
 //      temperature 1 with per-request seeds: the same requests for all three runs below.
-//   2. Online: the workers generate them speculatively with the serving drafter (the RL data;
-//      records captured and streamed). Frozen: the same requests with a frozen copy of the
-//      initial drafter (τ only). Plain: the same requests without a drafter. All three on the
-//      same policy version, back to back, with the trainer paused: one policy trajectory (the
-//      one the online run's rollouts drive), three ways of generating it.
-//   3. Rewards, GRPO update, publish policy v+1, offer it to the workers and the trainer.
+//   2. Online: the workers generate them with the serving drafter (the RL data; records
+//      captured and streamed), speculating while that pays (adaptive speculation,
+//      rollout/worker/worker.h). Frozen: the same requests, all speculative, with a frozen copy
+//      of the initial drafter (τ only). Plain: the same requests without a drafter. All three
+//      on the same policy version, back to back (their order rotates every step), with the
+//      trainer paused: one policy trajectory (the one the online run's rollouts drive), three
+//      ways of generating it.
+//   The RL prompts come from one domain mix, or from a two-stage curriculum ("arith>code":
+//   arithmetic until switch_step, then code), as multi-stage RL pipelines do. A curriculum
+//   starts from a drafter trained in-domain for its first stage (models/small-eagle3-arith),
+//   so the second stage is where a frozen drafter's acceptance drifts.
+//   3. Rewards, GRPO update, publish policy v+1 and announce it on the weight link
+//      (messaging/weight_link.h, inproc); each worker's subscriber hands it to the worker's
+//      hot-swap path, and the loop waits until every worker has it staged (the weight sync of
+//      an on-policy RL loop). The trainer gets it too.
 //   4. The trainer's slot. In a deployment the trainer has its own device and runs beside
 //      generation; here it shares two cores with the workers, so the demo time-slices: it is
 //      paused while generation runs (it yields within one training step) and gets a slot of
 //      trainer_share × the step's online generation time after the update (ended early when
 //      it is idle). Step timings exclude the slot, which is reported on its own. Promoted
-//      drafters are offered to the workers as they appear and served from the next batch.
+//      drafters are announced on the weight link as they appear and served from the next batch.
 // At the end the initial drafter is trained offline on the final policy's rollouts (as many
 // optimiser steps as the online trainer took, at least offline_steps), and the online, frozen and
 // offline drafters are measured on the same held-out requests.
@@ -37,13 +46,15 @@ struct DemoOptions {
   std::string model_dir;    // the policy (HF dir + tokenizer.json); empty: the built-in one
   std::string drafter_dir;  // its initial drafter; empty: the built-in one, or trained here
   std::string out_dir = "updraft-demo";
-  std::string domain = "mix";  // RL prompts: mix, arith or code
+  std::string domain = "mix";  // RL prompts: mix, arith, code, or a curriculum "A>B" (e.g. arith>code)
+  int64_t switch_step = 0;     // curriculum: steps of stage A (0: a quarter of the run)
   int64_t steps = 16;
   int64_t prompts_per_step = 8, group = 4;
   int64_t max_new_tokens = 64;
   double rl_lr = 5e-5;
   int64_t workers = 2;
   int64_t worker_batch = 1;  // sequences each worker's engine decodes at once; 0: its whole share
+  bool adaptive_spec = true;  // workers fall back to plain decoding while speculation does not pay
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
   int64_t trainer_steps_per_round = 10;
   double trainer_share = 2.0;
@@ -54,6 +65,7 @@ struct DemoOptions {
   bool offline_compare = true;
   uint64_t seed = 1;
   bool keep_buffer = false;
+  bool fetch_weights = false;  // workers copy new versions over the weight link instead of reading them in place
 };
 
 // Writes out_dir/report.json and out_dir/tau.svg; returns a process exit code.

@@ -84,7 +84,9 @@ struct Announcement {
   chunkCount @6 :UInt32;       # > 0 when the weights are also sent as WeightChunk messages
 }
 
-# Weights for workers without a shared filesystem; each chunk < 512 MiB.
+# Weights for workers without a shared filesystem; each chunk < 512 MiB. The chunks of a version
+# are its files in manifest order (manifest.json last), each cut into pieces of the publisher's
+# chunk size (an empty file is one empty chunk).
 struct WeightChunk {
   version @0 :UInt64;
   kind @1 :WeightKind;
@@ -93,6 +95,15 @@ struct WeightChunk {
   offset @4 :UInt64;
   data @5 :Data;
   crc32c @6 :UInt32;           # of data
+  file @7 :Text;               # the version directory's file this chunk belongs to; offset is within it
+}
+
+# Subscriber -> publisher (request/reply): chunk `index` of a version's transfer plan. The reply
+# is a WeightChunk; one with count = 0 means the version is not (or no longer) served.
+struct ChunkRequest {
+  version @0 :UInt64;
+  kind @1 :WeightKind;
+  index @2 :UInt32;
 }
 
 # Late joiner -> trainer (REQ/REP): which version is current?

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kernels/core/error.h"
@@ -146,6 +147,48 @@ void Worker::watch_acceptance(const SpecStats& s) {
   last_of_previous_ = watch_new_;
 }
 
+Worker::Run Worker::run_engine(const PolicyModel& policy, const DraftModel* drafter,
+                               const std::vector<GenRequest>& requests, const std::vector<size_t>& indices,
+                               bool speculate, bool capture) const {
+  Run run;
+  if (indices.empty())
+    return run;
+  const auto t0 = std::chrono::steady_clock::now();
+  Engine engine(policy, options_.engine, drafter);
+  std::map<uint64_t, size_t> index_of;
+  for (size_t i : indices) {
+    GenRequest r = requests[i];
+    r.speculate = speculate;
+    r.capture = capture;
+    index_of[engine.submit(std::move(r))] = i;
+  }
+  for (GenResult& g : engine.run()) {
+    run.tokens += static_cast<int64_t>(g.tokens.size());
+    run.done[index_of.at(g.id)] = std::move(g);
+  }
+  run.seconds = seconds_since(t0);
+  return run;
+}
+
+bool Worker::adaptive_speculate() const {
+  if (spec_tps_ <= 0)
+    return true;  // measure speculation first
+  if (plain_tps_ <= 0)
+    return false;  // then plain decoding, once
+  return spec_tps_ >= plain_tps_;
+}
+
+void Worker::adaptive_update(bool speculative, const Run& run) {
+  if (run.seconds <= 0 || run.tokens == 0)
+    return;
+  const double tps = static_cast<double>(run.tokens) / run.seconds;
+  double& est = speculative ? spec_tps_ : plain_tps_;
+  est = est <= 0 ? tps : (1 - options_.adaptive.ema) * est + options_.adaptive.ema * tps;
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.spec_tps_estimate = spec_tps_;
+  metrics_.plain_tps_estimate = plain_tps_;
+}
+
 BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mode) {
   apply_staged();
   std::shared_ptr<const PolicyModel> policy;
@@ -168,20 +211,39 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   }
   rep.drafter_version = drafter.version;
 
-  const auto t0 = std::chrono::steady_clock::now();
-  Engine engine(*policy, options_.engine, drafter.model.get());
-  std::vector<uint64_t> ids;
-  for (GenRequest r : requests) {
-    r.speculate = mode != GenMode::kPlain;
-    r.capture = mode == GenMode::kServing && sender_ != nullptr && options_.in_engine_capture;
-    ids.push_back(engine.submit(std::move(r)));
-  }
+  const bool capture = mode == GenMode::kServing && sender_ != nullptr && options_.in_engine_capture;
+  std::vector<size_t> all(requests.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
   std::map<uint64_t, GenResult> done;
-  for (GenResult& g : engine.run())
-    done[g.id] = std::move(g);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (mode == GenMode::kServing && options_.adaptive.enabled && !adaptive_speculate()) {
+    // The probe requests speculate on their own; the rest is decoded plainly.
+    std::vector<size_t> probe, rest;
+    const size_t every = static_cast<size_t>(std::max<int64_t>(1, options_.adaptive.probe_every));
+    for (size_t i = 0; i < all.size(); ++i)
+      (i % every == 0 ? probe : rest).push_back(i);
+    Run sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
+    adaptive_update(true, sp);
+    Run pl = run_engine(*policy, drafter.model.get(), requests, rest, false, capture);
+    if (!rest.empty())
+      adaptive_update(false, pl);
+    done = std::move(sp.done);
+    done.merge(pl.done);
+    rep.speculated = static_cast<int64_t>(probe.size());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.adaptive_plain_batches;
+  } else {
+    const bool speculate = mode != GenMode::kPlain;
+    Run r = run_engine(*policy, drafter.model.get(), requests, all, speculate, capture);
+    if (mode == GenMode::kServing && options_.adaptive.enabled)
+      adaptive_update(true, r);
+    done = std::move(r.done);
+    rep.speculated = speculate ? static_cast<int64_t>(requests.size()) : 0;
+  }
   rep.generate_seconds = seconds_since(t0);
-  for (uint64_t id : ids) {
-    Completion c{std::move(done.at(id)), rep.policy_version, rep.drafter_version};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Completion c{std::move(done.at(i)), rep.policy_version, rep.drafter_version};
     rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
     rep.spec.merge(c.result.spec);
     rep.completions.push_back(std::move(c));

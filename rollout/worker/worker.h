@@ -21,6 +21,17 @@
 //  * Every completion carries the policy and drafter versions it was generated with; the
 //    worker's metrics are labelled by both.
 //
+// Adaptive speculation (WorkerOptions::adaptive, serving batches only): speculate only while it
+// pays. A stale or still-learning drafter with low acceptance makes speculative decoding slower
+// than plain decoding (anchors.md), so the worker keeps two estimates of its own serving
+// throughput, speculative and plain tokens/s (EMA over its batches), and decodes each serving
+// batch in the faster mode. Every probe_every-th request of a batch (at least one) always
+// speculates, as its own engine run when the rest is plain, so the serving drafter's acceptance
+// and speculative speed stay measured and a drafter that has improved is noticed at the next
+// batch. Until both estimates exist the batch speculates (then, once, decodes plainly). Plain
+// requests are captured like speculative ones (same records). The estimates assume the worker's
+// batches have a similar shape (one batch size); per-batch-size buckets are not kept.
+//
 // Modes of generate(): kServing (speculative with the serving drafter), kReference (speculative
 // with a fixed reference drafter, e.g. a frozen copy to compare against), kPlain (no drafter).
 // stream_records() turns a batch into training records and submits them to the sender: the
@@ -46,8 +57,15 @@
 
 namespace updraft {
 
+struct AdaptiveSpecOptions {
+  bool enabled = false;
+  int64_t probe_every = 4;  // one request in probe_every always speculates
+  double ema = 0.5;         // weight of the newest run in each tokens/s estimate
+};
+
 struct WorkerOptions {
   uint32_t id = 0;
+  AdaptiveSpecOptions adaptive;
   EngineOptions engine;
   train::CaptureOptions capture;
   bool in_engine_capture = true;  // serving batches carry their records' data (no extra pass)
@@ -67,9 +85,10 @@ struct BatchReport {
   GenMode mode = GenMode::kServing;
   std::vector<Completion> completions;  // in request order
   uint64_t policy_version = 0, drafter_version = 0;
-  SpecStats spec;
+  SpecStats spec;  // over the speculative requests
   int64_t generated_tokens = 0;
   double generate_seconds = 0;
+  int64_t speculated = 0;  // requests decoded speculatively (all but kPlain's unless adaptive)
   double tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
 };
 
@@ -81,6 +100,8 @@ struct WorkerMetrics {
   };
   std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
+  double spec_tps_estimate = 0, plain_tps_estimate = 0;  // adaptive speculation (0: not measured yet)
+  int64_t adaptive_plain_batches = 0;  // serving batches whose non-probe requests were decoded plainly
 };
 
 class Worker {
@@ -110,6 +131,16 @@ class Worker {
     std::shared_ptr<const DraftModel> model;
     uint64_t version = 0;
   };
+  struct Run {
+    std::map<uint64_t, GenResult> done;  // by request index
+    int64_t tokens = 0;
+    double seconds = 0;
+  };
+  // One engine run over requests[indices] (capture as for the batch's mode).
+  Run run_engine(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& requests,
+                 const std::vector<size_t>& indices, bool speculate, bool capture) const;
+  bool adaptive_speculate() const;             // decision for a serving batch's non-probe requests
+  void adaptive_update(bool speculative, const Run& run);
   void apply_staged();                         // worker thread, between batches
   void watch_acceptance(const SpecStats& s);  // worker thread, after a serving batch
 
@@ -126,6 +157,7 @@ class Worker {
   SpecStats watch_new_, last_of_previous_;  // acceptance since the swap; previous drafter's recent
   bool watching_ = false;
   WorkerMetrics metrics_;
+  double spec_tps_ = 0, plain_tps_ = 0;  // adaptive estimates (worker thread)
 };
 
 }  // namespace updraft

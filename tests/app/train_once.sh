@@ -35,13 +35,16 @@ awk -v t="$tau" 'BEGIN { exit !(t >= 2.0) }' || { echo "tau $tau below 2"; cat "
 # The demo, shortened, on this policy with a barely trained initial drafter (so that the
 # online trainer has something to improve): every piece must connect. Records acknowledged and
 # stored, at least one drafter promoted and swapped into the workers, policy versions advancing
-# one per RL step, versions reported on every step, the report and plot written.
+# one per RL step, versions reported on every step, the report and plot written. The workers
+# fetch every version as chunks over the weight link (--fetch-weights), so that path runs too.
 "$bin" train --once --model "$work/policy" --out "$work/weak" --prompts 24 --heldout-prompts 4 --max-new-tokens 32 \
   --draft-vocab 256 --steps 4 --ttt-steps 3 --eval-every 0 >"$work/weak.log" 2>&1 ||
   { cat "$work/weak.log"; exit 1; }
 "$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo" --steps 4 --prompts 3 --group 4 \
   --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
-  >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+  --fetch-weights >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+grep -qE "weight link: [0-9]+ versions announced, [0-9]+ deliveries to 2 workers \([1-9][0-9]* fetched as chunks.*, 0 failures" \
+  "$work/demo.log" || { echo "the weight link did not deliver by transfer"; grep "weight link" "$work/demo.log"; exit 1; }
 grep -q "demo: step 4/4" "$work/demo.log" || { echo "no progress line for step 4"; cat "$work/demo.log"; exit 1; }
 [ -s "$work/demo/tau.svg" ] || { echo "no plot"; exit 1; }
 python3 - "$work/demo/report.json" <<'PY' || { cat "$work/demo.log"; exit 1; }

@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <thread>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -65,5 +68,16 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Polls cond every 5 ms until it holds or limit passes; returns its last value.
+inline bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
 
 }  // namespace updraft::messaging::testing

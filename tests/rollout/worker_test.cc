@@ -116,6 +116,35 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   EXPECT_NEAR(after.spec.tau(), good.spec.tau(), 1e-9);  // the same drafter, the same greedy rounds
 }
 
+TEST(Worker, AdaptiveSpeculationFallsBackToPlainWhenTheDrafterDoesNotPayAndStaysLossless) {
+  Fixture s;
+  WorkerOptions o;
+  o.id = 1;
+  o.engine.spec = SpecSettings{4, 1, 4};
+  o.adaptive.enabled = true;
+  o.adaptive.probe_every = 3;
+  // An untrained drafter accepts almost nothing: each round drafts 4 tokens and verifies 5 rows
+  // for about one token, so speculation is measurably slower than plain decoding.
+  Worker w(o, s.policy, 1, std::make_shared<const DraftModel>(fresh_draft(*s.policy, 5)), 1, nullptr);
+  const std::vector<std::vector<int32_t>> ps = prompts(6, 3);
+  const BatchReport plain = w.generate(greedy_requests(ps), GenMode::kPlain);
+  const BatchReport first = w.generate(greedy_requests(ps), GenMode::kServing);
+  EXPECT_EQ(first.speculated, 6);  // nothing measured yet: speculate
+  const BatchReport second = w.generate(greedy_requests(ps), GenMode::kServing);
+  EXPECT_EQ(second.speculated, 2);  // then plain once (probes: requests 0 and 3)
+  EXPECT_GT(w.metrics().spec_tps_estimate, 0);
+  EXPECT_GT(w.metrics().plain_tps_estimate, w.metrics().spec_tps_estimate);
+  const BatchReport third = w.generate(greedy_requests(ps), GenMode::kServing);
+  EXPECT_EQ(third.speculated, 2);  // plain is faster: probes only
+  EXPECT_EQ(w.metrics().adaptive_plain_batches, 2);
+  EXPECT_GT(third.spec.rounds, 0);  // the probes keep acceptance measured
+  for (const BatchReport* b : {&first, &second, &third})
+    for (size_t i = 0; i < ps.size(); ++i) {  // greedy output is the same whichever way it was decoded
+      EXPECT_EQ(b->completions[i].result.tokens, plain.completions[i].result.tokens) << i;
+      EXPECT_EQ(b->completions[i].drafter_version, 1u);
+    }
+}
+
 TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
   Fixture s;
   messaging::StoreOptions so;

@@ -1,0 +1,630 @@
+#include "messaging/weight_link.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kernels/io/sha256.h"
+#include "kernels/io/weight_version.h"
+#include "messaging/control.h"
+
+namespace updraft::messaging {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+
+size_t kind_index(WeightKind k) { return static_cast<size_t>(k); }
+
+std::string read_whole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw Error("cannot read " + p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Reads [offset, offset + size) of a file; false when it cannot.
+bool read_range(const std::string& path, uint64_t offset, uint64_t size, std::string& out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  out.resize(size);
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR)
+        continue;
+      break;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return done == size;
+}
+
+void common_socket_options(ZmqSocket& s) {
+  s.set(ZMQ_LINGER, 0);
+  s.set(ZMQ_RECONNECT_IVL, 100);
+  s.set(ZMQ_RECONNECT_IVL_MAX, 2000);
+}
+
+void heartbeats(ZmqSocket& s) {
+  s.set(ZMQ_HEARTBEAT_IVL, 2000);
+  s.set(ZMQ_HEARTBEAT_TIMEOUT, 30000);
+  s.set(ZMQ_HEARTBEAT_TTL, 30000);
+}
+
+void curve_client(ZmqSocket& s, const std::optional<CurveClient>& c) {
+  if (!c)
+    return;
+  s.set(ZMQ_CURVE_SERVERKEY, c->server_public_key);
+  s.set(ZMQ_CURVE_PUBLICKEY, c->public_key);
+  s.set(ZMQ_CURVE_SECRETKEY, c->secret_key);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Publisher
+
+struct WeightPublisher::Served {
+  struct Piece {
+    std::string file;
+    uint64_t offset = 0, size = 0;
+  };
+  Announcement announcement;
+  std::string dir;
+  std::vector<Piece> plan;
+  EncodedMessage encoded;
+};
+
+WeightPublisher::WeightPublisher(WeightPublisherOptions options)
+    : options_(std::move(options)), wake_(std::make_unique<WakeFd>()) {
+  UPD_REQUIRE(options_.chunk_bytes > 0 && options_.chunk_bytes <= kMaxChunkBytes)
+      << "weight publisher: chunk_bytes must be in [1, " << kMaxChunkBytes << "]";
+  UPD_REQUIRE(options_.keep_versions >= 1) << "weight publisher: keep_versions must be >= 1";
+  for (const auto* ep : {&options_.pub_endpoint, &options_.request_endpoint})
+    UPD_REQUIRE(options_.curve || is_local_endpoint(*ep))
+        << "weight publisher: refusing to bind " << *ep << " without CURVE (bind loopback, or configure curve keys)";
+  if (options_.zmq_context == nullptr) {
+    own_context_ = std::make_unique<ZmqContext>();
+    context_ = own_context_->get();
+  } else {
+    context_ = options_.zmq_context;
+  }
+  if (options_.curve)
+    zap_ = std::make_unique<ZapAuthenticator>(context_, options_.curve->allowed_clients);
+  pub_ = std::make_unique<ZmqSocket>(context_, ZMQ_PUB);
+  router_ = std::make_unique<ZmqSocket>(context_, ZMQ_ROUTER);
+  for (ZmqSocket* s : {pub_.get(), router_.get()}) {
+    s->set(ZMQ_LINGER, 0);
+    if (options_.curve) {
+      s->set(ZMQ_CURVE_SERVER, 1);
+      s->set(ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
+      s->set(ZMQ_ZAP_DOMAIN, std::string("updraft"));
+    }
+  }
+  pub_->set(ZMQ_MAXMSGSIZE, int64_t{4096});  // subscribers send only subscriptions
+  router_->set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(kMaxControlBytes + 64));
+  router_->set(ZMQ_ROUTER_HANDOVER, 1);
+  heartbeats(*router_);
+  pub_->bind(options_.pub_endpoint);
+  router_->bind(options_.request_endpoint);
+  auto bound = [](ZmqSocket& s, const std::string& ep) { return ep.rfind("tcp://", 0) == 0 ? s.last_endpoint() : ep; };
+  pub_bound_ = bound(*pub_, options_.pub_endpoint);
+  req_bound_ = bound(*router_, options_.request_endpoint);
+  thread_ = std::thread([this] { run(); });
+}
+
+WeightPublisher::~WeightPublisher() {
+  stop_ = true;
+  wake_->wake();
+  thread_.join();
+  pub_.reset();
+  router_.reset();
+  zap_.reset();
+}
+
+Announcement WeightPublisher::announce(const std::string& dir, WeightKind kind,
+                                       const std::vector<std::pair<std::string, double>>& metrics) {
+  UPD_REQUIRE(metrics.size() <= kMaxAnnouncementMetrics)
+      << "weight publisher: at most " << kMaxAnnouncementMetrics << " metrics per announcement";
+  const WeightVersion v = verify_version(dir, weight_kind_name(kind));  // complete and intact
+  auto s = std::make_shared<Served>();
+  s->dir = dir;
+  Announcement& a = s->announcement;
+  a.version = v.version;
+  a.kind = kind;
+  a.path = fs::absolute(dir).string();
+  a.sha256 = sha256(read_whole(fs::path(dir) / kManifest));
+  a.metrics = metrics;
+  std::vector<std::string> files;
+  for (const auto& [name, hex] : v.sha256)
+    files.push_back(name);  // name order (std::map)
+  files.push_back(kManifest);
+  for (const std::string& name : files) {
+    const uint64_t size = fs::file_size(fs::path(dir) / name);
+    a.size_bytes += size;
+    uint64_t off = 0;
+    do {
+      const uint64_t n = std::min<uint64_t>(options_.chunk_bytes, size - off);
+      s->plan.push_back({name, off, n});
+      off += n;
+    } while (off < size);
+  }
+  UPD_REQUIRE(s->plan.size() <= UINT32_MAX) << "weight publisher: too many chunks for " << dir;
+  a.chunk_count = options_.serve_chunks ? static_cast<uint32_t>(s->plan.size()) : 0;
+  s->encoded = encode_announcement(a);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t current = 0;
+    size_t of_kind = 0;
+    for (const auto& e : served_)
+      if (e->announcement.kind == kind) {
+        current = std::max(current, e->announcement.version);
+        ++of_kind;
+      }
+    UPD_REQUIRE(a.version > current) << "weight publisher: " << weight_kind_name(kind) << " v" << a.version
+                                     << " is not newer than the current v" << current;
+    if (of_kind >= options_.keep_versions) {
+      auto oldest = std::find_if(served_.begin(), served_.end(),
+                                 [&](const auto& e) { return e->announcement.kind == kind; });
+      served_.erase(oldest);
+    }
+    served_.push_back(s);
+    to_publish_.push_back(s->encoded);
+    ++stats_.announcements;
+  }
+  wake_->wake();
+  return a;
+}
+
+WeightPublisherStats WeightPublisher::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void WeightPublisher::run() {
+  std::vector<ZmqMessage> frames;
+  size_t total = 0;
+  while (!stop_) {
+    zmq_pollitem_t items[2] = {{router_->get(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_->fd(), ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, 100) == -1) {
+      if (zmq_errno() == EINTR)
+        continue;
+      spdlog::error("weight publisher: zmq_poll: {}", zmq_strerror(zmq_errno()));
+      return;
+    }
+    if (items[1].revents & ZMQ_POLLIN)
+      wake_->drain();
+    std::vector<EncodedMessage> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending.swap(to_publish_);
+    }
+    for (const auto& m : pending)
+      send_framed(pub_->get(), MessageKind::kAnnouncement, m);  // PUB drops when a peer is full
+    try {
+      while (recv_multipart(router_->get(), frames, &total, 3)) {
+        if (total != 3) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.rejected;
+          continue;
+        }
+        const std::string peer(reinterpret_cast<const char*>(frames[0].data()), frames[0].size());
+        serve(peer, frames[1].data(), frames[1].size(), frames[2].data(), frames[2].size());
+      }
+    } catch (const Error& e) {
+      spdlog::error("weight publisher: {}", e.what());
+    }
+  }
+}
+
+void WeightPublisher::serve(const std::string& peer, const uint8_t* header, size_t header_size, const uint8_t* body,
+                            size_t size) {
+  const auto kind = parse_header(header, header_size);
+  Reject why = Reject::kNone;
+  if (kind == MessageKind::kVersionRequest) {
+    if (const auto req = decode_version_request(body, size, &why)) {
+      EncodedMessage reply;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.version_requests;
+        for (auto it = served_.rbegin(); it != served_.rend(); ++it)
+          if ((*it)->announcement.kind == req->kind) {
+            reply = (*it)->encoded;
+            break;
+          }
+      }
+      if (reply.size() == 0) {
+        Announcement none;
+        none.kind = req->kind;
+        reply = encode_announcement(none);
+      }
+      send_framed_to(router_->get(), peer, MessageKind::kAnnouncement, reply);
+      return;
+    }
+  } else if (kind == MessageKind::kChunkRequest) {
+    if (const auto req = decode_chunk_request(body, size, &why)) {
+      std::shared_ptr<const Served> s;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.chunk_requests;
+        if (options_.serve_chunks)
+          for (const auto& e : served_)
+            if (e->announcement.kind == req->kind && e->announcement.version == req->version)
+              s = e;
+      }
+      WeightChunk c;
+      c.version = req->version;
+      c.kind = req->kind;
+      c.index = req->index;
+      if (s && req->index < s->plan.size()) {
+        const Served::Piece& p = s->plan[req->index];
+        if (read_range((fs::path(s->dir) / p.file).string(), p.offset, p.size, c.data)) {
+          c.count = static_cast<uint32_t>(s->plan.size());
+          c.file = p.file;
+          c.offset = p.offset;
+        } else {
+          c.data.clear();
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (c.count == 0) {
+          ++stats_.not_served;
+        } else {
+          ++stats_.chunks_served;
+          stats_.bytes_served += c.data.size();
+        }
+      }
+      send_framed_to(router_->get(), peer, MessageKind::kWeightChunk, encode_weight_chunk(c));
+      return;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.rejected;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subscriber
+
+struct WeightSubscriber::Fetch {
+  Announcement announcement;
+  fs::path tmp;
+  uint32_t next = 0;  // next index never requested
+  std::map<uint32_t, std::pair<Clock::time_point, int>> in_flight;  // index -> (sent, attempts)
+  std::vector<bool> received;
+  uint32_t received_count = 0;
+  uint64_t bytes = 0;
+  std::map<std::string, int> fds;
+
+  ~Fetch() { close_all(false); }
+  bool close_all(bool sync) {
+    bool ok = true;
+    for (auto& [name, fd] : fds) {
+      if (sync && ::fsync(fd) != 0)
+        ok = false;
+      if (::close(fd) != 0)
+        ok = false;
+    }
+    fds.clear();
+    return ok;
+  }
+};
+
+WeightSubscriber::WeightSubscriber(WeightSubscriberOptions options) : options_(std::move(options)) {
+  UPD_REQUIRE(options_.window >= 1 && options_.max_attempts >= 1) << "weight subscriber: window and max_attempts must be >= 1";
+  UPD_REQUIRE(options_.max_chunk_bytes <= kMaxChunkBytes) << "weight subscriber: max_chunk_bytes above " << kMaxChunkBytes;
+  UPD_REQUIRE(!options_.kinds.empty()) << "weight subscriber: no kind to follow";
+  if (options_.zmq_context == nullptr) {
+    own_context_ = std::make_unique<ZmqContext>();
+    context_ = own_context_->get();
+  } else {
+    context_ = options_.zmq_context;
+  }
+  if (!options_.local_root.empty()) {
+    std::error_code ec;
+    fs::create_directories(options_.local_root, ec);
+    UPD_REQUIRE(!ec) << "weight subscriber: cannot create " << options_.local_root << ": " << ec.message();
+  }
+  for (int k = 0; k < 2; ++k)
+    stats_.last_delivered[k] = options_.min_version[k];
+  thread_ = std::thread([this] { run(); });
+}
+
+WeightSubscriber::~WeightSubscriber() {
+  stop_ = true;
+  thread_.join();
+}
+
+WeightSubscriberStats WeightSubscriber::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+bool WeightSubscriber::wait_delivered(WeightKind kind, uint64_t version, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return delivered_cv_.wait_for(lock, timeout, [&] { return stats_.last_delivered[kind_index(kind)] >= version; });
+}
+
+void WeightSubscriber::run() {
+  try {
+    ZmqSocket sub(context_, ZMQ_SUB);
+    ZmqSocket dealer(context_, ZMQ_DEALER);
+    common_socket_options(sub);
+    common_socket_options(dealer);
+    sub.set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(kMaxControlBytes + 64));
+    dealer.set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(options_.max_chunk_bytes + kMaxControlBytes + 64));
+    dealer.set(ZMQ_IMMEDIATE, 1);
+    heartbeats(dealer);
+    curve_client(sub, options_.curve);
+    curve_client(dealer, options_.curve);
+    UPD_ZMQ_CHECK(zmq_setsockopt(sub.get(), ZMQ_SUBSCRIBE, "", 0)) << "subscribing";
+    sub.connect(options_.pub_endpoint);
+    dealer.connect(options_.request_endpoint);
+
+    std::optional<Announcement> pending[2];
+    std::unique_ptr<Fetch> fetch;
+    std::vector<fs::path> fetched_dirs[2];
+    uint64_t delivered[2] = {options_.min_version[0], options_.min_version[1]};
+    auto follows = [&](WeightKind k) {
+      return std::find(options_.kinds.begin(), options_.kinds.end(), k) != options_.kinds.end();
+    };
+    auto count_reject = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.rejected;
+    };
+    auto fail = [&](Announcement a, const std::string& why) {  // a by value: it may live in *fetch
+      spdlog::warn("weight subscriber: {} v{}: {}", weight_kind_name(a.kind), a.version, why);
+      if (fetch && fetch->announcement.kind == a.kind && fetch->announcement.version == a.version) {
+        const fs::path tmp = fetch->tmp;
+        fetch.reset();
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+      }
+      pending[kind_index(a.kind)].reset();  // retried at the next announcement or poll
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.failures;
+      stats_.last_failure = std::string(weight_kind_name(a.kind)) + " v" + std::to_string(a.version) + ": " + why;
+    };
+    auto deliver = [&](const Announcement& a, const std::string& dir, bool shared) {
+      const size_t k = kind_index(a.kind);
+      try {
+        if (options_.on_version)
+          options_.on_version(a.kind, a.version, dir);
+      } catch (const std::exception& e) {
+        fail(a, std::string("on_version threw: ") + e.what());
+        return;
+      }
+      delivered[k] = a.version;
+      if (pending[k] && pending[k]->version <= a.version)
+        pending[k].reset();
+      if (!shared) {
+        fetched_dirs[k].push_back(dir);
+        while (fetched_dirs[k].size() > 2) {
+          std::error_code ec;
+          fs::remove_all(fetched_dirs[k].front(), ec);
+          fetched_dirs[k].erase(fetched_dirs[k].begin());
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.delivered;
+        stats_.delivered_shared += shared;
+        stats_.last_delivered[k] = a.version;
+      }
+      delivered_cv_.notify_all();
+    };
+    auto on_announcement = [&](const Announcement& a) {
+      if (!follows(a.kind) || a.version == 0)
+        return;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.announcements;
+      }
+      const size_t k = kind_index(a.kind);
+      if (a.version <= delivered[k] || (pending[k] && pending[k]->version >= a.version))
+        return;
+      if (fetch && fetch->announcement.kind == a.kind && fetch->announcement.version < a.version) {
+        spdlog::info("weight subscriber: {} v{} superseded by v{} during its transfer", weight_kind_name(a.kind),
+                     fetch->announcement.version, a.version);
+        std::error_code ec;
+        fs::remove_all(fetch->tmp, ec);
+        fetch.reset();
+      }
+      pending[k] = a;
+    };
+    auto begin = [&](const Announcement& a) {
+      // A shared filesystem: the announced directory is here and is the announced one.
+      if (!options_.prefer_transfer) {
+        std::error_code ec;
+        if (fs::is_regular_file(fs::path(a.path) / kManifest, ec)) {
+          try {
+            if (sha256(read_whole(fs::path(a.path) / kManifest)) == a.sha256) {
+              deliver(a, a.path, true);
+              return;
+            }
+          } catch (const Error&) {
+          }
+        }
+      }
+      if (a.chunk_count == 0)
+        return fail(a, a.path + " is not readable here and the publisher serves no chunks");
+      if (options_.local_root.empty())
+        return fail(a, "no local_root to fetch into");
+      if (a.size_bytes > options_.max_version_bytes)
+        return fail(a, "announced size " + std::to_string(a.size_bytes) + " exceeds max_version_bytes");
+      fetch = std::make_unique<Fetch>();
+      fetch->announcement = a;
+      fetch->tmp = fs::path(options_.local_root) / (version_dir_name(weight_kind_name(a.kind), a.version) + ".tmp");
+      fetch->received.assign(a.chunk_count, false);
+      std::error_code ec;
+      fs::remove_all(fetch->tmp, ec);
+      fs::create_directories(fetch->tmp, ec);
+      if (ec)
+        return fail(a, "cannot create " + fetch->tmp.string() + ": " + ec.message());
+    };
+    auto finish = [&] {
+      const Announcement a = fetch->announcement;
+      if (!fetch->close_all(true))
+        return fail(a, "writing the fetched files failed");
+      std::string manifest;
+      try {
+        manifest = read_whole(fetch->tmp / kManifest);
+      } catch (const Error&) {
+        return fail(a, "the transfer carried no manifest");
+      }
+      if (sha256(manifest) != a.sha256)
+        return fail(a, "manifest sha256 differs from the announcement");
+      const fs::path final_dir = fs::path(options_.local_root) / version_dir_name(weight_kind_name(a.kind), a.version);
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);
+      if (::rename(fetch->tmp.c_str(), final_dir.c_str()) != 0)
+        return fail(a, "cannot rename " + fetch->tmp.string() + ": " + std::strerror(errno));
+      fetch.reset();
+      try {
+        verify_version(final_dir.string(), weight_kind_name(a.kind));
+      } catch (const Error& e) {
+        fs::remove_all(final_dir, ec);
+        return fail(a, std::string("fetched copy failed verification: ") + e.what());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.fetched;
+      }
+      deliver(a, final_dir.string(), false);
+    };
+    auto on_chunk = [&](const WeightChunk& c) {
+      if (!fetch || fetch->announcement.kind != c.kind || fetch->announcement.version != c.version)
+        return;  // a late answer for a transfer that is over
+      const Announcement& a = fetch->announcement;
+      if (c.count == 0)
+        return fail(a, "the publisher no longer serves this version");
+      if (c.count != a.chunk_count || c.index >= c.count)
+        return fail(a, "chunk " + std::to_string(c.index) + " of " + std::to_string(c.count) + " does not match the announcement");
+      if (fetch->received[c.index])
+        return;  // a duplicate after a re-request
+      if (c.data.size() > a.size_bytes - fetch->bytes || c.offset > a.size_bytes - c.data.size())
+        return fail(a, "chunks exceed the announced size");
+      auto it = fetch->fds.find(c.file);
+      if (it == fetch->fds.end()) {
+        if (fetch->fds.size() >= 4096)
+          return fail(a, "too many files");
+        const int fd = ::open((fetch->tmp / c.file).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+          return fail(a, "cannot create " + (fetch->tmp / c.file).string() + ": " + std::strerror(errno));
+        it = fetch->fds.emplace(c.file, fd).first;
+      }
+      size_t done = 0;
+      while (done < c.data.size()) {
+        const ssize_t n = ::pwrite(it->second, c.data.data() + done, c.data.size() - done,
+                                   static_cast<off_t>(c.offset + done));
+        if (n < 0 && errno == EINTR)
+          continue;
+        if (n <= 0)
+          return fail(a, "writing " + c.file + ": " + std::strerror(errno));
+        done += static_cast<size_t>(n);
+      }
+      fetch->received[c.index] = true;
+      ++fetch->received_count;
+      fetch->bytes += c.data.size();
+      fetch->in_flight.erase(c.index);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.fetched_bytes += c.data.size();
+      }
+      if (fetch->received_count == a.chunk_count)
+        finish();
+    };
+    auto handle = [&](std::vector<ZmqMessage>& frames, size_t total) {
+      const auto kind = total == 2 ? parse_header(frames[0].data(), frames[0].size()) : std::nullopt;
+      Reject why = Reject::kNone;
+      if (kind == MessageKind::kAnnouncement) {
+        if (const auto a = decode_announcement(frames[1].data(), frames[1].size(), &why))
+          return on_announcement(*a);
+      } else if (kind == MessageKind::kWeightChunk) {
+        if (const auto c = decode_weight_chunk(frames[1].data(), frames[1].size(), &why, options_.max_chunk_bytes))
+          return on_chunk(*c);
+        if (fetch && why == Reject::kBadChecksum)  // corrupted in transit or at the source: start over
+          return fail(fetch->announcement, "a chunk failed its crc32c");
+      }
+      count_reject();
+    };
+
+    std::vector<ZmqMessage> frames;
+    size_t total = 0;
+    Clock::time_point next_poll = Clock::now();
+    while (!stop_) {
+      zmq_pollitem_t items[2] = {{sub.get(), 0, ZMQ_POLLIN, 0}, {dealer.get(), 0, ZMQ_POLLIN, 0}};
+      if (zmq_poll(items, 2, 20) == -1) {
+        UPD_REQUIRE(zmq_errno() == EINTR) << "ZeroMQ: " << zmq_strerror(zmq_errno()) << " in zmq_poll";
+        continue;
+      }
+      while (recv_multipart(sub.get(), frames, &total, 2))
+        handle(frames, total);
+      while (recv_multipart(dealer.get(), frames, &total, 2))
+        handle(frames, total);
+      const auto now = Clock::now();
+      if (now >= next_poll) {
+        bool sent = true;
+        for (WeightKind k : options_.kinds)
+          sent = send_framed(dealer.get(), MessageKind::kVersionRequest, encode_version_request({k})) && sent;
+        // Not connected yet (ZMQ_IMMEDIATE): ask again shortly rather than a poll interval later.
+        next_poll = now + (sent ? options_.poll_interval : std::chrono::milliseconds(50));
+      }
+      if (!fetch)
+        for (WeightKind k : options_.kinds)
+          if (pending[kind_index(k)] && !fetch) {
+            const Announcement a = *pending[kind_index(k)];
+            begin(a);
+            if (!fetch && pending[kind_index(k)] && pending[kind_index(k)]->version == a.version)
+              pending[kind_index(k)].reset();
+          }
+      if (!fetch)
+        continue;
+      // Requests: re-send timed-out ones, then fill the window.
+      const Announcement a = fetch->announcement;
+      for (auto& [index, sent] : fetch->in_flight)
+        if (now - sent.first >= options_.request_timeout) {
+          if (sent.second >= options_.max_attempts) {
+            fail(a, "chunk " + std::to_string(index) + " unanswered after " + std::to_string(sent.second) + " requests");
+            break;
+          }
+          if (send_framed(dealer.get(), MessageKind::kChunkRequest, encode_chunk_request({a.version, a.kind, index}))) {
+            sent = {now, sent.second + 1};
+            std::lock_guard<std::mutex> lock(mu_);
+            ++stats_.chunk_retries;
+          }
+        }
+      while (fetch && fetch->in_flight.size() < options_.window && fetch->next < a.chunk_count) {
+        if (!send_framed(dealer.get(), MessageKind::kChunkRequest,
+                         encode_chunk_request({a.version, a.kind, fetch->next})))
+          break;  // not connected yet: retried on the next turn
+        fetch->in_flight[fetch->next] = {now, 1};
+        ++fetch->next;
+      }
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("weight subscriber: stopped: {}", e.what());
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.failures;
+    stats_.last_failure = e.what();
+  }
+}
+
+}  // namespace updraft::messaging
