@@ -62,12 +62,13 @@ Models resolve_models(const DemoOptions& o) {
   } else if (fs::exists(shipped / "small" / "config.json")) {
     m.policy = (shipped / "small").string();
     m.name = "built-in small";
-    // A curriculum starts from a drafter trained in-domain for its first stage when one ships.
+    // A curriculum starts from a drafter trained in-domain for its first stage: shipped, or
+    // trained below on first use (cached in OUT/builtin).
     const std::string first_stage = o.domain.substr(0, o.domain.find('>'));
     const fs::path staged = shipped / ("small-eagle3-" + first_stage);
     if (o.drafter_dir.empty() && is_curriculum(o) && fs::exists(staged / "config.json"))
       m.drafter = staged.string();
-    else if (o.drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
+    else if (o.drafter_dir.empty() && !is_curriculum(o) && fs::exists(shipped / "small-eagle3" / "config.json"))
       m.drafter = (shipped / "small-eagle3").string();
   } else {
     m.policy = (fs::path(o.out_dir) / "builtin" / "tiny").string();
@@ -98,6 +99,7 @@ Models resolve_models(const DemoOptions& o) {
       if (is_curriculum(o)) {  // in-domain for the first stage, over the whole vocabulary
         to.domain = o.domain.substr(0, o.domain.find('>'));
         to.draft_vocab = std::numeric_limits<int32_t>::max();
+        to.prompts = std::max<int64_t>(o.offline_prompts, 512);
       }
       to.max_new_tokens = o.max_new_tokens;
       to.temperature = 1.0f;
