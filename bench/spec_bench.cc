@@ -11,7 +11,7 @@
 // held-out prompts of the built-in corpus, encoded by that tokenizer; --temperature T samples
 // (seeded per sequence) instead of greedy decoding.
 //
-// usage: spec_bench [--quick] [--tokens N] [--batch B] [--draft DIR] [--model DIR] [--temperature T]
+// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--draft DIR] [--model DIR] [--temperature T]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +41,7 @@ struct Run {
 
 // Decode-phase throughput: prompts are prefilled (and the first tokens drawn) before timing.
 Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B,
-            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature) {
+            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool capture = false) {
   const int64_t prompt = static_cast<int64_t>(prompts[0].size());
   EngineOptions o;
   o.max_batch = B;
@@ -57,6 +57,7 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
     r.params.seed = static_cast<uint64_t>(b + 1);
     r.params.max_new_tokens = tokens + 1;
     r.params.ignore_eos = true;
+    r.capture = capture;  // the drafter's training data (aux states + teacher top-k) while generating
     e.submit(r);
   }
   e.step();  // prefill (+ the first token, + the first proposal)
@@ -82,13 +83,15 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, capture_cost = false;
   int64_t tokens = 32;
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::string draft_dir, model_dir;
   float temperature = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick"))
+    if (!std::strcmp(argv[i], "--capture-cost"))
+      capture_cost = true;
+    else if (!std::strcmp(argv[i], "--quick"))
       quick = true;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
       tokens = std::stoll(argv[++i]);
@@ -164,6 +167,24 @@ int main(int argc, char** argv) {
                   100.0 * other / sp.seconds, acc.c_str());
       std::fflush(stdout);
     }
+  }
+  if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
+    std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine):\n");
+    const SpecSettings chain{4, 1, 5};
+    for (int64_t B : batches)
+      for (const bool spec : {false, true}) {
+        Run off, on;
+        for (int rep = 0; rep < 2; ++rep) {  // interleaved, best of two each
+          const Run a = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, prompts, tokens, temperature);
+          const Run b = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, prompts, tokens, temperature, true);
+          if (a.tokens_per_s > off.tokens_per_s)
+            off = a;
+          if (b.tokens_per_s > on.tokens_per_s)
+            on = b;
+        }
+        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with capture: cost %.1f%%\n", spec ? "chain 4" : "plain",
+                    B, off.tokens_per_s, on.tokens_per_s, 100.0 * (1.0 - on.tokens_per_s / off.tokens_per_s));
+      }
   }
   std::printf(
       "\nroofline: plain decode's weight bytes per second as a share of the measured read bandwidth. draft, "
