@@ -8,10 +8,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "kernels/io/atomic_file.h"
 #include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 #include "messaging/control.h"
@@ -27,14 +26,6 @@ constexpr const char* kManifest = "manifest.json";
 
 size_t kind_index(WeightKind k) { return static_cast<size_t>(k); }
 
-std::string read_whole(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in)
-    throw Error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Reads [offset, offset + size) of a file; false when it cannot.
 bool read_range(const std::string& path, uint64_t offset, uint64_t size, std::string& out) {
@@ -150,7 +141,7 @@ Announcement WeightPublisher::announce(const std::string& dir, WeightKind kind,
   a.version = v.version;
   a.kind = kind;
   a.path = fs::absolute(dir).string();
-  a.sha256 = sha256(read_whole(fs::path(dir) / kManifest));
+  a.sha256 = sha256(read_file((fs::path(dir) / kManifest).string()));
   a.metrics = metrics;
   std::vector<std::string> files;
   for (const auto& [name, hex] : v.sha256)
@@ -455,7 +446,7 @@ void WeightSubscriber::run() {
         std::error_code ec;
         if (fs::is_regular_file(fs::path(a.path) / kManifest, ec)) {
           try {
-            if (sha256(read_whole(fs::path(a.path) / kManifest)) == a.sha256) {
+            if (sha256(read_file((fs::path(a.path) / kManifest).string())) == a.sha256) {
               deliver(a, a.path, true);
               return;
             }
@@ -485,7 +476,7 @@ void WeightSubscriber::run() {
         return fail(a, "writing the fetched files failed");
       std::string manifest;
       try {
-        manifest = read_whole(fetch->tmp / kManifest);
+        manifest = read_file((fetch->tmp / kManifest).string());
       } catch (const Error&) {
         return fail(a, "the transfer carried no manifest");
       }

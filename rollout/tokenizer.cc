@@ -8,11 +8,9 @@
 #include <cctype>
 #include <climits>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "kernels/core/error.h"
@@ -575,14 +573,6 @@ struct Tokenizer::Impl {
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  UPD_REQUIRE(in.good()) << path << ": cannot read";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  UPD_REQUIRE(!in.bad()) << path << ": read error";
-  return ss.str();
-}
 
 const Json& field(const Json& j, const char* key) {
   static const Json null_json;
@@ -1044,7 +1034,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& wh
 Tokenizer Tokenizer::load(const std::string& path) {
   std::error_code ec;
   const std::string file = std::filesystem::is_directory(path, ec) ? path + "/tokenizer.json" : path;
-  return from_json(read_text_file(file), file);
+  return from_json(read_file(file), file);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "kernels/core/error.h"
 
@@ -67,6 +69,15 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   AtomicFile f(path);
   f.write(contents);
   f.commit();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  UPD_REQUIRE(in.good()) << path << ": cannot open";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  UPD_REQUIRE(!in.bad()) << path << ": read error";
+  return ss.str();
 }
 
 }  // namespace updraft

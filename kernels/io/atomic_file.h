@@ -1,4 +1,4 @@
-// Crash-safe file replacement: bytes go to "<path>.tmp.<pid>", which commit() fsyncs, renames
+// Whole-file reads, and crash-safe file replacement: bytes go to "<path>.tmp.<pid>", which commit() fsyncs, renames
 // over `path` and makes durable by fsyncing the directory, so a reader sees the old file or the
 // new one, never a torn one. Dropping an AtomicFile without commit() removes the temporary.
 // Every failure is an Error naming the file and the system's reason.
@@ -32,5 +32,8 @@ void fsync_dir(const std::string& dir);
 
 // The whole file in one call.
 void write_file_atomic(const std::string& path, const std::string& contents);
+
+// The whole file's bytes; Error naming the file when it cannot be opened or read.
+std::string read_file(const std::string& path);
 
 }  // namespace updraft

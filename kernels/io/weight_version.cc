@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "kernels/core/error.h"
 #include "kernels/io/atomic_file.h"
@@ -29,14 +27,6 @@ void fsync_file(const fs::path& p) {
   UPD_REQUIRE(rc == 0) << p.string() << ": fsync failed: " << std::strerror(e);
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in)
-    throw Error(p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
@@ -96,7 +86,7 @@ WeightVersion verify_version(const std::string& dir, const std::string& kind) {
   const fs::path d(dir);
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_text(d / kManifest));
+    m = nlohmann::json::parse(read_file((d / kManifest).string()));
   } catch (const nlohmann::json::exception& e) {
     throw Error(dir + "/" + kManifest + ": not valid JSON: " + e.what());
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kernels/core/error.h"
+#include "kernels/io/atomic_file.h"
 
 namespace updraft {
 namespace {
@@ -36,6 +37,24 @@ WeightVersion publish_two_files(const std::string& root, uint64_t v) {
         write(fs::path(d) / "model.safetensors", std::string(1000, 'x'));
       },
       {{"note", "test"}});
+}
+
+TEST(ReadFile, ReturnsEveryByteAndNamesAMissingFile) {
+  TempRoot t;
+  fs::create_directories(t.path);
+  std::string bytes(70000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i * 131);
+  write_file_atomic((t.path / "f.bin").string(), bytes);
+  EXPECT_EQ(read_file((t.path / "f.bin").string()), bytes);
+  write(t.path / "empty", "");
+  EXPECT_EQ(read_file((t.path / "empty").string()), "");
+  try {
+    read_file((t.path / "absent").string());
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("absent: cannot open"), std::string::npos) << e.what();
+  }
 }
 
 TEST(WeightVersion, PublishedVersionVerifies) {
