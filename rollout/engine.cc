@@ -42,6 +42,7 @@ void SpecStats::merge(const SpecStats& o) {
     accepted_at.resize(o.accepted_at.size(), 0);
   for (size_t j = 0; j < o.accepted_at.size(); ++j)
     accepted_at[j] += o.accepted_at[j];
+  truncated += o.truncated;
   draft_seconds += o.draft_seconds;
   verify_seconds += o.verify_seconds;
 }
@@ -202,7 +203,6 @@ std::vector<GenResult> Engine::step() {
   std::vector<GenResult> done;
   if (running_.empty())
     return done;
-  const auto t_verify = Clock::now();
 
   // One entry per sequence in this step: a prompt chunk, the pending token, or a draft tree.
   std::vector<SeqStep> batch;
@@ -251,8 +251,17 @@ std::vector<GenResult> Engine::step() {
   fopts.aux = any_spec || any_capture;
   if (fopts.aux)
     fopts.aux_layers = aux_layers();
+  const auto t_forward = Clock::now();
   ForwardOut fo = model_.forward(cache_, batch, fopts);
+  const double forward_seconds = seconds_since(t_forward);
   ++stats_.steps;
+  if (any_spec) {
+    stats_.spec.verify_seconds += forward_seconds;
+    for (size_t e = 0; e < batch.size(); ++e)
+      if (owner[e]->spec)
+        owner[e]->result.spec.verify_seconds +=
+            forward_seconds * static_cast<double>(batch[e].tokens.size()) / static_cast<double>(rows);
+  }
 
   // The distributions verification needs, for every logit row: log_softmax for greedy rows,
   // the filtered sampling distribution for sampled ones.
@@ -328,6 +337,10 @@ std::vector<GenResult> Engine::step() {
         stats_.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
       }
       const size_t kept = emit(s, v.tokens, v.logprobs);
+      if (tree.size() > 1 && kept < v.tokens.size()) {
+        ++s.result.spec.truncated;
+        ++stats_.spec.truncated;
+      }
       if (s.req.capture) {  // teacher of output token i: the row of the node it was drawn at
         s.result.teacher_k = teacher_k;
         for (size_t i = 0; i < kept; ++i) {
@@ -363,11 +376,13 @@ std::vector<GenResult> Engine::step() {
       pair_tokens.push_back(std::move(ptok));
     }
   }
-  stats_.spec.verify_seconds += seconds_since(t_verify);
   if (!spec_seqs.empty()) {
     const auto t_draft = Clock::now();
     draft_round(spec_seqs, pair_rows, pair_tokens, fo.aux);
-    stats_.spec.draft_seconds += seconds_since(t_draft);
+    const double draft_seconds = seconds_since(t_draft);
+    stats_.spec.draft_seconds += draft_seconds;
+    for (Seq* sp : spec_seqs)
+      sp->result.spec.draft_seconds += draft_seconds / static_cast<double>(spec_seqs.size());
   }
 
   for (auto it = running_.begin(); it != running_.end();) {

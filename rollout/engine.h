@@ -81,9 +81,16 @@ struct GenRequest {
 };
 
 // Speculation counters (per request, and summed over the engine).
+// verify_seconds: the policy's forward passes of the steps that speculated (they verify the
+// trees and decode the rest of the batch); draft_seconds: the drafter's passes (extending its
+// cache over the committed pairs and proposing the next trees). Everything else a step does
+// (distributions, acceptance, sampling, emitting, capture, KV commit) is the remainder of the
+// wall time. Per request, the batched passes are shared out: the forward by the rows the
+// request had in it, the draft round equally among the sequences in it.
 struct SpecStats {
   int64_t rounds = 0, drafted = 0, accepted = 0;
   std::vector<int64_t> accepted_at;  // [j]: rounds whose accepted length reached j + 1
+  int64_t truncated = 0;  // rounds whose accepted tokens were cut by a stop token or the length limit
   double draft_seconds = 0, verify_seconds = 0;
   double tau() const { return rounds == 0 ? 1.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(rounds); }
   // Acceptance of position j given positions < j were accepted (n-alpha for chains).

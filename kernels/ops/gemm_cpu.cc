@@ -78,12 +78,14 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 
 namespace {
 
-// Runs fn(t0, tn, n0, n1) — rows [t0, t0 + tn) of x against weight rows [n0, n1) — over the
-// whole [T, N] output, in parallel. T <= 8: contiguous chunks of weight rows (multiples of 8),
-// one per thread, each streamed once. Larger T: blocks of weight rows small enough to stay in
-// L2 while every tile of tokens is multiplied with them, so the weights are read from memory
-// once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay
-// the full per-row overhead for little work).
+// Runs fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against weight rows [n0, n1) — over
+// the whole [T, N] output, in parallel. T <= 8: contiguous chunks of weight rows (multiples of
+// 8), one per thread, each streamed once; next = -1. Larger T: blocks of weight rows small
+// enough to stay in L2 while every tile of tokens is multiplied with them, so the weights are
+// read from memory once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short
+// tile would pay the full per-row overhead for little work). Each thread takes a contiguous run
+// of blocks, and its last tile of a block gets next = the first row of the thread's next block
+// (else -1), so that a kernel can fetch that block from memory while it computes from L2.
 template <typename Fn>
 void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
   if (T <= kGemvMaxT) {
@@ -91,15 +93,24 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
     const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
 #pragma omp parallel for schedule(static) if (N * K > (1 << 15))
     for (int64_t n0 = 0; n0 < N; n0 += chunk)
-      fn(0, T, n0, std::min(N, n0 + chunk));
+      fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
   const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
   const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t n0 = 0; n0 < N; n0 += block)
-    for (int64_t t0 = 0; t0 < T; t0 += tile)
-      fn(t0, std::min(tile, T - t0), n0, std::min(N, n0 + block));
+  const int64_t nblocks = (N + block - 1) / block;
+#pragma omp parallel if (N * K > (1 << 15))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t b_end = nblocks * (id + 1) / nt;
+    for (int64_t b = nblocks * id / nt; b < b_end; ++b) {
+      const int64_t n0 = b * block, n1 = std::min(N, n0 + block);
+      for (int64_t t0 = 0; t0 < T; t0 += tile) {
+        const bool last = t0 + tile >= T;
+        fn(t0, std::min(tile, T - t0), n0, n1, last && b + 1 < b_end ? n1 : int64_t{-1});
+      }
+    }
+  }
 }
 
 // Decode shapes with bf16 weights on a CPU with AVX512-BF16: x rounded to bf16 once, then the
@@ -110,9 +121,12 @@ void linear_bf16dot(const float* xp, int64_t T, int64_t K, const uint16_t* w, in
   thread_local std::vector<uint16_t> buf;  // the caller's; the workers below see it through xb
   buf.resize(static_cast<size_t>(T * Kp));
   uint16_t* const xb = buf.data();
-  round_rows_bf16(xp, T, K, Kp, xb);
-  for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1) {
-    gemv_rows_bf16dot(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N);
+  // Rows rounded in parallel once there are a few (each row's result is the same either way).
+#pragma omp parallel for schedule(static) if (T > 1 && T * K > (1 << 13))
+  for (int64_t t = 0; t < T; ++t)
+    round_rows_bf16(xp + t * K, 1, K, Kp, xb + t * Kp);
+  for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
+    gemv_rows_bf16dot(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N, next < 0 ? nullptr : w + next * K);
   });
 }
 
@@ -140,7 +154,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   if (T <= kGemvMaxT || (T <= kGemvTiledMaxT && w.dtype() != DType::F32)) {
     // Decode and batched verification: the GEMV kernel, widening 16-bit weights tile by tile
     // in registers, never writing them out as f32.
-    for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1) {
+    for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t /*next*/) {
       gemv_rows(xp + t0 * K, tn, K, w.raw(), w.dtype(), n0, n1, yp + t0 * N, N);
     });
   } else if (w.dtype() == DType::F32) {

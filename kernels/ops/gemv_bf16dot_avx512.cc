@@ -14,11 +14,13 @@ namespace updraft::ops::cpu {
 namespace {
 
 // Writes sum_k x[t,k] * w[n+r,k] to y[t*ldy + n + r] for r < R, t < T. x rows are Kp apart
-// and zero beyond K, so only the weight loads of the last step need a mask.
-template <int T, int R>
-void block(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t n, float* y, int64_t ldy) {
+// and zero beyond K, so only the weight loads of the last step need a mask. Each step also
+// prefetches R cache lines from pf on: the next R rows (into L1), or with kAhead R rows of
+// the caller's next block (into L2), so that memory streams while this block computes.
+template <int T, int R, bool kAhead>
+void block(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t n, float* y, int64_t ldy,
+           const char* pf) {
   constexpr int kLinesPerStep = R;  // R rows x 64 bytes per step
-  const char* pf = reinterpret_cast<const char*>(w + (n + R) * K);
   __m512 acc[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -29,7 +31,7 @@ void block(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t 
   for (; k + 32 <= K; k += 32) {
 #pragma GCC unroll 8
     for (int l = 0; l < kLinesPerStep; ++l)
-      _mm_prefetch(pf + l * 64, _MM_HINT_T0);
+      _mm_prefetch(pf + l * 64, kAhead ? _MM_HINT_T1 : _MM_HINT_T0);
     pf += kLinesPerStep * 64;
     __m512bh wv[R];
 #pragma GCC unroll 8
@@ -67,13 +69,24 @@ void block(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t 
 // R*T accumulators plus R weight vectors stay within the 32 zmm registers.
 template <int T>
 void rows_t(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t n0, int64_t n1, float* y,
-            int64_t ldy) {
+            int64_t ldy, const uint16_t* ahead) {
   constexpr int R = T <= 2 ? 8 : T <= 4 ? 5 : T <= 6 ? 4 : 3;
+  const auto pf = [&](int64_t n, int r) {
+    return reinterpret_cast<const char*>(ahead != nullptr ? ahead + (n - n0) * K : w + (n + r) * K);
+  };
   int64_t n = n0;
-  for (; n + R <= n1; n += R)
-    block<T, R>(x, K, Kp, w, n, y, ldy);
-  for (; n < n1; ++n)
-    block<T, 1>(x, K, Kp, w, n, y, ldy);
+  for (; n + R <= n1; n += R) {
+    if (ahead != nullptr)
+      block<T, R, true>(x, K, Kp, w, n, y, ldy, pf(n, R));
+    else
+      block<T, R, false>(x, K, Kp, w, n, y, ldy, pf(n, R));
+  }
+  for (; n < n1; ++n) {
+    if (ahead != nullptr)
+      block<T, 1, true>(x, K, Kp, w, n, y, ldy, pf(n, 1));
+    else
+      block<T, 1, false>(x, K, Kp, w, n, y, ldy, pf(n, 1));
+  }
 }
 
 }  // namespace
@@ -97,11 +110,12 @@ void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t*
 }
 
 void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy) {
-  using Fn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t);
+                       int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead) {
+  using Fn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,
+                      const uint16_t*);
   static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>,
                                 rows_t<5>, rows_t<6>, rows_t<7>, rows_t<8>};
-  kByT[T - 1](xb, K, Kp, w, n_begin, n_end, y, ldy);  // 1 <= T <= kGemvMaxT (checked by the caller)
+  kByT[T - 1](xb, K, Kp, w, n_begin, n_end, y, ldy, ahead);  // 1 <= T <= kGemvMaxT (checked by the caller)
 }
 
 }  // namespace updraft::ops::cpu

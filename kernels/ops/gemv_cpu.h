@@ -31,9 +31,11 @@ bool cpu_has_avx512();
 // bf16 x bf16 products summed in f32 (vdpbf16ps), for bf16 weights. xb: the activations
 // rounded to bf16, [T, Kp] with Kp = K rounded up to 32 and zeros beyond K (round_rows_bf16
 // writes that from f32 [T, K]); otherwise as gemv_rows. Only where cpu_has_avx512_bf16().
+// ahead: nullptr, or the first of n_end - n_begin weight rows the caller multiplies next;
+// they are prefetched into L2 while these rows compute (results do not depend on it).
 void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t* xb);
 void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy);
+                       int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 bool cpu_has_avx512_bf16();
 
 }  // namespace updraft::ops::cpu

@@ -9,6 +9,114 @@
 #include "kernels/ops/backend.h"
 
 namespace updraft::ops::cpu {
+namespace {
+
+// Sixteen floats; the compiler lowers it to one zmm register, or four xmm ones. The helpers
+// below are always inlined, so no v16f crosses a call boundary (hence -Wpsabi is moot).
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v16f __attribute__((vector_size(64)));
+
+[[gnu::always_inline]] inline v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// r[i] = sum of the lanes of p[i]: four rounds of pairwise shuffles and adds (15 adds for 16
+// sums) instead of a horizontal reduction per dot product.
+[[gnu::always_inline]] inline v16f lane_sums(v16f* p) {
+  v16f t[8], u[4], v[2];
+  for (int i = 0; i < 8; ++i)
+    t[i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(p[2 * i], p[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)
+    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)
+    v[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// One work item: the G query heads q[hh * HD ..] that share a kv head, over the nk visible key
+// and value rows, in key order. Each output row depends only on its own query and keys, never
+// on how many rows are computed together (decode and verification agree bitwise). With HD a
+// multiple of 16 known at compile time (HDc > 0), scores are computed 16 keys at a time and
+// the output accumulates in registers; HDc == 0 is the generic loop for other head sizes.
+template <int HDc>
+[[gnu::always_inline]] inline void attend_item(const float* q, int64_t G, int64_t HDrt, const float* const* krows,
+                                               const float* const* vrows, int64_t nk, float scale, float* scores,
+                                               float* out, int64_t out_stride) {
+  const int64_t HD = HDc > 0 ? HDc : HDrt;
+  if constexpr (HDc > 0) {
+    constexpr int J = HDc / 16;
+    for (int64_t hh = 0; hh < G; ++hh) {
+      v16f qv[J];
+      for (int j = 0; j < J; ++j)
+        qv[j] = load16(q + hh * HD + 16 * j);
+      for (int64_t n0 = 0; n0 < nk; n0 += 16) {
+        v16f part[16];
+        for (int l = 0; l < 16; ++l) {
+          part[l] = v16f{};
+          if (n0 + l < nk)
+            for (int j = 0; j < J; ++j)
+              part[l] += qv[j] * load16(krows[n0 + l] + 16 * j);
+        }
+        const v16f sums = lane_sums(part) * scale;
+        std::memcpy(scores + hh * nk + n0, &sums, sizeof(float) * std::min<int64_t>(16, nk - n0));
+      }
+    }
+  } else {
+    for (int64_t n2 = 0; n2 < nk; ++n2) {
+      const float* kr = krows[n2];
+      for (int64_t hh = 0; hh < G; ++hh) {
+        const float* qr = q + hh * HD;
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < HD; ++d)
+          dot += qr[d] * kr[d];
+        scores[hh * nk + n2] = dot * scale;
+      }
+    }
+  }
+  for (int64_t hh = 0; hh < G; ++hh) {
+    float* sc = scores + hh * nk;
+    float* orow = out + hh * out_stride;
+    if (nk == 0) {
+      std::memset(orow, 0, sizeof(float) * HD);
+      continue;
+    }
+    const float m = *std::max_element(sc, sc + nk);
+    float sum = 0.f;
+    for (int64_t n2 = 0; n2 < nk; ++n2) {
+      sc[n2] = std::exp(sc[n2] - m);
+      sum += sc[n2];
+    }
+    const float inv = 1.f / sum;
+    if constexpr (HDc > 0) {
+      constexpr int J = HDc / 16;
+      v16f acc[J] = {};
+      for (int64_t n2 = 0; n2 < nk; ++n2) {
+        const float p = sc[n2] * inv;
+        for (int j = 0; j < J; ++j)
+          acc[j] += p * load16(vrows[n2] + 16 * j);
+      }
+      std::memcpy(orow, acc, sizeof(acc));
+    } else {
+      std::memset(orow, 0, sizeof(float) * HD);
+      for (int64_t n2 = 0; n2 < nk; ++n2) {
+        const float p = sc[n2] * inv;
+        const float* vr = vrows[n2];
+#pragma omp simd
+        for (int64_t d = 0; d < HD; ++d)
+          orow[d] += p * vr[d];
+      }
+    }
+  }
+}
+
+}  // namespace
 
 // Built twice (AVX-512 and baseline x86-64), chosen at load time by the CPU's features, so
 // the simd loops below use 16-wide vectors where the machine has them.
@@ -38,52 +146,39 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
 
 #pragma omp parallel if (work * NH * HD > (1 << 15))
   {
-    std::vector<int64_t> keys;
+    std::vector<const float*> krows, vrows;
     std::vector<float> scores;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < T * NKV; ++item) {
       const int64_t i = item / NKV, g = item % NKV, b = seq_of[i];
       const int64_t n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n), li = i - qs[b];
-      keys.clear();
+      krows.clear();
+      vrows.clear();
       for (int64_t j = 0; j < S; ++j) {
         const int64_t lj = j - prefix;
         const bool vis = lj < 0 || (tm != nullptr ? tm[i * tm_cols + lj] != 0 : lj <= li);
-        if (vis)
-          keys.push_back((static_cast<int64_t>(bt[b * MAXB + j / BS]) * BS + j % BS) * NKV + g);
-      }
-      const int64_t nk = static_cast<int64_t>(keys.size());
-      scores.assign(static_cast<size_t>(G * nk), 0.f);
-      for (int64_t n2 = 0; n2 < nk; ++n2) {
-        const float* kr = kp + keys[n2] * HD;
-        for (int64_t hh = 0; hh < G; ++hh) {
-          const float* qr = qp + (i * NH + g * G + hh) * HD;
-          float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t d = 0; d < HD; ++d)
-            dot += qr[d] * kr[d];
-          scores[hh * nk + n2] = dot * scale;
+        if (vis) {
+          const int64_t row = ((static_cast<int64_t>(bt[b * MAXB + j / BS]) * BS + j % BS) * NKV + g) * HD;
+          krows.push_back(kp + row);
+          vrows.push_back(vp + row);
         }
       }
-      for (int64_t hh = 0; hh < G; ++hh) {
-        float* sc = scores.data() + hh * nk;
-        float* orow = op + (i * NH + g * G + hh) * HD;
-        std::memset(orow, 0, sizeof(float) * HD);
-        if (nk == 0)
-          continue;
-        const float m = *std::max_element(sc, sc + nk);
-        float sum = 0.f;
-        for (int64_t n2 = 0; n2 < nk; ++n2) {
-          sc[n2] = std::exp(sc[n2] - m);
-          sum += sc[n2];
-        }
-        const float inv = 1.f / sum;
-        for (int64_t n2 = 0; n2 < nk; ++n2) {
-          const float p = sc[n2] * inv;
-          const float* vr = vp + keys[n2] * HD;
-#pragma omp simd
-          for (int64_t d = 0; d < HD; ++d)
-            orow[d] += p * vr[d];
-        }
+      const int64_t nk = static_cast<int64_t>(krows.size());
+      scores.resize(static_cast<size_t>(G * nk + 16));
+      const float* qr = qp + (i * NH + g * G) * HD;
+      float* orow = op + (i * NH + g * G) * HD;
+      switch (HD) {
+        case 32:
+          attend_item<32>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
+        case 64:
+          attend_item<64>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
+        case 128:
+          attend_item<128>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
+        default:
+          attend_item<0>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
       }
     }
   }

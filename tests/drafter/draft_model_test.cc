@@ -17,6 +17,7 @@
 #include <fstream>
 
 #include "kernels/io/hf_checkpoint.h"
+#include "kernels/io/hf_config.h"
 #include "kernels/io/safetensors.h"
 #include "rollout/policy_model.h"
 #include "tests/fixture_util.h"
@@ -37,9 +38,10 @@ struct TwoSteps {
   std::vector<float> state0, logits0, logits1, state1;
 };
 
-// Step 0 over all rows, then step 1 with the TTT diagonal pattern, in one draft cache.
-TwoSteps run_two_steps(const DraftModel& m, const SafetensorsFile& ref) {
-  const Tensor hidden = ref.get("hidden_in");
+// Step 0 over all rows, then step 1 with the TTT diagonal pattern, in one draft cache. The
+// target features are the reference's unless `features` is given.
+TwoSteps run_two_steps(const DraftModel& m, const SafetensorsFile& ref, const Tensor& features = Tensor()) {
+  const Tensor hidden = features.defined() ? features : ref.get("hidden_in");
   const int64_t T = hidden.size(0);
   KvCache cache(m.kv_shape(), 8, 4);
   SeqKv kv;
@@ -105,6 +107,19 @@ TEST_P(DraftGolden, EagleFormatRoundTripGivesTheSameOutputs) {
     EXPECT_TRUE(ck.has(name)) << name;
   EXPECT_EQ(ck.info("d2t").dtype, DType::I64);
   EXPECT_EQ(ck.info("t2d").dtype, DType::Bool);
+  // The keys SGLang and vLLM read to recognise and size an EAGLE-3 drafter.
+  const hf::Json cfg = hf::read_object_file(out + "/config.json");
+  EXPECT_EQ(cfg["architectures"], hf::Json::array({"LlamaForCausalLMEagle3"}));
+  EXPECT_EQ(cfg["model_type"], "llama");
+  EXPECT_EQ(cfg["num_hidden_layers"], 1);
+  EXPECT_EQ(cfg["draft_vocab_size"], 96);
+  EXPECT_EQ(cfg["vocab_size"], 512);
+  EXPECT_EQ(cfg["hidden_size"], 64);
+  EXPECT_EQ(cfg["target_hidden_size"], 64);
+  EXPECT_EQ(cfg["torch_dtype"], "float32");
+  EXPECT_FALSE(cfg.contains("speculators_model_type"));
+  EXPECT_EQ(cfg.value("norm_before_residual", false), GetParam() == "spec_variant");
+  EXPECT_EQ(cfg.value("norm_before_fc", false), GetParam() == "spec_variant");
   const TwoSteps a = run_two_steps(m, *ref_), b = run_two_steps(back, *ref_);
   EXPECT_EQ(a.state0, b.state0);
   EXPECT_EQ(a.logits0, b.logits0);
@@ -156,6 +171,60 @@ class DraftDamage : public ::testing::Test {
   std::unique_ptr<PolicyModel> policy_;
   std::string src_, dir_;
 };
+
+// fc_norm (three RMSNorms, one per target layer's Ht features, before fc): no fixture of the
+// package covers it (it excludes norm_before_fc), so the check is by equivalence. The fixture
+// with fc_norm on and weights w must give what the plain fixture gives on features normed by
+// hand; and written in the EAGLE format it must say fc_norm and load to the same outputs.
+TEST_F(DraftDamage, FcNormIsOneNormPerTargetLayerBeforeFc) {
+  const int64_t Ht = 64;
+  std::vector<std::vector<float>> w(3);
+  write_tensors([&](Named& t) {
+    for (int i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < Ht; ++j)
+        w[i].push_back(0.5f + 0.1f * static_cast<float>((j * 7 + i * 3) % 11));
+      t.emplace_back("fc_norm." + std::to_string(i) + ".weight", Tensor::from_f32(w[i], {Ht}));
+    }
+  });
+  set_config("\"fc_norm\": false", "\"fc_norm\": true");
+  const DraftModel with = DraftModel::load(dir_, policy_->draft_target());
+  ASSERT_TRUE(with.config().fc_norm);
+  const DraftModel plain = DraftModel::load(src_, policy_->draft_target());
+  const SafetensorsFile ref = SafetensorsFile::open(src_ + "/reference.safetensors");
+  const Tensor hidden = ref.get("hidden_in");
+  const int64_t T = hidden.size(0);
+  ASSERT_EQ(hidden.size(1), 3 * Ht);
+  std::vector<float> h = hidden.to_f32_vector(), normed(h.size());
+  const double eps = with.config().rms_norm_eps;
+  for (int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < 3; ++i) {
+      const float* x = h.data() + t * 3 * Ht + i * Ht;
+      double ss = 0;
+      for (int64_t j = 0; j < Ht; ++j)
+        ss += static_cast<double>(x[j]) * x[j];
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(Ht) + eps);
+      for (int64_t j = 0; j < Ht; ++j)
+        normed[t * 3 * Ht + i * Ht + j] = static_cast<float>(x[j] * inv * w[i][j]);
+    }
+  const TwoSteps got = run_two_steps(with, ref), want = run_two_steps(plain, ref, Tensor::from_f32(normed, {T, 3 * Ht}));
+  expect_close(got.state0, want.state0, "fc_norm step-0 state");
+  expect_close(got.logits0, want.logits0, "fc_norm step-0 logits");
+  expect_close(got.logits1, want.logits1, "fc_norm step-1 logits");
+  const TwoSteps unnormed = run_two_steps(plain, ref);  // and the norms do change the outputs
+  double diff = 0;
+  for (size_t i = 0; i < got.logits0.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::abs(got.logits0[i] - unnormed.logits0[i])));
+  EXPECT_GT(diff, 1e-2);
+  const std::string out = dir_ + "_eagle";
+  fs::remove_all(out);
+  with.save(out);
+  EXPECT_TRUE(hf::read_object_file(out + "/config.json").value("fc_norm", false));
+  EXPECT_TRUE(CheckpointDir::open(out).has("fc_norm.2.weight"));
+  const TwoSteps back = run_two_steps(DraftModel::load(out, policy_->draft_target()), ref);
+  EXPECT_EQ(back.logits0, got.logits0);
+  EXPECT_EQ(back.logits1, got.logits1);
+  fs::remove_all(out);
+}
 
 TEST_F(DraftDamage, D2tPointingOutsideTheVocabulary) {
   write_tensors([](Named& t) {
@@ -219,6 +288,43 @@ TEST_F(DraftDamage, WronglyShapedWeight) {
 TEST_F(DraftDamage, TensorOfAnotherArchitecture) {
   write_tensors([](Named& t) { t.emplace_back("layers.1.mlp.up_proj.weight", Tensor::zeros({4}, DType::F32)); });
   expect_refused("unexpected tensor layers.1.mlp.up_proj.weight");
+}
+
+// A speculators config that leaves the optional keys out. The defaults are vLLM's reading of
+// the format (eagle3.md B.3): norm_before_residual true, the other variants false, a draft
+// vocabulary of 32000, target_hidden_size = hidden_size, aux layers the policy's default.
+TEST(DraftConfigTest, SpeculatorsConfigDefaults) {
+  const std::string layer = R"("transformer_layer_config": {"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 40000})";
+  const DraftConfig c = DraftConfig::from_json_text(R"({"speculators_model_type": "eagle3", )" + layer + "}", "cfg");
+  EXPECT_EQ(c.format, DraftFormat::Speculators);
+  EXPECT_TRUE(c.norm_before_residual);
+  EXPECT_FALSE(c.norm_before_fc);
+  EXPECT_FALSE(c.fc_norm);
+  EXPECT_FALSE(c.feed_back_normed);
+  EXPECT_EQ(c.draft_vocab_size, 32000);
+  EXPECT_EQ(c.target_hidden_size, 64);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope.theta, 10000.0);
+  EXPECT_TRUE(c.aux_layers.empty());
+  EXPECT_EQ(c.speculative_tokens, 0);
+  const DraftConfig e = DraftConfig::from_json_text(
+      R"({"speculators_model_type": "eagle3", "norm_before_residual": false, "norm_output": true,
+          "draft_vocab_size": 500, "eagle_aux_hidden_state_layer_ids": [1, 5, 9],
+          "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}]}, )" +
+          layer + "}",
+      "cfg");
+  EXPECT_FALSE(e.norm_before_residual);
+  EXPECT_TRUE(e.feed_back_normed);
+  EXPECT_EQ(e.draft_vocab_size, 500);
+  EXPECT_EQ(e.aux_layers, (std::vector<int64_t>{1, 5, 9}));  // hidden_states indices, as written
+  EXPECT_EQ(e.speculative_tokens, 3);
+  try {
+    DraftConfig::from_json_text(R"({"speculators_model_type": "medusa", )" + layer + "}", "cfg");
+    ADD_FAILURE() << "accepted a medusa config";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("not eagle3"), std::string::npos) << err.what();
+  }
 }
 
 TEST(DraftConfigTest, NativeConfigDefaultsAndRefusals) {

@@ -215,9 +215,12 @@ void sampling_case(const Backend& b) {
 // causal dummy rows and keeps the last n outputs).
 enum class PagedMode { Causal, Tree, Window };
 
-void paged_attention_case(const Backend& b, PagedMode mode) {
-  const int64_t NH = 4, NKV = 2, HD = 16, BS = 4, NB = 12, MAXB = 5, W = 6;
-  const std::vector<int32_t> kv_len = {5, 17, 9}, n_new = {1, 4, 3};
+// HD 16 runs the generic CPU loop; 32, 64 and 128 the unrolled ones, whose scores go 16 keys
+// at a time (the long case has 37 keys: two full groups and a tail).
+void paged_attention_case(const Backend& b, PagedMode mode, int64_t HD = 16, bool long_ctx = false) {
+  const int64_t NH = 4, NKV = 2, BS = 4, NB = long_ctx ? 24 : 12, MAXB = long_ctx ? 10 : 5, W = 6;
+  const std::vector<int32_t> kv_len = long_ctx ? std::vector<int32_t>{5, 37, 21} : std::vector<int32_t>{5, 17, 9};
+  const std::vector<int32_t> n_new = {1, 4, 3};
   const std::vector<int32_t> win = mode == PagedMode::Window ? std::vector<int32_t>{2, 6, 5} : n_new;
   const int64_t B = 3;
   std::vector<int32_t> perm(NB);
@@ -270,7 +273,8 @@ void paged_attention_case(const Backend& b, PagedMode mode) {
     want.insert(want.end(), got.begin() + (w - n) * NH * HD, got.end());
   }
   const char* names[] = {"paged_attention causal", "paged_attention tree", "paged_attention window"};
-  expect_close(fetch(out), want, atol(b), rtol(b), names[static_cast<int>(mode)]);
+  expect_close(fetch(out), want, atol(b), rtol(b),
+               std::string(names[static_cast<int>(mode)]) + " HD " + std::to_string(HD) + (long_ctx ? " long" : ""));
 }
 
 void copy_rows_case(const Backend& b) {
@@ -402,6 +406,15 @@ std::vector<OpCase> op_cases() {
   c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Causal); }});
   c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Tree); }});
   c.push_back({"paged_attention_window", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Window); }});
+  for (int64_t hd : {32, 64, 128}) {
+    const std::string h = "_hd" + std::to_string(hd);
+    c.push_back({"paged_attention_causal" + h, false,
+                 [=](const Backend& b) { paged_attention_case(b, PagedMode::Causal, hd, true); }});
+    c.push_back({"paged_attention_tree" + h, false,
+                 [=](const Backend& b) { paged_attention_case(b, PagedMode::Tree, hd, true); }});
+    c.push_back({"paged_attention_window" + h, false,
+                 [=](const Backend& b) { paged_attention_case(b, PagedMode::Window, hd, true); }});
+  }
   c.push_back({"copy_rows", false, copy_rows_case});
 
   c.push_back({"embedding", true, [](const Backend& b) {

@@ -200,6 +200,28 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
       }
       EXPECT_GT(st.rounds, 0);
       EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
+      // Stops and length limits must land inside rounds (accepted tokens cut short), and every
+      // request's share of the batched passes must add up to the engine's totals.
+      int cut_by_stop = 0, cut_by_length = 0;
+      double draft_s = 0, verify_s = 0;
+      for (const auto& r : spec) {
+        cut_by_stop += r.spec.truncated > 0 && r.finish_reason == "stop";
+        cut_by_length += r.spec.truncated > 0 && r.finish_reason == "length";
+        EXPECT_LE(r.spec.truncated, 1) << "a request ends in at most one round";
+        draft_s += r.spec.draft_seconds;
+        verify_s += r.spec.verify_seconds;
+        if (r.spec.rounds > 0) {
+          EXPECT_GT(r.spec.verify_seconds, 0.0);
+          EXPECT_GT(r.spec.draft_seconds, 0.0);
+        }
+      }
+      EXPECT_GT(cut_by_stop, 0) << "no stop token landed inside a round (batch " << batch << ")";
+      EXPECT_GT(cut_by_length, 0) << "no length limit landed inside a round (batch " << batch << ")";
+      EXPECT_EQ(cut_by_stop + cut_by_length, st.truncated);
+      EXPECT_NEAR(verify_s, st.verify_seconds, 1e-9 + 1e-9 * st.verify_seconds);
+      EXPECT_NEAR(draft_s, st.draft_seconds, 1e-9 + 1e-9 * st.draft_seconds);
+      EXPECT_GT(st.verify_seconds, 0.0);
+      EXPECT_GT(st.draft_seconds, 0.0);
       if (s.top_k == 1) {
         EXPECT_GT(st.accepted_at.size(), 1u) << "no round accepted two chain drafts";
       }
@@ -240,7 +262,7 @@ std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>
 TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
   const int64_t N = 12000, V = cfg_.vocab_size;
-  const SpecSettings tree{3, 3, 8};
+  const SpecSettings tree{3, 3, 8}, chain{4, 1, 5};
   for (const auto& [temp, top_k] : std::vector<std::pair<float, int32_t>>{{1.3f, 0}, {0.8f, 6}}) {
     const auto joint = exact_pairs(*model_, prompt, temp, top_k);
     auto sample = [&](const SpecSettings* s, AcceptRule rule, uint64_t seed0, SpecStats* st) {
@@ -258,11 +280,21 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
         ++counts[r.tokens[0] * V + r.tokens[1]];
       return chi2_fit(counts, joint, N);
     };
-    SpecStats st;
+    SpecStats st, cst;
     const auto spec = sample(&tree, AcceptRule::Exact, 1'000'000, &st);
     const auto [stat, df] = fit(spec);
     EXPECT_LT(stat, chi2_critical(df)) << "speculative samples do not fit the policy (temperature " << temp << ")";
     EXPECT_GT(st.accepted, N / 10) << "too few acceptances for the test to mean anything";
+    if (top_k == 0) {
+      // The chain (one draft per level, a one-hot proposal): the random drafter's top token is
+      // accepted less often than the tree's three candidates, so this case carries its own
+      // biased control to show that the test still has power.
+      const auto [cstat, cdf] = fit(sample(&chain, AcceptRule::Exact, 4'000'000, &cst));
+      EXPECT_LT(cstat, chi2_critical(cdf)) << "chain samples do not fit the policy (temperature " << temp << ")";
+      EXPECT_GT(cst.accepted, N / 100) << "too few chain acceptances for the test to mean anything";
+      const auto [cbstat, cbdf] = fit(sample(&chain, AcceptRule::NoResidual, 5'000'000, nullptr));
+      EXPECT_GT(cbstat, chi2_critical(cbdf)) << "the biased chain control passed: the test has no power";
+    }
     for (size_t i = 0; i < 200; ++i) {  // logprobs are the policy's own
       const auto& r = spec[i];
       double p0 = 0;
