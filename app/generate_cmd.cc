@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -100,7 +101,7 @@ int run_generate(const GenerateArgs& a) {
   Engine& engine = *engine_ptr;
   const std::vector<int32_t> stops = a.stop_ids.empty() ? std::vector<int32_t>{} : parse_ids(a.stop_ids, "--stop-ids");
   int failed = 0;
-  std::vector<int64_t> index_of_id;  // request index -> engine id (0 when rejected)
+  std::map<uint64_t, size_t> request_of_id;  // engine id -> request index (command-line order, from 0)
   const size_t n_requests = a.prompt_ids.size() + a.prompts.size();
   for (size_t i = 0; i < n_requests; ++i) {
     try {
@@ -117,7 +118,7 @@ int run_generate(const GenerateArgs& a) {
         r.params.has_seed = true;
         r.params.seed = static_cast<uint64_t>(a.seed) + i;
       }
-      engine.submit(std::move(r));
+      request_of_id[engine.submit(std::move(r))] = i;
     } catch (const Error& e) {
       ++failed;
       nlohmann::json j = {{"request", i}, {"error", e.what()}};
@@ -128,7 +129,8 @@ int run_generate(const GenerateArgs& a) {
   const auto results = engine.run();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
   for (const auto& r : results) {
-    nlohmann::json j = {{"id", r.id},
+    nlohmann::json j = {{"request", request_of_id.at(r.id)},
+                        {"id", r.id},
                         {"prompt_len", r.prompt.size()},
                         {"output_ids", r.tokens},
                         {"output_token_logprobs", r.logprobs},

@@ -1,11 +1,13 @@
 // `updraft generate`: generation from token ids (--prompt-ids) or text (--prompt, encoded with the
 // model's tokenizer.json; outputs then carry output_text too) with a Hugging Face model directory;
 // one request per prompt, all batched together; speculative with an EAGLE-3 drafter when --draft names
-// one (either checkpoint format). Prints one JSON object per request (output ids, per-token
+// one (either checkpoint format). Prints one JSON object per request ("request": its index in
+// command-line order from 0, --prompt-ids first; output ids, per-token
 // logprobs, finish reason, and with a drafter its rounds and tau) on stdout and a throughput line
 // (plus tau and acceptance per position) on stderr. A bad request is reported with its reason and
 // the others still run (exit code 1). A drafter that does not fit the policy is an error, unless
-// --draft-fallback asks to continue with plain decoding, which is then logged as a warning.
+// --draft-fallback (or `draft_fallback: true` in a --config file) asks to continue with plain
+// decoding, which is then logged as a warning.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "app/cli_yaml.h"
 #include "app/config.h"
 #include "app/demo_cmd.h"
 #include "app/generate_cmd.h"
@@ -47,6 +48,12 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
   app.require_subcommand(1);
+  app.set_config("--config", "",
+                 "YAML file of option values, one section per command (configs/ has examples); "
+                 "command-line options win")
+      ->envname("UPDRAFT_CONFIG");
+  app.config_formatter(std::make_shared<updraft::YamlCliConfig>());
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
 
   auto* info = app.add_subcommand("info", "Show the build and the compute backends available on this machine");
 
@@ -105,6 +112,14 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 words an unknown key as "INI was not able to parse <section.key>".
+    std::string what = e.what();
+    const std::string tag = "INI was not able to parse ";
+    if (what.rfind(tag, 0) == 0)
+      what = "config: no option named '" + what.substr(tag.size()) + "' (see `updraft <command> --help`)";
+    std::fprintf(stderr, "%s\n", what.c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
