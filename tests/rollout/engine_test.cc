@@ -157,36 +157,56 @@ TEST_F(EngineTest, StopTokenEndsTheRequestAndIsReturned) {
   EXPECT_EQ(res[0].tokens, std::vector<int32_t>(full.begin(), full.begin() + at + 1));
 }
 
+// Each bad request is refused at submit() with a message that names the problem; the good ones
+// around it produce exactly what they produce in an engine that never saw the bad ones.
 TEST_F(EngineTest, BadRequestsAreRejectedAndOthersUnaffected) {
   EngineOptions o;
   o.kv_cache_bytes = 64 << 10;
-  Engine e(*model_, o);
-  e.submit(req({1, 2}, 0.f, 6));
-  EXPECT_THROW(e.submit(req({}, 0.f, 4)), Error);
-  EXPECT_THROW(e.submit(req({1, static_cast<int32_t>(cfg_.vocab_size)}, 0.f, 4)), Error);
-  EXPECT_THROW(e.submit(req({-3}, 0.f, 4)), Error);
-  EXPECT_THROW(e.submit(req(std::vector<int32_t>(120, 1), 0.f, 20)), Error);  // beyond 128 positions
-  EXPECT_THROW(e.submit(req({1}, -0.5f, 4)), Error);
-  EXPECT_THROW(e.submit(req({1}, NAN, 4)), Error);
-  EXPECT_THROW(e.submit(req({1}, 1.f, 0)), Error);
+  const std::vector<GenRequest> good = {req({1, 2}, 0.f, 6), req({1, 2, 3}, 0.f, 4), req({4, 5}, 0.9f, 5)};
+  std::vector<std::pair<GenRequest, std::string>> bad = {
+      {req({}, 0.f, 4), "empty prompt"},
+      {req({1, static_cast<int32_t>(cfg_.vocab_size)}, 0.f, 4), "prompt token 1 has id"},
+      {req({-3}, 0.f, 4), "prompt token 0 has id -3"},
+      {req(std::vector<int32_t>(120, 1), 0.f, 20), "exceeds the model's context"},
+      {req({1}, -0.5f, 4), "temperature must be a finite number >= 0"},
+      {req({1}, NAN, 4), "temperature must be a finite number >= 0"},
+      {req({1}, 1.f, 0), "max_new_tokens must be at least 1"}};
   GenRequest r = req({1}, 1.f, 4);
   r.params.top_p = 0.f;
-  EXPECT_THROW(e.submit(r), Error);
+  bad.emplace_back(r, "top_p must be in (0, 1]");
   r.params.top_p = 1.f;
   r.params.top_k = -2;
-  EXPECT_THROW(e.submit(r), Error);
+  bad.emplace_back(r, "top_k must be >= 0");
   r.params.top_k = 0;
   r.params.stop_token_ids = {1000};
-  EXPECT_THROW(e.submit(r), Error);
-  try {
-    e.submit(req({1, 2, 3}, 0.f, 4));
-  } catch (const Error&) {
-    ADD_FAILURE() << "a valid request was rejected";
+  bad.emplace_back(r, "stop token id 1000 is outside the vocabulary");
+  Engine clean(*model_, o);
+  for (const auto& g : good)
+    clean.submit(g);
+  const auto want = clean.run();
+
+  Engine e(*model_, o);
+  size_t next_good = 0;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    if (i % 4 == 0 && next_good < good.size())
+      e.submit(good[next_good++]);
+    try {
+      e.submit(bad[i].first);
+      ADD_FAILURE() << "accepted a bad request (" << bad[i].second << ")";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(bad[i].second), std::string::npos) << err.what();
+    }
   }
-  const auto res = e.run();
-  ASSERT_EQ(res.size(), 2u);
-  EXPECT_EQ(res[0].tokens.size(), 6u);
-  EXPECT_EQ(res[1].tokens.size(), 4u);
+  while (next_good < good.size())
+    e.submit(good[next_good++]);
+  const auto got = e.run();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << "request " << i;
+    EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
+  }
+  EXPECT_EQ(got[0].tokens.size(), 6u);
 }
 
 TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinish) {

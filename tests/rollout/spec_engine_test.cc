@@ -230,7 +230,8 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
 }
 
 // The exact joint distribution of the first two tokens after `prompt` (enumerating the first).
-std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>& prompt, float temp, int32_t top_k) {
+std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>& prompt, float temp, int32_t top_k,
+                                float top_p) {
   const int64_t V = m.config().vocab_size;
   auto probs_after = [&](const std::vector<int32_t>& toks) {
     KvCache cache(m.kv_shape(), 16, 4);
@@ -242,7 +243,7 @@ std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>
     b[0].logit_rows = {static_cast<int32_t>(toks.size() - 1)};
     Tensor p = Tensor::empty({1, V}, DType::F32);
     ops::sampling_probs(m.forward(cache, b).logits, Tensor::from_f32({temp}, {1}), Tensor::from_i32({top_k}, {1}),
-                        Tensor::from_f32({1.f}, {1}), p);
+                        Tensor::from_f32({top_p}, {1}), p);
     return p.to_f32_vector();
   };
   const auto p0 = probs_after(prompt);
@@ -263,13 +264,19 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
   const int64_t N = 12000, V = cfg_.vocab_size;
   const SpecSettings tree{3, 3, 8}, chain{4, 1, 5};
-  for (const auto& [temp, top_k] : std::vector<std::pair<float, int32_t>>{{1.3f, 0}, {0.8f, 6}}) {
-    const auto joint = exact_pairs(*model_, prompt, temp, top_k);
+  struct Params {
+    float temp;
+    int32_t top_k;
+    float top_p;
+  };
+  for (const auto& [temp, top_k, top_p] : std::vector<Params>{{1.3f, 0, 1.f}, {0.8f, 6, 0.9f}}) {
+    const auto joint = exact_pairs(*model_, prompt, temp, top_k, top_p);
     auto sample = [&](const SpecSettings* s, AcceptRule rule, uint64_t seed0, SpecStats* st) {
       std::vector<GenRequest> reqs;
       for (int64_t i = 0; i < N; ++i) {
         GenRequest r = req(prompt, temp, 2, seed0 + static_cast<uint64_t>(i));
         r.params.top_k = top_k;
+        r.params.top_p = top_p;
         reqs.push_back(r);
       }
       return run(reqs, 64, s, rule, st);
@@ -307,6 +314,40 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
     EXPECT_LT(pstat, chi2_critical(pdf)) << "plain samples do not fit: the reference distribution is wrong";
     const auto [bstat, bdf] = fit(sample(&tree, AcceptRule::NoResidual, 3'000'000, nullptr));
     EXPECT_GT(bstat, chi2_critical(bdf)) << "the biased control passed: the test has no power";
+  }
+}
+
+// Bad requests refused by a speculating engine leave the others exactly as a clean run has them.
+TEST_F(SpecEngine, BadRequestsDoNotDisturbSpeculatingOnes) {
+  std::vector<GenRequest> good;
+  for (int i = 0; i < 6; ++i)
+    good.push_back(req({static_cast<int32_t>(i + 1), 2, 3}, i % 2 ? 0.f : 0.9f, 10, 40 + i));
+  const SpecSettings s{4, 1, 5};
+  const auto want = run(good, 8, &s);
+  EngineOptions o;
+  o.max_batch = 8;
+  o.kv_cache_bytes = 64 << 20;
+  o.prefill_chunk = 7;
+  o.spec = s;
+  Engine e(*model_, o, draft_.get());
+  int refused = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    e.submit(good[i]);
+    GenRequest bad = req({1, static_cast<int32_t>(cfg_.vocab_size + i)}, 0.f, 4, 0);
+    try {
+      e.submit(bad);
+    } catch (const Error& err) {
+      ++refused;
+      EXPECT_NE(std::string(err.what()).find("outside the vocabulary"), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_EQ(refused, static_cast<int>(good.size()));
+  const auto got = e.run();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << i;
+    EXPECT_GT(got[i].spec.rounds, 0) << i;
   }
 }
 
