@@ -223,9 +223,16 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
     const size_t every = static_cast<size_t>(std::max<int64_t>(1, options_.adaptive.probe_every));
     for (size_t i = 0; i < all.size(); ++i)
       (i % every == 0 ? probe : rest).push_back(i);
-    Run sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
+    // The first run after a policy swap pays for cold caches (the new weights' first touch),
+    // so the two runs take turns going first; otherwise that cost always lands on one side.
+    const bool probe_first = adaptive_order_++ % 2 == 0;
+    Run sp, pl;
+    if (probe_first)
+      sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
+    pl = run_engine(*policy, drafter.model.get(), requests, rest, false, capture);
+    if (!probe_first)
+      sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
     adaptive_update(true, sp);
-    Run pl = run_engine(*policy, drafter.model.get(), requests, rest, false, capture);
     if (!rest.empty())
       adaptive_update(false, pl);
     done = std::move(sp.done);

@@ -158,6 +158,7 @@ class Worker {
   bool watching_ = false;
   WorkerMetrics metrics_;
   double spec_tps_ = 0, plain_tps_ = 0;  // adaptive estimates (worker thread)
+  uint64_t adaptive_order_ = 0;           // which of probe and plain runs first (alternates)
 };
 
 }  // namespace updraft
