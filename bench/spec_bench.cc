@@ -8,10 +8,14 @@
 // drafters; a random one accepts almost nothing, so this measures the cost side honestly).
 //
 // With --model DIR (a policy with its tokenizer.json, e.g. the built-in small one) the prompts are
-// held-out prompts of the built-in corpus, encoded by that tokenizer; --temperature T samples
-// (seeded per sequence) instead of greedy decoding.
+// held-out prompts of the built-in corpus, encoded by that tokenizer, and each response ends at
+// end of text or after --tokens N, as RL rollouts do (--ignore-eos runs every sequence to N);
+// --sequences S (default 32) decodes S sequences per batch size, one batch after another;
+// --temperature T samples (seeded per sequence) instead of greedy decoding.
 //
-// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--draft DIR] [--model DIR] [--temperature T]
+// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--ignore-eos]
+//                   [--draft DIR] [--model DIR] [--temperature T]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,55 +40,145 @@ double now_s() {
 
 struct Run {
   double tokens_per_s = 0, seconds = 0;
+  int64_t tokens = 0;
   SpecStats spec;
+
+  void add(const Run& o) {  // totals of interleaved repeats
+    seconds += o.seconds;
+    tokens += o.tokens;
+    tokens_per_s = static_cast<double>(tokens) / seconds;
+    spec.rounds += o.spec.rounds;
+    spec.accepted += o.spec.accepted;
+    spec.drafted += o.spec.drafted;
+    spec.draft_seconds += o.spec.draft_seconds;
+    spec.verify_seconds += o.spec.verify_seconds;
+    spec.accepted_at.resize(std::max(spec.accepted_at.size(), o.spec.accepted_at.size()), 0);
+    for (size_t j = 0; j < o.spec.accepted_at.size(); ++j)
+      spec.accepted_at[j] += o.spec.accepted_at[j];
+  }
 };
 
-// Decode-phase throughput: prompts are prefilled (and the first tokens drawn) before timing.
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B,
-            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool capture = false) {
-  const int64_t prompt = static_cast<int64_t>(prompts[0].size());
+// Decode-phase throughput over `groups` batches of B sequences each: every batch is prefilled (and
+// its first tokens drawn) before its decode phase is timed; times, tokens and counters add up.
+Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t groups,
+            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool ignore_eos,
+            bool capture = false) {
+  size_t longest = 0;
+  for (const auto& p : prompts)
+    longest = std::max(longest, p.size());
   EngineOptions o;
   o.max_batch = B;
-  o.prefill_chunk = B * prompt;
+  o.prefill_chunk = B * static_cast<int64_t>(longest);
   o.kv_cache_bytes = int64_t{1} << 30;
   o.spec = s;
   Engine e(model, o, draft);
-  for (int64_t b = 0; b < B; ++b) {
-    GenRequest r;
-    r.prompt = prompts[static_cast<size_t>(b) % prompts.size()];
-    r.params.temperature = temperature;
-    r.params.has_seed = true;
-    r.params.seed = static_cast<uint64_t>(b + 1);
-    r.params.max_new_tokens = tokens + 1;
-    r.params.ignore_eos = true;
-    r.capture = capture;  // the drafter's training data (aux states + teacher top-k) while generating
-    e.submit(r);
-  }
-  e.step();  // prefill (+ the first token, + the first proposal)
-  const SpecStats before = e.stats().spec;
-  const int64_t gen0 = e.stats().generated_tokens;
-  const double t0 = now_s();
-  while (e.has_work())
-    e.step();
   Run r;
-  r.seconds = now_s() - t0;
-  r.tokens_per_s = static_cast<double>(e.stats().generated_tokens - gen0) / r.seconds;
-  r.spec = e.stats().spec;
-  r.spec.rounds -= before.rounds;
-  r.spec.accepted -= before.accepted;
-  r.spec.drafted -= before.drafted;
-  r.spec.draft_seconds -= before.draft_seconds;
-  r.spec.verify_seconds -= before.verify_seconds;
-  for (size_t j = 0; j < before.accepted_at.size(); ++j)
-    r.spec.accepted_at[j] -= before.accepted_at[j];
+  int64_t generated = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t i = g * B + b;
+      GenRequest q;
+      q.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
+      q.params.temperature = temperature;
+      q.params.has_seed = true;
+      q.params.seed = static_cast<uint64_t>(i + 1);
+      q.params.max_new_tokens = tokens + 1;
+      q.params.ignore_eos = ignore_eos;
+      q.capture = capture;  // the drafter's training data (aux states + teacher top-k) while generating
+      e.submit(q);
+    }
+    e.step();  // prefill (+ the first token, + the first proposal)
+    const SpecStats before = e.stats().spec;
+    const int64_t gen0 = e.stats().generated_tokens;
+    const double t0 = now_s();
+    while (e.has_work())
+      e.step();
+    r.seconds += now_s() - t0;
+    generated += e.stats().generated_tokens - gen0;
+    const SpecStats& after = e.stats().spec;
+    r.spec.rounds += after.rounds - before.rounds;
+    r.spec.accepted += after.accepted - before.accepted;
+    r.spec.drafted += after.drafted - before.drafted;
+    r.spec.draft_seconds += after.draft_seconds - before.draft_seconds;
+    r.spec.verify_seconds += after.verify_seconds - before.verify_seconds;
+    r.spec.accepted_at.resize(after.accepted_at.size(), 0);
+    for (size_t j = 0; j < after.accepted_at.size(); ++j)
+      r.spec.accepted_at[j] += after.accepted_at[j] - (j < before.accepted_at.size() ? before.accepted_at[j] : 0);
+  }
+  r.tokens = generated;
+  r.tokens_per_s = static_cast<double>(generated) / r.seconds;
   return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Round anatomy at batch 1 after `ctx` tokens of context: one policy forward of T causal rows
+// with every row's logits and aux states (what verifying T - 1 drafts computes), and one drafter
+// step (top_k fed-back rows and their draft logits); each the median of `reps` timings.
+double policy_forward_s(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
+  KvCache cache(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16);
+  SeqKv kv;
+  UPD_CHECK(cache.reserve(kv, ctx + T)) << "spec_bench: KV cache too small for the anatomy";
+  std::vector<SeqStep> pre(1);
+  pre[0].kv = &kv;
+  for (int64_t i = 0; i < ctx; ++i)
+    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  pre[0].logit_rows = {static_cast<int32_t>(ctx - 1)};
+  m.forward(cache, pre);
+  ForwardOptions fo;
+  fo.aux = T > 1;
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<SeqStep> st(1);
+    st[0].kv = &kv;
+    for (int64_t i = 0; i < T; ++i) {
+      st[0].tokens.push_back(static_cast<int32_t>((i * 11 + 5) % m.config().vocab_size));
+      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    const double t0 = now_s();
+    m.forward(cache, st, fo);
+    t.push_back(now_s() - t0);
+    cache.truncate(kv, ctx);
+  }
+  return median(t);
+}
+
+double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps) {
+  const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
+  KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
+  SeqKv kv;
+  UPD_CHECK(cache.reserve(kv, ctx + rows)) << "spec_bench: draft KV cache too small for the anatomy";
+  std::vector<SeqStep> pre(1);
+  pre[0].kv = &kv;
+  for (int64_t i = 0; i < ctx; ++i)
+    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  d.forward(cache, pre, Tensor::zeros({ctx, A * H}, m.act_dtype()));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<SeqStep> st(1);
+    st[0].kv = &kv;
+    for (int64_t i = 0; i < rows; ++i) {
+      st[0].tokens.push_back(static_cast<int32_t>(5 + i));
+      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    const Tensor fed = Tensor::zeros({rows, H}, m.act_dtype());
+    const double t0 = now_s();
+    d.forward(cache, st, fed);
+    t.push_back(now_s() - t0);
+    cache.truncate(kv, ctx);
+  }
+  return median(t);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, capture_cost = false;
-  int64_t tokens = 32;
+  bool quick = false, capture_cost = false, ignore_eos = false;
+  int64_t tokens = 32, sequences = 0;
+  int reps = 0;  // 0: 1 (random model) or 3 (--model)  // 0: one batch (random model) or 32 (--model)
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::string draft_dir, model_dir;
   float temperature = 0;
@@ -93,6 +187,12 @@ int main(int argc, char** argv) {
       capture_cost = true;
     else if (!std::strcmp(argv[i], "--quick"))
       quick = true;
+    else if (!std::strcmp(argv[i], "--ignore-eos"))
+      ignore_eos = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::stoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--sequences") && i + 1 < argc)
+      sequences = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
       tokens = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -113,9 +213,16 @@ int main(int argc, char** argv) {
   const PolicyConfig cfg = model.config();
   // Prompts: held-out corpus prompts through the model's tokenizer, or fixed pseudo-random ids.
   std::vector<std::vector<int32_t>> prompts;
+  if (model_dir.empty())
+    ignore_eos = true;  // a random policy's end-of-text token is noise
+  if (sequences == 0)
+    sequences = model_dir.empty() ? 1 : 32;
+  if (reps == 0)
+    reps = model_dir.empty() ? 1 : 3;
   if (!model_dir.empty()) {
     const Tokenizer tok = Tokenizer::load(model_dir);
-    for (const corpus::Sample& smp : corpus::make_samples(corpus::Mix{}, corpus::Split::kHeldOut, 64, 3))
+    for (const corpus::Sample& smp :
+         corpus::make_samples(corpus::Mix{}, corpus::Split::kHeldOut, std::max<int64_t>(64, sequences), 3))
       prompts.push_back(tok.encode(smp.prompt));
   } else {
     for (int64_t b = 0; b < 64; ++b) {
@@ -137,22 +244,36 @@ int main(int argc, char** argv) {
   const DraftModel draft = draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size),
                                                             model.draft_target(), 2, DType::BF16)
                                              : DraftModel::load(draft_dir, model.draft_target());
-  std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n", model_dir.empty() ? "random" : model_dir.c_str(),
-              cfg.num_layers, cfg.hidden_size, cfg.vocab_size, cfg.weight_bytes(DType::BF16) / 1048576.0);
+  std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n",
+              model_dir.empty() ? "random" : model_dir.c_str(), cfg.num_layers, cfg.hidden_size, cfg.vocab_size,
+              cfg.weight_bytes(DType::BF16) / 1048576.0);
   std::printf("drafter: %s, draft vocabulary %ld\n", draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(),
               draft.config().draft_vocab_size);
-  std::printf("workload: %s prompts, %ld tokens per sequence at temperature %.2f, timed after prefill\n\n",
-              model_dir.empty() ? "32-token pseudo-random" : "held-out corpus", tokens, temperature);
+  std::printf(
+      "workload: %s prompts, %ld sequences per batch size (at least one batch), %s %ld new tokens each, "
+      "temperature %.2f, timed after prefill\n\n",
+      model_dir.empty() ? "32-token pseudo-random" : "held-out corpus", sequences,
+      ignore_eos ? "exactly" : "up to end of text or", tokens, temperature);
   std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
               "tau", "roofline", "draft", "verify", "other", "accept per position");
-  const std::vector<std::pair<const char*, SpecSettings>> settings = {{"chain 4", {4, 1, 5}},
-                                                                      {"tree 4x3 (10 tok)", {4, 3, 10}}};
+  const std::vector<std::pair<const char*, SpecSettings>> settings = {
+      {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
   for (int64_t B : batches) {
-    const Run plain = measure(model, nullptr, {}, B, prompts, tokens, temperature);
+    const int64_t groups = std::max<int64_t>(1, sequences / B);
+    // Plain and every setting take turns `reps` times; each figure is the total over its turns,
+    // so a slow spell of the machine touches all of them alike.
+    Run plain;
+    std::vector<Run> spec(settings.size());
+    for (int rep = 0; rep < reps; ++rep) {
+      plain.add(measure(model, nullptr, {}, B, groups, prompts, tokens, temperature, ignore_eos));
+      for (size_t k = 0; k < settings.size(); ++k)
+        spec[k].add(measure(model, &draft, settings[k].second, B, groups, prompts, tokens, temperature, ignore_eos));
+    }
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
     const double roof = wbytes * steps_per_s / 1e9 / m.read_gbps;
-    for (const auto& [name, s] : settings) {
-      const Run sp = measure(model, &draft, s, B, prompts, tokens, temperature);
+    for (size_t k = 0; k < settings.size(); ++k) {
+      const auto& [name, s] = settings[k];
+      const Run& sp = spec[k];
       const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
       std::string acc;
       for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
@@ -167,6 +288,24 @@ int main(int argc, char** argv) {
                   100.0 * other / sp.seconds, acc.c_str());
       std::fflush(stdout);
     }
+    if (B == 1) {  // what a round costs in plain steps, and the ratio that predicts at each tau
+      const int64_t ctx = 64;
+      const int areps = quick ? 10 : 40;
+      const double p1 = policy_forward_s(model, ctx, 1, areps);
+      std::printf("\nround anatomy at batch 1, context %ld (median of %d): plain step %.3f ms\n", ctx, areps, 1e3 * p1);
+      for (size_t k = 0; k < settings.size(); ++k) {
+        const SpecSettings& s = settings[k].second;
+        const double v = policy_forward_s(model, ctx, s.draft_tokens, areps);
+        const double d = draft_step_s(draft, model, ctx, s.top_k, areps);
+        const double round = (v + static_cast<double>(s.steps) * d) / p1;
+        std::printf(
+            "  %-18s verify %2ld rows %.3f ms (%.2f plain steps) + %ld draft steps of %.3f ms (%.2f each) = %.2f "
+            "plain steps per round; at the measured tau %.2f that predicts %.2fx\n",
+            settings[k].first, s.draft_tokens, 1e3 * v, v / p1, s.steps, 1e3 * d, d / p1, round, spec[k].spec.tau(),
+            spec[k].spec.tau() / round);
+      }
+      std::printf("\n");
+    }
   }
   if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
     std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine):\n");
@@ -174,16 +313,20 @@ int main(int argc, char** argv) {
     for (int64_t B : batches)
       for (const bool spec : {false, true}) {
         Run off, on;
+        const int64_t groups = std::max<int64_t>(1, sequences / B);
         for (int rep = 0; rep < 2; ++rep) {  // interleaved, best of two each
-          const Run a = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, prompts, tokens, temperature);
-          const Run b = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, prompts, tokens, temperature, true);
+          const Run a = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
+                                tokens, temperature, ignore_eos);
+          const Run b = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
+                                tokens, temperature, ignore_eos, true);
           if (a.tokens_per_s > off.tokens_per_s)
             off = a;
           if (b.tokens_per_s > on.tokens_per_s)
             on = b;
         }
-        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with capture: cost %.1f%%\n", spec ? "chain 4" : "plain",
-                    B, off.tokens_per_s, on.tokens_per_s, 100.0 * (1.0 - on.tokens_per_s / off.tokens_per_s));
+        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with capture: cost %.1f%%\n",
+                    spec ? "chain 4" : "plain", B, off.tokens_per_s, on.tokens_per_s,
+                    100.0 * (1.0 - on.tokens_per_s / off.tokens_per_s));
       }
   }
   std::printf(

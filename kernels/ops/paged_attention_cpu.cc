@@ -22,13 +22,25 @@ typedef float v16f __attribute__((vector_size(64)));
   return v;
 }
 
+// Chunk j of a row of HD floats, zero past the row's end (HD need not be a multiple of 16).
+template <int HD>
+[[gnu::always_inline]] inline v16f chunk(const float* row, int j) {
+  constexpr int kTail = HD % 16;
+  if (kTail == 0 || 16 * (j + 1) <= HD)
+    return load16(row + 16 * j);
+  v16f v{};
+  std::memcpy(&v, row + 16 * j, sizeof(float) * kTail);
+  return v;
+}
+
 // r[i] = sum of the lanes of p[i]: four rounds of pairwise shuffles and adds (15 adds for 16
 // sums) instead of a horizontal reduction per dot product.
 [[gnu::always_inline]] inline v16f lane_sums(v16f* p) {
   v16f t[8], u[4], v[2];
   for (int i = 0; i < 8; ++i)
-    t[i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-           __builtin_shufflevector(p[2 * i], p[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    t[i] =
+        __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(p[2 * i], p[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
   for (int i = 0; i < 4; ++i)
     u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
            __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
@@ -43,25 +55,28 @@ typedef float v16f __attribute__((vector_size(64)));
 // and value rows, in key order. Each output row depends only on its own query and keys, never
 // on how many rows are computed together (decode and verification agree bitwise). With HD a
 // multiple of 16 known at compile time (HDc > 0), scores are computed 16 keys at a time and
-// the output accumulates in registers; HDc == 0 is the generic loop for other head sizes.
+// the output accumulates in registers (a last partial chunk of 8 reads and writes only the
+// row's own floats); HDc == 0 is the generic loop for other head sizes.
 template <int HDc>
 [[gnu::always_inline]] inline void attend_item(const float* q, int64_t G, int64_t HDrt, const float* const* krows,
                                                const float* const* vrows, int64_t nk, float scale, float* scores,
                                                float* out, int64_t out_stride) {
   const int64_t HD = HDc > 0 ? HDc : HDrt;
   if constexpr (HDc > 0) {
-    constexpr int J = HDc / 16;
+    constexpr int J = (HDc + 15) / 16;
     for (int64_t hh = 0; hh < G; ++hh) {
       v16f qv[J];
+#pragma GCC unroll 8
       for (int j = 0; j < J; ++j)
-        qv[j] = load16(q + hh * HD + 16 * j);
+        qv[j] = chunk<HDc>(q + hh * HD, j);
       for (int64_t n0 = 0; n0 < nk; n0 += 16) {
         v16f part[16];
         for (int l = 0; l < 16; ++l) {
           part[l] = v16f{};
           if (n0 + l < nk)
+#pragma GCC unroll 8
             for (int j = 0; j < J; ++j)
-              part[l] += qv[j] * load16(krows[n0 + l] + 16 * j);
+              part[l] += qv[j] * chunk<HDc>(krows[n0 + l], j);
         }
         const v16f sums = lane_sums(part) * scale;
         std::memcpy(scores + hh * nk + n0, &sums, sizeof(float) * std::min<int64_t>(16, nk - n0));
@@ -95,14 +110,15 @@ template <int HDc>
     }
     const float inv = 1.f / sum;
     if constexpr (HDc > 0) {
-      constexpr int J = HDc / 16;
+      constexpr int J = (HDc + 15) / 16;
       v16f acc[J] = {};
       for (int64_t n2 = 0; n2 < nk; ++n2) {
         const float p = sc[n2] * inv;
+#pragma GCC unroll 8
         for (int j = 0; j < J; ++j)
-          acc[j] += p * load16(vrows[n2] + 16 * j);
+          acc[j] += p * chunk<HDc>(vrows[n2], j);
       }
-      std::memcpy(orow, acc, sizeof(acc));
+      std::memcpy(orow, acc, sizeof(float) * HDc);
     } else {
       std::memset(orow, 0, sizeof(float) * HD);
       for (int64_t n2 = 0; n2 < nk; ++n2) {
@@ -171,8 +187,17 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
         case 32:
           attend_item<32>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
           break;
+        case 56:
+          attend_item<56>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
         case 64:
           attend_item<64>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
+        case 80:
+          attend_item<80>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+          break;
+        case 96:
+          attend_item<96>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
           break;
         case 128:
           attend_item<128>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);

@@ -215,8 +215,9 @@ void sampling_case(const Backend& b) {
 // causal dummy rows and keeps the last n outputs).
 enum class PagedMode { Causal, Tree, Window };
 
-// HD 16 runs the generic CPU loop; 32, 64 and 128 the unrolled ones, whose scores go 16 keys
-// at a time (the long case has 37 keys: two full groups and a tail).
+// HD 16 runs the generic CPU loop; 32, 56, 64, 80, 96 and 128 the unrolled ones, whose scores go
+// 16 keys at a time (the long case has 37 keys: two full groups and a tail); 56 and 80 end each
+// row in a half chunk of 8 floats.
 void paged_attention_case(const Backend& b, PagedMode mode, int64_t HD = 16, bool long_ctx = false) {
   const int64_t NH = 4, NKV = 2, BS = 4, NB = long_ctx ? 24 : 12, MAXB = long_ctx ? 10 : 5, W = 6;
   const std::vector<int32_t> kv_len = long_ctx ? std::vector<int32_t>{5, 37, 21} : std::vector<int32_t>{5, 17, 9};
@@ -406,7 +407,7 @@ std::vector<OpCase> op_cases() {
   c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Causal); }});
   c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Tree); }});
   c.push_back({"paged_attention_window", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Window); }});
-  for (int64_t hd : {32, 64, 128}) {
+  for (int64_t hd : {32, 56, 64, 80, 96, 128}) {
     const std::string h = "_hd" + std::to_string(hd);
     c.push_back({"paged_attention_causal" + h, false,
                  [=](const Backend& b) { paged_attention_case(b, PagedMode::Causal, hd, true); }});
