@@ -11,8 +11,10 @@
 #include <optional>
 #include <sstream>
 
+#include "messaging/record_sender.h"
 #include "rollout/engine.h"
 #include "rollout/tokenizer.h"
+#include "trainer/online/record_convert.h"
 
 namespace updraft {
 namespace {
@@ -36,6 +38,45 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
   return out;
 }
 
+// Streams one record per result and waits for the acknowledgements; false unless all came.
+bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) {
+  messaging::SenderOptions so;
+  so.endpoint = a.send;
+  so.worker = a.worker_id;
+  messaging::RecordSender sender(so);
+  uint64_t submitted = 0;
+  for (const GenResult& g : results) {
+    if (g.tokens.empty() || !g.aux.defined())
+      continue;
+    train::TttSample t;
+    t.tokens = g.prompt;
+    t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
+    t.prompt_length = static_cast<int64_t>(g.prompt.size());
+    t.aux = g.aux;
+    t.teacher_k = g.teacher_k;
+    t.teacher_ids = g.teacher_ids;
+    t.teacher_logprobs = g.teacher_logprobs;
+    t.policy_version = a.policy_version;
+    messaging::RecordData r = train::to_record(t);
+    r.worker = a.worker_id;
+    r.drafter_version = a.drafter_version;
+    submitted += sender.submit(std::move(r)) ? 1 : 0;
+  }
+  const bool drained = sender.flush(std::chrono::milliseconds(static_cast<int64_t>(a.send_timeout_s * 1000)));
+  const auto& m = sender.metrics();
+  const uint64_t acked = m.records_acked.load();
+  spdlog::info(
+      "records: {} submitted to {} as worker {} (policy v{}, drafter v{}), {} acknowledged, {} shed, {} refused",
+      submitted, a.send, a.worker_id, a.policy_version, a.drafter_version, acked, m.records_shed.load(),
+      m.records_refused.load());
+  if (!drained || acked < submitted) {
+    spdlog::error("records: {} of {} not acknowledged within {} s (is `updraft buffer` running at {}?)",
+                  submitted - std::min(acked, submitted), submitted, a.send_timeout_s, a.send);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
@@ -57,12 +98,20 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_option("--spec-steps", a.spec_steps, "draft levels per round")->capture_default_str();
   cmd.add_option("--spec-top-k", a.spec_top_k, "children per expanded node (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size including the root")->capture_default_str();
+  cmd.add_option("--send", a.send, "stream each result as a training record to the buffer at this endpoint");
+  cmd.add_option("--worker-id", a.worker_id, "records: the worker id they carry")->capture_default_str();
+  cmd.add_option("--policy-version", a.policy_version, "records: the policy version they carry")->capture_default_str();
+  cmd.add_option("--drafter-version", a.drafter_version, "records: the drafter version they carry")
+      ->capture_default_str();
+  cmd.add_option("--send-timeout", a.send_timeout_s, "records: seconds to wait for the acknowledgements")
+      ->capture_default_str();
 }
 
 int run_generate(const GenerateArgs& a) {
   UPD_REQUIRE(a.device == "cpu" || a.device == "cuda") << "--device must be cpu or cuda, not " << a.device;
   UPD_REQUIRE(a.kv_cache_mb > 0) << "--kv-cache-mb must be positive";
   UPD_REQUIRE(!a.prompt_ids.empty() || !a.prompts.empty()) << "give at least one --prompt-ids or --prompt";
+  UPD_REQUIRE(a.send.empty() || a.send_timeout_s > 0) << "--send-timeout must be positive";
   std::optional<Tokenizer> tok;
   if (!a.prompts.empty() || !a.tokenizer.empty() ||
       std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json"))
@@ -114,6 +163,7 @@ int run_generate(const GenerateArgs& a) {
       r.params.max_new_tokens = a.max_new_tokens;
       r.params.stop_token_ids = stops;
       r.params.ignore_eos = a.ignore_eos;
+      r.capture = !a.send.empty();  // aux states + teacher top-k, from the forwards generation runs anyway
       if (a.seed >= 0) {
         r.params.has_seed = true;
         r.params.seed = static_cast<uint64_t>(a.seed) + i;
@@ -129,12 +179,9 @@ int run_generate(const GenerateArgs& a) {
   const auto results = engine.run();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
   for (const auto& r : results) {
-    nlohmann::json j = {{"request", request_of_id.at(r.id)},
-                        {"id", r.id},
-                        {"prompt_len", r.prompt.size()},
-                        {"output_ids", r.tokens},
-                        {"output_token_logprobs", r.logprobs},
-                        {"finish_reason", r.finish_reason}};
+    nlohmann::json j = {{"request", request_of_id.at(r.id)},   {"id", r.id},
+                        {"prompt_len", r.prompt.size()},       {"output_ids", r.tokens},
+                        {"output_token_logprobs", r.logprobs}, {"finish_reason", r.finish_reason}};
     if (tok)
       j["output_text"] = tok->decode(r.tokens, true);
     if (draft)
@@ -153,6 +200,8 @@ int run_generate(const GenerateArgs& a) {
     spdlog::info("speculation: {} rounds, tau {:.2f}, acceptance per position [{}], draft {:.2f} s, verify {:.2f} s",
                  st.spec.rounds, st.spec.tau(), per_pos, st.spec.draft_seconds, st.spec.verify_seconds);
   }
+  if (!a.send.empty() && !send_records(a, results))
+    return 1;
   return failed == 0 ? 0 : 1;
 }
 

@@ -33,6 +33,14 @@ struct GenerateArgs {
   std::string draft;  // EAGLE-3 drafter directory; empty: plain decoding
   bool draft_fallback = false;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 5;
+  // Records (docs/messaging.md): with `send`, every result's tokens, aux states and teacher
+  // top-k (captured while generating) go to the buffer at that endpoint as one Record, labelled
+  // (worker_id, policy_version, drafter_version); the command waits up to send_timeout_s for the
+  // acknowledgements and fails unless every record was acknowledged.
+  std::string send;
+  uint32_t worker_id = 0;
+  uint64_t policy_version = 1, drafter_version = 0;
+  double send_timeout_s = 30;
 };
 
 void add_generate_options(CLI::App& cmd, GenerateArgs& a);

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   updraft::train::PretrainOptions pre;
   updraft::add_pretrain_options(*pretrain, pre);
 
-  auto* train_cmd = app.add_subcommand("train", "Train an EAGLE-3 drafter for a policy (--once: offline, in-domain)");
+  auto* train_cmd = app.add_subcommand("train", "Train an EAGLE-3 drafter: online beside a running buffer, or --once offline (in-domain)");
   updraft::TrainArgs train_args;
   updraft::add_train_options(*train_cmd, train_args);
 

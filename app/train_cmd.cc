@@ -34,7 +34,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   train::TrainOnceOptions& o = a.once_opts;
   cmd.add_flag("--once", a.once, "offline: rollouts of the policy, then a drafter trained on them (in-domain init)");
   cmd.add_option("--model", o.model_dir, "policy directory (Hugging Face layout with tokenizer.json)")->required();
-  cmd.add_option("--out", o.out_dir, "drafter output directory (EAGLE format)")->required();
+  cmd.add_option("--out", o.out_dir,
+                 "--once: the drafter's directory (EAGLE format); online: published versions + checkpoint")
+      ->required();
   cmd.add_option("--prompts", o.prompts, "training prompts from the built-in corpus")->capture_default_str();
   cmd.add_option("--heldout-prompts", o.heldout_prompts, "held-out prompts for the acceptance measurement")
       ->capture_default_str();
@@ -48,16 +50,41 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--steps", o.train.steps, "optimiser steps")->capture_default_str();
   cmd.add_option("--samples-per-step", o.train.samples_per_step, "rollouts per step")->capture_default_str();
   cmd.add_option("--ttt-steps", o.train.ttt.steps, "training-time-test unroll K")->capture_default_str();
-  cmd.add_option("--lr", o.train.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--lr", a.lr, "peak learning rate (default: 1e-3 with --once, 3e-4 online)");
   cmd.add_option("--eval-every", o.train.eval_every, "held-out evaluation interval in steps (0: end only)")
       ->capture_default_str();
   cmd.add_option("--spec-steps", o.spec_steps, "chain length of the acceptance measurement")->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of prompts, sampling and initial weights")->capture_default_str();
+  OnlineTrainArgs& on = a.online;
+  auto* g = cmd.add_option_group("online", "the online trainer (without --once)");
+  g->add_option("--buffer", on.buffer, "the buffer's RocksDB directory (read as a secondary while it runs)");
+  g->add_option("--drafter", on.drafter, "the initial serving drafter (EAGLE format)");
+  g->add_option("--policy-version", on.policy_version, "version of --model")->capture_default_str();
+  g->add_option("--drafter-version", on.drafter_version, "version of --drafter")->capture_default_str();
+  g->add_option("--policy-pub", on.policy_pub, "weight link PUB endpoint announcing policy versions");
+  g->add_option("--policy-req", on.policy_req, "weight link request endpoint of the same publisher");
+  g->add_option("--announce-pub", on.announce_pub, "bind a weight link here (PUB) to announce promoted drafters");
+  g->add_option("--announce-req", on.announce_req, "its request endpoint (version requests, chunks)");
+  g->add_option("--window-versions", on.window_versions, "train on records of the newest N policy versions")
+      ->capture_default_str();
+  g->add_option("--window-records", on.window_records, "at most this many newest records per round")
+      ->capture_default_str();
+  g->add_option("--steps-per-round", on.steps_per_round, "optimiser steps per round")->capture_default_str();
+  g->add_option("--min-new-records", on.min_new_records, "trigger: records stored since the last round")
+      ->capture_default_str();
+  g->add_option("--tau-floor", on.tau_floor, "trigger: live acceptance below this (0: off)")->capture_default_str();
+  g->add_option("--promote-margin", on.promote_margin, "promote when the candidate's tau is this much better")
+      ->capture_default_str();
+  g->add_option("--max-rounds", on.max_rounds, "stop after this many rounds (0: run until SIGINT/SIGTERM)")
+      ->capture_default_str();
 }
 
 int run_train(TrainArgs a) {
-  UPD_REQUIRE(a.once) << "train: only --once (offline, in-domain initialisation) is available; the online trainer "
-                         "that follows the buffer is not built yet";
+  if (!a.once)
+    return run_train_online(a);
+  UPD_REQUIRE(a.online.buffer.empty() && a.online.drafter.empty())
+      << "train: --buffer and --drafter belong to the online trainer (without --once)";
+  a.once_opts.train.lr = a.lr > 0 ? a.lr : 1e-3;
   a.once_opts.train.seed = a.once_opts.seed;
   a.once_opts.progress = [](const std::string& line) { spdlog::info("train: {}", line); };
   const train::TrainOnceResult r = train::train_once(a.once_opts);

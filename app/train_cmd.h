@@ -1,6 +1,7 @@
-// `updraft pretrain` (the built-in policy, trainer/pretrain.h) and `updraft train --once` (an
-// in-domain EAGLE-3 drafter from the policy's own rollouts, trainer/draft_train.h). Progress goes
-// to the log, one line per report; the result is a model directory.
+// `updraft pretrain` (the built-in policy, trainer/pretrain.h), `updraft train --once` (an
+// in-domain EAGLE-3 drafter from the policy's own rollouts, trainer/draft_train.h) and
+// `updraft train` (the online trainer daemon, trainer/online/online_trainer.h, beside a running
+// `updraft buffer`). Progress goes to the log, one line per report.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,11 +14,32 @@ namespace updraft {
 void add_pretrain_options(CLI::App& cmd, train::PretrainOptions& o);
 int run_pretrain(train::PretrainOptions o);
 
+// The online trainer daemon: reads the buffer's RocksDB store as a secondary (read-only)
+// instance, follows policy versions announced on a weight link (optional), publishes promoted
+// drafters under --out and announces them on its own weight link (optional). Runs until
+// SIGINT/SIGTERM or max_rounds rounds; a restart resumes from <out>/trainer.
+struct OnlineTrainArgs {
+  std::string buffer;   // the buffer's RocksDB directory
+  std::string drafter;  // the initial (serving) drafter
+  uint64_t policy_version = 1, drafter_version = 1;
+  std::string policy_pub, policy_req;      // weight link announcing policy versions ("": the policy stays)
+  std::string announce_pub, announce_req;  // weight link to announce drafters on ("": files only)
+  uint64_t window_versions = 3;
+  size_t window_records = 256;
+  int64_t steps_per_round = 30;
+  uint64_t min_new_records = 16;
+  double tau_floor = 0, promote_margin = 0.01;
+  int64_t max_rounds = 0;  // 0: until a signal
+};
+
 struct TrainArgs {
   bool once = false;
+  double lr = 0;  // 0: the mode's default (1e-3 with --once, 3e-4 online)
   train::TrainOnceOptions once_opts;
+  OnlineTrainArgs online;
 };
 void add_train_options(CLI::App& cmd, TrainArgs& a);
 int run_train(TrainArgs a);
+int run_train_online(const TrainArgs& a);  // app/train_online.cc
 
 }  // namespace updraft

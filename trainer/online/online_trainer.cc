@@ -169,7 +169,18 @@ std::string OnlineTrainer::due_trigger() const {
 }
 
 void OnlineTrainer::loop() {
+  auto caught_up = std::chrono::steady_clock::now() - std::chrono::hours(1);
   for (;;) {
+    if (store_->is_secondary() &&
+        std::chrono::steady_clock::now() - caught_up >= std::chrono::milliseconds(options_.catch_up_ms)) {
+      try {
+        store_->catch_up();
+      } catch (const std::exception& e) {
+        if (options_.progress)
+          options_.progress(std::string("online trainer: catching up with the buffer failed: ") + e.what());
+      }
+      caught_up = std::chrono::steady_clock::now();
+    }
     std::string trigger;
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -22,6 +22,10 @@
 //  5. Checkpoint: model + optimiser + counters into <dir>/trainer (trainer/train_checkpoint.h),
 //     from which a restarted trainer continues; the serving version is the newest published.
 //
+// The store may be the buffer's own (one process) or a secondary view of a buffer another
+// process writes (`updraft train` beside `updraft buffer`): the loop then catches up with the
+// primary every catch_up_ms.
+//
 // Triggers (checked every poll_ms while running, never while paused): a new policy version
 // (notify_policy), at least min_new_records records stored since the last round (the store's
 // consumer lag), or live acceptance (report_tau) below tau_floor. The trainer reads the store
@@ -65,6 +69,7 @@ struct OnlineTrainerOptions {
   double tau_floor = 0;  // 0: off
   double promote_margin = 0.01;
   int64_t poll_ms = 50;
+  int64_t catch_up_ms = 1000;  // a secondary (read-only) store follows its primary this often
   uint64_t seed = 1;
   std::function<void(const WeightVersion&)> on_promote;
   std::function<void(const std::string&)> progress;

@@ -1,0 +1,125 @@
+// `updraft train` without --once: the online trainer as its own process (docs/online.md,
+// "Running the roles as processes").
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "app/train_cmd.h"
+#include "messaging/record_store.h"
+#include "messaging/weight_link.h"
+#include "trainer/online/online_trainer.h"
+
+namespace updraft {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) {
+  g_stop = 1;
+}
+
+}  // namespace
+
+int run_train_online(const TrainArgs& a) {
+  const OnlineTrainArgs& on = a.online;
+  UPD_REQUIRE(!on.buffer.empty()) << "train: the online trainer needs --buffer (or use --once for offline training)";
+  UPD_REQUIRE(!on.drafter.empty()) << "train: the online trainer needs --drafter, the initial serving drafter";
+  UPD_REQUIRE(on.policy_pub.empty() == on.policy_req.empty()) << "train: give both --policy-pub and --policy-req";
+  UPD_REQUIRE(on.announce_pub.empty() == on.announce_req.empty())
+      << "train: give both --announce-pub and --announce-req";
+  UPD_REQUIRE(on.steps_per_round > 0 && on.window_records > 0 && on.window_versions > 0)
+      << "train: --steps-per-round, --window-records and --window-versions must be positive";
+  UPD_REQUIRE(std::filesystem::is_directory(on.buffer))
+      << "train: --buffer " << on.buffer << " is not a directory (start `updraft buffer --path " << on.buffer
+      << "` first)";
+  namespace fs = std::filesystem;
+  fs::create_directories(a.once_opts.out_dir);
+
+  // The buffer's store, read-only beside the process that writes it.
+  const std::string secondary = (fs::path(a.once_opts.out_dir) / "buffer-secondary").string();
+  std::shared_ptr<messaging::RecordStore> store = messaging::RecordStore::open_secondary(on.buffer, secondary);
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(a.once_opts.model_dir));
+  const DraftModel initial = DraftModel::load(on.drafter, policy->draft_target());
+  spdlog::info("train: online trainer on buffer {} ({} records), policy {} (v{}), drafter {} (v{})", on.buffer,
+               store->stats().records, a.once_opts.model_dir, on.policy_version, on.drafter, on.drafter_version);
+
+  std::unique_ptr<messaging::WeightPublisher> announcer;
+  if (!on.announce_pub.empty()) {
+    messaging::WeightPublisherOptions wpo;
+    wpo.pub_endpoint = on.announce_pub;
+    wpo.request_endpoint = on.announce_req;
+    announcer = std::make_unique<messaging::WeightPublisher>(wpo);
+    spdlog::info("train: announcing drafters on {} (requests on {})", announcer->pub_endpoint(),
+                 announcer->request_endpoint());
+  }
+
+  train::OnlineTrainerOptions to;
+  to.dir = a.once_opts.out_dir;
+  to.window_versions = on.window_versions;
+  to.window_records = on.window_records;
+  to.steps_per_round = on.steps_per_round;
+  to.samples_per_step = a.once_opts.train.samples_per_step;
+  to.lr = a.lr > 0 ? a.lr : 3e-4;
+  to.ttt = a.once_opts.train.ttt;
+  to.min_new_records = on.min_new_records;
+  to.tau_floor = on.tau_floor;
+  to.promote_margin = on.promote_margin;
+  to.seed = a.once_opts.seed;
+  to.progress = [](const std::string& line) { spdlog::info("train: {}", line); };
+  to.on_promote = [&](const WeightVersion& v) {
+    spdlog::info("train: published drafter v{} at {}", v.version, v.dir);
+    if (announcer)
+      announcer->announce(v.dir, messaging::WeightKind::kDrafter,
+                          {{"heldout_tau_estimate", v.meta.value("heldout_tau_estimate", 0.0)}});
+  };
+  train::OnlineTrainer trainer(to, store, policy, on.policy_version, initial, on.drafter_version);
+  if (trainer.resumed())
+    spdlog::info("train: resumed from {}/trainer, serving drafter v{}", to.dir, trainer.serving_version());
+
+  // New policy versions (an RL loop's announcements) rebind the trainer; the files are read
+  // where announced (shared filesystem) or fetched as chunks into <out>/policy-versions.
+  std::unique_ptr<messaging::WeightSubscriber> follower;
+  if (!on.policy_pub.empty()) {
+    messaging::WeightSubscriberOptions wso;
+    wso.pub_endpoint = on.policy_pub;
+    wso.request_endpoint = on.policy_req;
+    wso.kinds = {messaging::WeightKind::kPolicy};
+    wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = on.policy_version;
+    wso.local_root = (fs::path(a.once_opts.out_dir) / "policy-versions").string();
+    wso.on_version = [&trainer](messaging::WeightKind, uint64_t version, const std::string& dir) {
+      try {
+        trainer.notify_policy(std::make_shared<const PolicyModel>(PolicyModel::load(dir)), version);
+        spdlog::info("train: following policy v{} ({})", version, dir);
+      } catch (const std::exception& e) {
+        spdlog::error("train: policy v{} at {} not taken: {}", version, dir, e.what());
+      }
+    };
+    follower = std::make_unique<messaging::WeightSubscriber>(wso);
+  }
+
+  g_stop = 0;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  trainer.start();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (on.max_rounds > 0 && static_cast<int64_t>(trainer.reports().size()) >= on.max_rounds)
+      break;
+  }
+  trainer.stop();  // finishes the round in progress; its checkpoint is written
+  follower.reset();
+  const auto reports = trainer.reports();
+  int64_t promoted = 0;
+  for (const auto& r : reports)
+    promoted += r.promoted ? 1 : 0;
+  spdlog::info("train: stopped{}: {} rounds, {} drafters promoted, serving drafter v{}", g_stop ? " by signal" : "",
+               reports.size(), promoted, trainer.serving_version());
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return 0;
+}
+
+}  // namespace updraft
