@@ -7,6 +7,8 @@
 
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
+#include "trainer/draft_train.h"
+#include "trainer/online/online_trainer.h"
 #include "trainer/online/record_convert.h"
 
 namespace updraft {
@@ -125,25 +127,71 @@ void Worker::apply_staged() {
   }
 }
 
-void Worker::watch_acceptance(const SpecStats& s) {
+void Worker::watch_acceptance(const BatchReport& rep) {
+  Drafter candidate, previous;
+  SpecStats live_new, live_old;
+  std::shared_ptr<const PolicyModel> policy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!watching_) {
+      last_of_previous_ = rep.spec;  // the serving drafter's most recent batch: the bar for its successor
+      return;
+    }
+    watch_new_.merge(rep.spec);
+    if (watch_new_.rounds < options_.rollback_rounds)
+      return;
+    watching_ = false;
+    candidate = serving_;
+    previous = previous_;
+    live_new = watch_new_;
+    live_old = last_of_previous_;
+    policy = policy_;
+  }
+  // The verdict compares both drafters on the same completions when this batch captured them
+  // (aux states + tokens): each drafter's greedy chain acceptance estimated teacher-forced,
+  // tau-hat = 1 + sum_k prod_{j<=k} a_j over the engine's chain length. Without captures it
+  // compares live tau across batches, which a change of prompts can distort.
+  double tau_new = live_new.tau(), tau_old = live_old.tau();
+  bool same_requests = false;
+  std::vector<train::TttSample> samples;
+  for (const Completion& c : rep.completions) {
+    const GenResult& g = c.result;
+    if (!g.aux.defined() || g.tokens.size() < 2)
+      continue;
+    train::TttSample t;
+    t.tokens = g.prompt;
+    t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
+    t.prompt_length = static_cast<int64_t>(g.prompt.size());
+    t.aux = g.aux;
+    t.teacher_k = g.teacher_k;
+    t.teacher_ids = g.teacher_ids;
+    t.teacher_logprobs = g.teacher_logprobs;
+    samples.push_back(std::move(t));
+  }
+  if (!samples.empty() && candidate.model && previous.model) {
+    const train::InMemoryDataset data(std::move(samples));
+    const train::TttOptions to{std::max<int64_t>(1, options_.engine.spec.steps), 0.8};
+    const DraftTarget target = policy->draft_target();
+    tau_new = train::estimated_chain_tau(train::evaluate_drafter(train::TrainableDraft(*candidate.model, target), data, to));
+    tau_old = train::estimated_chain_tau(train::evaluate_drafter(train::TrainableDraft(*previous.model, target), data, to));
+    same_requests = true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!watching_) {
-    last_of_previous_ = s;  // the serving drafter's most recent batch: the bar for its successor
-    return;
-  }
-  watch_new_.merge(s);
-  if (watch_new_.rounds < options_.rollback_rounds)
-    return;
-  watching_ = false;
-  const double bar = (1.0 - options_.rollback_margin) * last_of_previous_.tau();
-  if (last_of_previous_.rounds > 0 && watch_new_.tau() < bar) {
-    spdlog::warn("worker {}: drafter v{} tau {:.2f} fell below {:.2f} (v{} had {:.2f}); rolling back", options_.id,
-                 serving_.version, watch_new_.tau(), bar, previous_.version, last_of_previous_.tau());
-    banned_drafters_.insert(serving_.version);
-    serving_ = previous_;
+  const double bar = (1.0 - options_.rollback_margin) * tau_old;
+  const bool comparable = same_requests || live_old.rounds > 0;
+  if (comparable && tau_new < bar && serving_.version == candidate.version) {
+    spdlog::warn("worker {}: drafter v{} tau {:.2f} fell below {:.2f} (v{} had {:.2f}, {}); rolling back", options_.id,
+                 candidate.version, tau_new, bar, previous.version, tau_old,
+                 same_requests ? "both estimated on this batch's completions" : "live, on different batches");
+    banned_drafters_.insert(candidate.version);
+    serving_ = previous;
     ++metrics_.rollbacks;
+  } else if (comparable) {
+    spdlog::info("worker {}: drafter v{} kept: tau {:.2f} vs v{} {:.2f} ({})", options_.id, candidate.version, tau_new,
+                 previous.version, tau_old, same_requests ? "same completions" : "live");
   }
-  previous_ = {};
+  if (previous_.version == previous.version)
+    previous_ = {};
   last_of_previous_ = watch_new_;
 }
 
@@ -266,7 +314,7 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
       cell.seconds += rep.generate_seconds;
     }
     if (drafter.model)
-      watch_acceptance(rep.spec);
+      watch_acceptance(rep);
   }
   return rep;
 }

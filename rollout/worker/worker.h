@@ -15,9 +15,11 @@
 //    its embedding table. The old version is freed when the last batch using it is done
 //    (shared ownership).
 //  * After a drafter swap the worker watches acceptance: once `rollback_rounds` speculative
-//    rounds have run on the new drafter, if its τ is below (1 − rollback_margin) × the τ the
-//    previous drafter had over its last rounds, the previous drafter is restored (logged,
-//    counted), and that version is never taken again.
+//    rounds have run on the new drafter, it compares the new and the previous drafter on the
+//    same requests: both drafters' chain acceptance estimated teacher-forced on the completions
+//    of that batch (when the batch captured aux states; else the new drafter's live τ against
+//    the previous one's on its last batch). Below (1 − rollback_margin) × the previous one's,
+//    the previous drafter is restored (logged, counted), and that version is never taken again.
 //  * Every completion carries the policy and drafter versions it was generated with; the
 //    worker's metrics are labelled by both.
 //
@@ -142,7 +144,7 @@ class Worker {
   bool adaptive_speculate() const;             // decision for a serving batch's non-probe requests
   void adaptive_update(bool speculative, const Run& run);
   void apply_staged();                         // worker thread, between batches
-  void watch_acceptance(const SpecStats& s);  // worker thread, after a serving batch
+  void watch_acceptance(const BatchReport& rep);  // worker thread, after a serving batch
 
   WorkerOptions options_;
   std::shared_ptr<messaging::RecordSender> sender_;
