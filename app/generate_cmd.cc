@@ -14,6 +14,7 @@
 #include "messaging/record_sender.h"
 #include "rollout/engine.h"
 #include "rollout/tokenizer.h"
+#include "trainer/capture.h"
 #include "trainer/online/record_convert.h"
 
 namespace updraft {
@@ -48,16 +49,7 @@ bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) 
   for (const GenResult& g : results) {
     if (g.tokens.empty() || !g.aux.defined())
       continue;
-    train::TttSample t;
-    t.tokens = g.prompt;
-    t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
-    t.prompt_length = static_cast<int64_t>(g.prompt.size());
-    t.aux = g.aux;
-    t.teacher_k = g.teacher_k;
-    t.teacher_ids = g.teacher_ids;
-    t.teacher_logprobs = g.teacher_logprobs;
-    t.policy_version = a.policy_version;
-    messaging::RecordData r = train::to_record(t);
+    messaging::RecordData r = train::to_record(train::sample_of(g, a.policy_version));
     r.worker = a.worker_id;
     r.drafter_version = a.drafter_version;
     submitted += sender.submit(std::move(r)) ? 1 : 0;

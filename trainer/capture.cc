@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/core/error.h"
 #include "kernels/ops.h"
 
 namespace updraft::train {
@@ -83,6 +84,20 @@ std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vec
     at = end;
   }
   return out;
+}
+
+TttSample sample_of(const GenResult& g, uint64_t policy_version) {
+  UPD_CHECK(g.aux.defined()) << "sample_of: result " << g.id << " was not captured";
+  TttSample t;
+  t.tokens = g.prompt;
+  t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
+  t.prompt_length = static_cast<int64_t>(g.prompt.size());
+  t.aux = g.aux;
+  t.teacher_k = g.teacher_k;
+  t.teacher_ids = g.teacher_ids;
+  t.teacher_logprobs = g.teacher_logprobs;
+  t.policy_version = policy_version;
+  return t;
 }
 
 }  // namespace updraft::train

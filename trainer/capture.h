@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "rollout/engine.h"
 #include "rollout/policy_model.h"
 #include "trainer/ttt_data.h"
 
@@ -26,5 +27,10 @@ struct CaptureOptions {
 
 std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vector<Rollout>& rollouts,
                                        const CaptureOptions& opts, uint64_t policy_version = 0);
+
+// The sample of a result the engine captured while generating (GenRequest::capture: aux states
+// of every position, teacher top-k of every output token), labelled with its policy version.
+// REQUIRES: g.aux defined.
+TttSample sample_of(const GenResult& g, uint64_t policy_version);
 
 }  // namespace updraft::train

@@ -158,15 +158,7 @@ void Worker::watch_acceptance(const BatchReport& rep) {
     const GenResult& g = c.result;
     if (!g.aux.defined() || g.tokens.size() < 2)
       continue;
-    train::TttSample t;
-    t.tokens = g.prompt;
-    t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
-    t.prompt_length = static_cast<int64_t>(g.prompt.size());
-    t.aux = g.aux;
-    t.teacher_k = g.teacher_k;
-    t.teacher_ids = g.teacher_ids;
-    t.teacher_logprobs = g.teacher_logprobs;
-    samples.push_back(std::move(t));
+    samples.push_back(train::sample_of(g, rep.policy_version));
   }
   if (!samples.empty() && candidate.model && previous.model) {
     const train::InMemoryDataset data(std::move(samples));
@@ -328,16 +320,7 @@ int64_t Worker::stream_records(const BatchReport& batch) {
     if (g.tokens.empty())
       continue;
     if (g.aux.defined()) {  // captured by the engine while generating
-      train::TttSample t;
-      t.tokens = g.prompt;
-      t.tokens.insert(t.tokens.end(), g.tokens.begin(), g.tokens.end());
-      t.prompt_length = static_cast<int64_t>(g.prompt.size());
-      t.aux = g.aux;
-      t.teacher_k = g.teacher_k;
-      t.teacher_ids = g.teacher_ids;
-      t.teacher_logprobs = g.teacher_logprobs;
-      t.policy_version = batch.policy_version;
-      samples.push_back(std::move(t));
+      samples.push_back(train::sample_of(g, batch.policy_version));
     } else {
       rollouts.push_back({g.prompt, g.tokens});
     }
