@@ -138,30 +138,6 @@ const std::vector<int64_t>& Engine::aux_layers() const {
   return drafter_ ? drafter_->aux_layers() : capture_layers_;
 }
 
-namespace {
-
-// Top-k of log_softmax(z) (ties: lower id first) into ids / lps.
-void top_logprobs(const float* z, int64_t V, int64_t k, int32_t* ids, float* lps) {
-  float m = z[0];
-  for (int64_t c = 1; c < V; ++c)
-    m = std::max(m, z[c]);
-  double sum = 0;
-  for (int64_t c = 0; c < V; ++c)
-    sum += std::exp(static_cast<double>(z[c] - m));
-  const float lse = m + static_cast<float>(std::log(sum));
-  std::vector<int32_t> idx(static_cast<size_t>(V));
-  for (int64_t c = 0; c < V; ++c)
-    idx[static_cast<size_t>(c)] = static_cast<int32_t>(c);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-  for (int64_t j = 0; j < k; ++j) {
-    ids[j] = idx[static_cast<size_t>(j)];
-    lps[j] = z[ids[j]] - lse;
-  }
-}
-
-}  // namespace
-
 void Engine::finish_capture(Seq& s) const {
   const int64_t n = static_cast<int64_t>(s.req.prompt.size() + s.result.tokens.size());
   const int64_t W = static_cast<int64_t>(aux_layers().size()) * model_.config().hidden_size;
@@ -170,9 +146,9 @@ void Engine::finish_capture(Seq& s) const {
   s.result.aux = Tensor::from_f32(s.cap_aux, {n, W}).to_dtype(DType::BF16);
   s.cap_aux.clear();
   s.cap_aux.shrink_to_fit();
-  const size_t rows = s.result.tokens.size() * static_cast<size_t>(s.result.teacher_k);
-  s.result.teacher_ids.resize(rows);
-  s.result.teacher_logprobs.resize(rows);
+  UPD_CHECK(s.result.teacher_ids.size() == s.result.tokens.size() * static_cast<size_t>(s.result.teacher_k))
+      << "engine: " << s.result.teacher_ids.size() / std::max<int64_t>(1, s.result.teacher_k)
+      << " teacher rows captured for " << s.result.tokens.size() << " output tokens";
 }
 
 bool Engine::is_stop(const Seq& s, int32_t tok) const {
@@ -255,18 +231,19 @@ std::vector<GenResult> Engine::step() {
   ForwardOut fo = model_.forward(cache_, batch, fopts);
   const double forward_seconds = seconds_since(t_forward);
   ++stats_.steps;
-  if (any_spec) {
-    stats_.spec.verify_seconds += forward_seconds;
+  if (any_spec) {  // the speculating sequences' share of the forward, by rows, is verification
     for (size_t e = 0; e < batch.size(); ++e)
-      if (owner[e]->spec)
-        owner[e]->result.spec.verify_seconds +=
-            forward_seconds * static_cast<double>(batch[e].tokens.size()) / static_cast<double>(rows);
+      if (owner[e]->spec) {
+        const double share = forward_seconds * static_cast<double>(batch[e].tokens.size()) / static_cast<double>(rows);
+        owner[e]->result.spec.verify_seconds += share;
+        stats_.spec.verify_seconds += share;
+      }
   }
 
   // The distributions verification needs, for every logit row: log_softmax for greedy rows,
   // the filtered sampling distribution for sampled ones.
   const int64_t R = fo.logits.defined() ? fo.logits.size(0) : 0, V = model_.config().vocab_size;
-  Tensor host_logits, host_logp, host_probs;
+  Tensor host_logits, host_logp, host_probs, host_teacher_lp, host_teacher_ids;
   if (R > 0) {
     const Device d = model_.device();
     std::vector<float> temp, top_p;
@@ -282,10 +259,18 @@ std::vector<GenResult> Engine::step() {
       (p.temperature == 0 ? any_greedy : any_sampled) = true;
     }
     host_logits = fo.logits.to(Device::CPU);
-    if (any_greedy) {
+    if (any_greedy || any_capture) {
       Tensor logp = Tensor::empty({R, V}, DType::F32, d);
       ops::log_softmax(fo.logits, logp);
-      host_logp = logp.to(Device::CPU);
+      if (any_greedy)
+        host_logp = logp.to(Device::CPU);
+      if (any_capture) {  // the teacher: top-k of every row's log-probabilities (ties: lower id)
+        const int64_t k = std::min<int64_t>(opts_.capture_teacher_k, V);
+        Tensor vals = Tensor::empty({R, k}, DType::F32, d), idx = Tensor::empty({R, k}, DType::I32, d);
+        ops::topk(logp, k, vals, idx);
+        host_teacher_lp = vals.to(Device::CPU);
+        host_teacher_ids = idx.to(Device::CPU);
+      }
     }
     if (any_sampled) {
       Tensor probs = Tensor::empty({R, V}, DType::F32, d);
@@ -345,11 +330,10 @@ std::vector<GenResult> Engine::step() {
         s.result.teacher_k = teacher_k;
         for (size_t i = 0; i < kept; ++i) {
           const int64_t row = base + (i == 0 ? 0 : v.nodes[i - 1]);
-          const size_t at = s.result.teacher_ids.size();
-          s.result.teacher_ids.resize(at + static_cast<size_t>(teacher_k));
-          s.result.teacher_logprobs.resize(at + static_cast<size_t>(teacher_k));
-          top_logprobs(host_logits.data<float>() + row * V, V, teacher_k, s.result.teacher_ids.data() + at,
-                       s.result.teacher_logprobs.data() + at);
+          const int32_t* ids = host_teacher_ids.data<int32_t>() + row * teacher_k;
+          const float* lps = host_teacher_lp.data<float>() + row * teacher_k;
+          s.result.teacher_ids.insert(s.result.teacher_ids.end(), ids, ids + teacher_k);
+          s.result.teacher_logprobs.insert(s.result.teacher_logprobs.end(), lps, lps + teacher_k);
         }
       }
       if (!prefill_step[e]) {  // keep the root and the accepted path in the policy's cache

@@ -89,15 +89,20 @@ namespace {
 template <typename Fn>
 void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
   if (T <= kGemvMaxT) {
-    const int nthreads = omp_get_max_threads();
-    const int64_t chunk = std::max<int64_t>(8, (N / nthreads + 7) / 8 * 8);
+    // ceil(N / threads), rounded up to 8: at most one chunk per thread (a floor could leave a
+    // last chunk of a few rows, and static scheduling would give one thread two chunks).
+    const int64_t nthreads = omp_get_max_threads();
+    const int64_t chunk = std::max<int64_t>(8, ((N + nthreads - 1) / nthreads + 7) / 8 * 8);
 #pragma omp parallel for schedule(static) if (N * K > (1 << 15))
     for (int64_t n0 = 0; n0 < N; n0 += chunk)
       fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
   const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
-  const int64_t block = std::max<int64_t>(8, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8);
+  // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
+  const int64_t per_thread = ((N + omp_get_max_threads() - 1) / omp_get_max_threads() + 7) / 8 * 8;
+  const int64_t block = std::max<int64_t>(
+      8, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8));
   const int64_t nblocks = (N + block - 1) / block;
 #pragma omp parallel if (N * K > (1 << 15))
   {

@@ -362,17 +362,23 @@ TEST_F(SpecEngine, RequestsCanOptOutAndMixWithSpeculatingOnes) {
   SpecStats st;
   const auto mixed = run(reqs, 8, &s, AcceptRule::Exact, &st);
   const auto plain = run(reqs, 8, nullptr);
+  double verify_s = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (!reqs[i].speculate || reqs[i].params.temperature == 0) {  // plain or greedy: the same tokens
       EXPECT_EQ(mixed[i].tokens, plain[i].tokens) << i;
     }
     if (!reqs[i].speculate) {
       EXPECT_EQ(mixed[i].spec.rounds, 0) << i;
+      EXPECT_EQ(mixed[i].spec.verify_seconds, 0.0) << i;
     } else {
       EXPECT_GT(mixed[i].spec.rounds, 0) << i;
     }
+    verify_s += mixed[i].spec.verify_seconds;
   }
   EXPECT_GT(st.rounds, 0);
+  // Verification time is the speculating requests' share of each forward: the per-request
+  // figures add up to the engine's, plain rows in the same batches counting in neither.
+  EXPECT_NEAR(verify_s, st.verify_seconds, 1e-9 + 1e-9 * st.verify_seconds);
 }
 
 }  // namespace
