@@ -370,6 +370,13 @@ void WeightSubscriber::run() {
     dealer.connect(options_.request_endpoint);
 
     std::optional<Announcement> pending[2];
+    // A version that failed is not taken again before its backoff (1 s, doubling per failure,
+    // at most 5 min) unless a newer one is announced: a corrupt source is not refetched forever.
+    struct Retry {
+      uint64_t version = 0;
+      int failures = 0;
+      Clock::time_point after{};
+    } retry[2];
     std::unique_ptr<Fetch> fetch;
     std::vector<fs::path> fetched_dirs[2];
     uint64_t delivered[2] = {options_.min_version[0], options_.min_version[1]};
@@ -388,7 +395,12 @@ void WeightSubscriber::run() {
         std::error_code ec;
         fs::remove_all(tmp, ec);
       }
-      pending[kind_index(a.kind)].reset();  // retried at the next announcement or poll
+      Retry& r = retry[kind_index(a.kind)];
+      r.failures = r.version == a.version ? r.failures + 1 : 1;
+      r.version = a.version;
+      r.after = Clock::now() + std::min<std::chrono::milliseconds>(std::chrono::minutes(5),
+                                                                   std::chrono::seconds(1) * (1 << std::min(r.failures - 1, 9)));
+      pending[kind_index(a.kind)].reset();  // retried at an announcement or poll after the backoff
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.failures;
       stats_.last_failure = std::string(weight_kind_name(a.kind)) + " v" + std::to_string(a.version) + ": " + why;
@@ -399,6 +411,10 @@ void WeightSubscriber::run() {
         if (options_.on_version)
           options_.on_version(a.kind, a.version, dir);
       } catch (const std::exception& e) {
+        if (!shared) {  // our verified copy, never handed over: nothing of it stays behind
+          std::error_code ec;
+          fs::remove_all(dir, ec);
+        }
         fail(a, std::string("on_version threw: ") + e.what());
         return;
       }
@@ -430,6 +446,8 @@ void WeightSubscriber::run() {
       }
       const size_t k = kind_index(a.kind);
       if (a.version <= delivered[k] || (pending[k] && pending[k]->version >= a.version))
+        return;
+      if (a.version == retry[k].version && Clock::now() < retry[k].after)
         return;
       if (fetch && fetch->announcement.kind == a.kind && fetch->announcement.version < a.version) {
         spdlog::info("weight subscriber: {} v{} superseded by v{} during its transfer", weight_kind_name(a.kind),
@@ -549,10 +567,10 @@ void WeightSubscriber::run() {
         if (const auto a = decode_announcement(frames[1].data(), frames[1].size(), &why))
           return on_announcement(*a);
       } else if (kind == MessageKind::kWeightChunk) {
+        // A chunk failing its crc32c is dropped and counted (whose it is cannot be trusted); the
+        // request times out and is sent again, and a source that keeps failing ends the fetch.
         if (const auto c = decode_weight_chunk(frames[1].data(), frames[1].size(), &why, options_.max_chunk_bytes))
           return on_chunk(*c);
-        if (fetch && why == Reject::kBadChecksum)  // corrupted in transit or at the source: start over
-          return fail(fetch->announcement, "a chunk failed its crc32c");
       }
       count_reject();
     };

@@ -28,8 +28,10 @@
 // then calls on_version(kind, version, dir) on the subscriber's thread (keep it short: a
 // worker's offer_* loads beside the serving model and returns). Bytes written are bounded by the
 // announced size, which is bounded by max_version_bytes. A failure (hash mismatch, bad or
-// refused chunk, timeout, unreadable path) is logged, counted, leaves no directory behind, and
-// the version is tried again at its next announcement or poll. Versions reach on_version in
+// refused chunk, timeout, unreadable path, on_version throwing) is logged, counted, leaves no
+// directory behind, and the version is tried again at an announcement or poll after a backoff
+// (1 s, doubling with each failure of that version, at most 5 min; a newer version is taken at
+// once). A chunk failing its crc32c is dropped and re-requested after request_timeout. Versions reach on_version in
 // increasing order per kind; a newer announcement during a fetch supersedes it. The subscriber
 // keeps the two newest fetched versions per kind under local_root and removes older ones.
 //

@@ -328,6 +328,10 @@ TEST(WeightLink, AlteredFilesAndVersionsNoLongerServedFailWithoutLeavingAnything
     ASSERT_TRUE(testing::wait_for([&] { return sub.stats().failures >= 1; }, 10s));
     EXPECT_NE(sub.stats().last_failure.find("verification"), std::string::npos) << sub.stats().last_failure;
     EXPECT_EQ(sub.stats().delivered, 0u);
+    // Polled every 200 ms, the failed version is fetched again only after its backoff (1 s,
+    // then 2 s): at most one more failure in the next 1.5 s, not one per poll.
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_LE(sub.stats().failures, 2u);
   }
   // 2. An altered manifest: its hash no longer matches the announcement.
   const WeightVersion v2 = publish(root.path(), 2);
