@@ -3,27 +3,21 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "app/train_cmd.h"
+#include "kernels/core/stop_signals.h"
 #include "messaging/record_store.h"
 #include "messaging/weight_link.h"
 #include "trainer/online/online_trainer.h"
 
 namespace updraft {
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) {
-  g_stop = 1;
-}
-
-}  // namespace
 
 int run_train_online(const TrainArgs& a) {
+  // Handlers first: a SIGTERM during startup (loading, resuming) still stops cleanly.
+  const StopSignals signals;
   const OnlineTrainArgs& on = a.online;
   UPD_REQUIRE(!on.buffer.empty()) << "train: the online trainer needs --buffer (or use --once for offline training)";
   UPD_REQUIRE(!on.drafter.empty()) << "train: the online trainer needs --drafter, the initial serving drafter";
@@ -43,6 +37,7 @@ int run_train_online(const TrainArgs& a) {
   std::shared_ptr<messaging::RecordStore> store = messaging::RecordStore::open_secondary(on.buffer, secondary);
   auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(a.once_opts.model_dir));
   const DraftModel initial = DraftModel::load(on.drafter, policy->draft_target());
+  policy->check_aux_layers(initial.aux_layers());
   spdlog::info("train: online trainer on buffer {} ({} records), policy {} (v{}), drafter {} (v{})", on.buffer,
                store->stats().records, a.once_opts.model_dir, on.policy_version, on.drafter, on.drafter_version);
 
@@ -89,9 +84,12 @@ int run_train_online(const TrainArgs& a) {
     wso.kinds = {messaging::WeightKind::kPolicy};
     wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = on.policy_version;
     wso.local_root = (fs::path(a.once_opts.out_dir) / "policy-versions").string();
-    wso.on_version = [&trainer](messaging::WeightKind, uint64_t version, const std::string& dir) {
+    wso.on_version = [&trainer, &policy, &initial](messaging::WeightKind, uint64_t version, const std::string& dir) {
       try {
-        trainer.notify_policy(std::make_shared<const PolicyModel>(PolicyModel::load(dir)), version);
+        auto next = std::make_shared<const PolicyModel>(PolicyModel::load(dir));
+        check_successor(next->config(), policy->config());  // refused here, not in every later round
+        next->check_aux_layers(initial.aux_layers());
+        trainer.notify_policy(std::move(next), version);
         spdlog::info("train: following policy v{} ({})", version, dir);
       } catch (const std::exception& e) {
         spdlog::error("train: policy v{} at {} not taken: {}", version, dir, e.what());
@@ -100,11 +98,8 @@ int run_train_online(const TrainArgs& a) {
     follower = std::make_unique<messaging::WeightSubscriber>(wso);
   }
 
-  g_stop = 0;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   trainer.start();
-  while (!g_stop) {
+  while (!signals.requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (on.max_rounds > 0 && static_cast<int64_t>(trainer.reports().size()) >= on.max_rounds)
       break;
@@ -115,10 +110,8 @@ int run_train_online(const TrainArgs& a) {
   int64_t promoted = 0;
   for (const auto& r : reports)
     promoted += r.promoted ? 1 : 0;
-  spdlog::info("train: stopped{}: {} rounds, {} drafters promoted, serving drafter v{}", g_stop ? " by signal" : "",
-               reports.size(), promoted, trainer.serving_version());
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  spdlog::info("train: stopped{}: {} rounds, {} drafters promoted, serving drafter v{}",
+               signals.requested() ? " by signal" : "", reports.size(), promoted, trainer.serving_version());
   return 0;
 }
 

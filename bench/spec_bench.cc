@@ -13,7 +13,7 @@
 // --sequences S (default 32) decodes S sequences per batch size, one batch after another;
 // --temperature T samples (seeded per sequence) instead of greedy decoding.
 //
-// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--ignore-eos]
+// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
 //                   [--draft DIR] [--model DIR] [--temperature T]
 #include <algorithm>
 #include <chrono>
@@ -47,14 +47,7 @@ struct Run {
     seconds += o.seconds;
     tokens += o.tokens;
     tokens_per_s = static_cast<double>(tokens) / seconds;
-    spec.rounds += o.spec.rounds;
-    spec.accepted += o.spec.accepted;
-    spec.drafted += o.spec.drafted;
-    spec.draft_seconds += o.spec.draft_seconds;
-    spec.verify_seconds += o.spec.verify_seconds;
-    spec.accepted_at.resize(std::max(spec.accepted_at.size(), o.spec.accepted_at.size()), 0);
-    for (size_t j = 0; j < o.spec.accepted_at.size(); ++j)
-      spec.accepted_at[j] += o.spec.accepted_at[j];
+    spec.merge(o.spec);
   }
 };
 
@@ -177,8 +170,8 @@ double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int6
 
 int main(int argc, char** argv) {
   bool quick = false, capture_cost = false, ignore_eos = false;
-  int64_t tokens = 32, sequences = 0;
-  int reps = 0;  // 0: 1 (random model) or 3 (--model)  // 0: one batch (random model) or 32 (--model)
+  int64_t tokens = 32, sequences = 0;  // 0: one batch (random model) or 32 (--model)
+  int reps = 0;                        // 0: 1 (random model) or 3 (--model)
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::string draft_dir, model_dir;
   float temperature = 0;
@@ -232,7 +225,10 @@ int main(int argc, char** argv) {
       prompts.push_back(p);
     }
   }
-  const double wbytes = static_cast<double>(cfg.weight_bytes(DType::BF16) - cfg.vocab_size * cfg.hidden_size * 2);
+  // Bytes a decode step reads: every weight but the embedding table (one row is looked up),
+  // unless the table is tied to the lm_head, which reads all of it.
+  const double wbytes = static_cast<double>(cfg.weight_bytes(DType::BF16) -
+                                            (cfg.tie_word_embeddings ? 0 : cfg.vocab_size * cfg.hidden_size * 2));
   DraftConfig dc;
   dc.hidden_size = dc.target_hidden_size = cfg.hidden_size;
   dc.intermediate_size = cfg.intermediate_size;

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,17 +10,12 @@
 #include <thread>
 
 #include "kernels/core/error.h"
+#include "kernels/core/stop_signals.h"
 #include "messaging/buffer_server.h"
 
 namespace updraft::messaging {
 
 namespace {
-
-volatile std::sig_atomic_t g_signalled = 0;
-
-void on_signal(int) {
-  g_signalled = 1;
-}
 
 void write_metrics_file(const std::string& path, const std::string& text) {
   // Written beside and renamed, so a scraper never reads half a file.
@@ -53,9 +47,7 @@ RecordKey parse_key(const std::string& s) {
 
 int run_buffer(const BufferCommandOptions& o, const std::atomic<bool>* stop) {
   // Handlers first: a SIGTERM that arrives while the store opens still stops cleanly.
-  g_signalled = 0;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  const StopSignals signals;
   StoreOptions so;
   so.path = o.path;
   so.max_bytes = o.max_bytes;
@@ -71,7 +63,7 @@ int run_buffer(const BufferCommandOptions& o, const std::atomic<bool>* stop) {
   spdlog::info("buffer: serving {} into {} ({} records, {} bytes, sync {}, cap {} bytes, window {})",
                server.endpoints().at(0), o.path, st.records, st.bytes, o.sync, o.max_bytes, o.version_window);
   auto last = std::chrono::steady_clock::now();
-  while (!g_signalled && !(stop != nullptr && stop->load())) {
+  while (!signals.requested() && !(stop != nullptr && stop->load())) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const auto now = std::chrono::steady_clock::now();
     if (o.report_seconds > 0 && now - last >= std::chrono::duration<double>(o.report_seconds)) {

@@ -128,4 +128,14 @@ int64_t PolicyConfig::weight_bytes(DType wd) const {
   return total * static_cast<int64_t>(dtype_size(wd));
 }
 
+void check_successor(const PolicyConfig& next, const PolicyConfig& serving) {
+  auto same = [](const char* what, int64_t a, int64_t b) {
+    UPD_REQUIRE(a == b) << "policy: its " << what << " " << a << " differs from the serving policy's " << b
+                        << " (a new architecture needs a new worker and drafter)";
+  };
+  same("hidden size", next.hidden_size, serving.hidden_size);
+  same("vocabulary", next.vocab_size, serving.vocab_size);
+  same("layer count", next.num_layers, serving.num_layers);
+}
+
 }  // namespace updraft

@@ -45,4 +45,8 @@ struct PolicyConfig {
   int64_t weight_bytes(DType weight_dtype) const;
 };
 
+// A later version of a served policy (RL updates) must keep the sizes its drafters and caches
+// were built for: hidden size, vocabulary and layer count. Error naming the first difference.
+void check_successor(const PolicyConfig& next, const PolicyConfig& serving);
+
 }  // namespace updraft

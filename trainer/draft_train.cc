@@ -46,6 +46,15 @@ DraftConfig draft_config_for(const PolicyConfig& p, int64_t draft_vocab) {
   return c;
 }
 
+double estimated_chain_tau(const TttStats& s) {
+  double tau = 1.0, run = 1.0;
+  for (size_t k = 0; k < s.rows.size(); ++k) {
+    run *= s.accuracy(k);
+    tau += run;
+  }
+  return tau;
+}
+
 TttStats evaluate_drafter(const TrainableDraft& draft, const TttDataset& data, const TttOptions& o) {
   TttStats total;
   for (size_t i = 0; i < data.size(); ++i)

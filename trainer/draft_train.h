@@ -44,6 +44,10 @@ struct DraftTrainResult {
 };
 
 TttStats evaluate_drafter(const TrainableDraft& draft, const TttDataset& data, const TttOptions& o);
+// The greedy chain acceptance length these accuracies imply, τ̂ = 1 + Σ_k Π_{j<=k} a_j (step k
+// right with probability a_k given the earlier steps were): how the online trainer scores
+// candidates and the worker compares drafters.
+double estimated_chain_tau(const TttStats& s);
 
 DraftTrainResult train_drafter(TrainableDraft& draft, const TttDataset& train, const TttDataset& heldout,
                                const DraftTrainOptions& o);

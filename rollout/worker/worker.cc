@@ -8,7 +8,6 @@
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
 #include "trainer/draft_train.h"
-#include "trainer/online/online_trainer.h"
 #include "trainer/online/record_convert.h"
 
 namespace updraft {
@@ -53,9 +52,7 @@ bool Worker::offer_policy(const std::string& dir) {
     }
     auto p = std::make_shared<PolicyModel>(PolicyModel::load(dir));
     std::lock_guard<std::mutex> lock(mu_);
-    const PolicyConfig &a = p->config(), &b = policy_->config();
-    if (a.hidden_size != b.hidden_size || a.vocab_size != b.vocab_size || a.num_layers != b.num_layers)
-      throw Error("its sizes differ from the serving policy's (a new architecture needs a new worker)");
+    check_successor(p->config(), policy_->config());
     if (serving_.model)
       p->check_aux_layers(serving_.model->aux_layers());
     staged_policy_ = std::move(p);
@@ -150,19 +147,21 @@ void Worker::watch_acceptance(const BatchReport& rep) {
   // The verdict compares both drafters on the same completions when this batch captured them
   // (aux states + tokens): each drafter's greedy chain acceptance estimated teacher-forced,
   // tau-hat = 1 + sum_k prod_{j<=k} a_j over the engine's chain length. Without captures it
-  // compares live tau across batches, which a change of prompts can distort.
+  // compares live tau across batches, which a change of prompts can distort. At most 32
+  // completions are scored: enough to tell a damaged drafter, cheap beside the batch itself.
+  // (serving_ and previous_ change only on this thread, so they are still what was copied.)
   double tau_new = live_new.tau(), tau_old = live_old.tau();
   bool same_requests = false;
   std::vector<train::TttSample> samples;
   for (const Completion& c : rep.completions) {
     const GenResult& g = c.result;
-    if (!g.aux.defined() || g.tokens.size() < 2)
-      continue;
-    samples.push_back(train::sample_of(g, rep.policy_version));
+    if (g.aux.defined() && g.tokens.size() >= 2 && samples.size() < 32)
+      samples.push_back(train::sample_of(g, rep.policy_version));
   }
   if (!samples.empty() && candidate.model && previous.model) {
     const train::InMemoryDataset data(std::move(samples));
-    const train::TttOptions to{std::max<int64_t>(1, options_.engine.spec.steps), 0.8};
+    train::TttOptions to;
+    to.steps = std::max<int64_t>(1, options_.engine.spec.steps);
     const DraftTarget target = policy->draft_target();
     tau_new = train::estimated_chain_tau(train::evaluate_drafter(train::TrainableDraft(*candidate.model, target), data, to));
     tau_old = train::estimated_chain_tau(train::evaluate_drafter(train::TrainableDraft(*previous.model, target), data, to));
@@ -171,7 +170,7 @@ void Worker::watch_acceptance(const BatchReport& rep) {
   std::lock_guard<std::mutex> lock(mu_);
   const double bar = (1.0 - options_.rollback_margin) * tau_old;
   const bool comparable = same_requests || live_old.rounds > 0;
-  if (comparable && tau_new < bar && serving_.version == candidate.version) {
+  if (comparable && tau_new < bar) {
     spdlog::warn("worker {}: drafter v{} tau {:.2f} fell below {:.2f} (v{} had {:.2f}, {}); rolling back", options_.id,
                  candidate.version, tau_new, bar, previous.version, tau_old,
                  same_requests ? "both estimated on this batch's completions" : "live, on different batches");
@@ -182,8 +181,7 @@ void Worker::watch_acceptance(const BatchReport& rep) {
     spdlog::info("worker {}: drafter v{} kept: tau {:.2f} vs v{} {:.2f} ({})", options_.id, candidate.version, tau_new,
                  previous.version, tau_old, same_requests ? "same completions" : "live");
   }
-  if (previous_.version == previous.version)
-    previous_ = {};
+  previous_ = {};
   last_of_previous_ = watch_new_;
 }
 

@@ -3,8 +3,8 @@
 # `updraft buffer` stores records that two `updraft generate --send` runs stream to it (as
 # workers 1 and 2); `updraft train` (online) reads the running buffer's store as a secondary,
 # trains, publishes a drafter version and stops after its round; restarted, it resumes from its
-# checkpoint, trains on the newer records and publishes the next version. The buffer then stops
-# cleanly on SIGTERM with every record stored once.
+# checkpoint and trains on the newer records. The buffer then stops
+# cleanly on SIGTERM with every record stored once, and so does a trainer run as a daemon.
 set -euo pipefail
 bin=$1 src=$2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -52,6 +52,15 @@ train >"$work/train2.log" 2>&1 || { cat "$work/train2.log"; exit 1; }
 grep -q "resumed from $work/online/trainer, serving drafter v2" "$work/train2.log" ||
   { echo "the restart did not resume"; cat "$work/train2.log"; exit 1; }
 grep -qE "round 2 .*policy v1\.\.v2" "$work/train2.log" || { echo "round 2 did not read both versions"; cat "$work/train2.log"; exit 1; }
+
+# A daemon run (no --max-rounds) stops on SIGTERM: its round ends, it says so, exit status 0.
+"$bin" train --model "$model" --drafter "$draft" --buffer "$work/buf" --out "$work/online" --min-new-records 1000 \
+  >"$work/train3.log" 2>&1 &
+train_pid=$!
+for _ in $(seq 100); do grep -q "online trainer on buffer" "$work/train3.log" && break; sleep 0.1; done
+kill -TERM "$train_pid"
+wait "$train_pid" || { echo "the trainer exited with $? on SIGTERM"; cat "$work/train3.log"; exit 1; }
+grep -q "stopped by signal" "$work/train3.log" || { echo "no clean stop on SIGTERM"; cat "$work/train3.log"; exit 1; }
 
 kill -TERM "$buffer_pid"
 wait "$buffer_pid" || { echo "buffer exited with $?"; cat "$work/buffer.log"; exit 1; }

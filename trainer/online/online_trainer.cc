@@ -31,15 +31,6 @@ std::string checkpoint_dir(const OnlineTrainerOptions& o) {
 
 }  // namespace
 
-double estimated_chain_tau(const TttStats& s) {
-  double tau = 1.0, run = 1.0;
-  for (size_t k = 0; k < s.rows.size(); ++k) {
-    run *= s.accuracy(k);
-    tau += run;
-  }
-  return tau;
-}
-
 OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messaging::RecordStore> store,
                              std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
                              const DraftModel& initial, uint64_t initial_version)

@@ -49,6 +49,7 @@
 #include "messaging/record_store.h"
 #include "rollout/policy_model.h"
 #include "trainer/adamw.h"
+#include "trainer/draft_train.h"
 #include "trainer/ttt_model.h"
 
 namespace updraft::train {
@@ -88,8 +89,6 @@ struct RoundReport {
   double seconds = 0;
 };
 
-// τ̂ = 1 + Σ_k Π_{j<=k} a_j from per-step accuracies.
-double estimated_chain_tau(const TttStats& s);
 
 class OnlineTrainer {
  public:
