@@ -38,11 +38,8 @@ BufferServer::BufferServer(BufferServerOptions options, std::shared_ptr<RecordSt
   socket_->set(ZMQ_HEARTBEAT_IVL, static_cast<int>(options_.heartbeat_interval.count()));
   socket_->set(ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(options_.heartbeat_timeout.count()));
   socket_->set(ZMQ_HEARTBEAT_TTL, static_cast<int>(options_.heartbeat_timeout.count()));
-  if (options_.curve) {
-    socket_->set(ZMQ_CURVE_SERVER, 1);
-    socket_->set(ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
-    socket_->set(ZMQ_ZAP_DOMAIN, std::string("updraft"));
-  }
+  if (options_.curve)
+    apply_curve(*socket_, *options_.curve);
   for (const auto& ep : options_.endpoints) {
     socket_->bind(ep);
     bound_.push_back(ep.rfind("tcp://", 0) == 0 ? socket_->last_endpoint() : ep);

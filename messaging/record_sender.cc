@@ -99,11 +99,8 @@ void RecordSender::run() {
     socket.set(ZMQ_HEARTBEAT_IVL, static_cast<int>(options_.heartbeat_interval.count()));
     socket.set(ZMQ_HEARTBEAT_TIMEOUT, static_cast<int>(options_.heartbeat_timeout.count()));
     socket.set(ZMQ_HEARTBEAT_TTL, static_cast<int>(options_.heartbeat_timeout.count()));
-    if (options_.curve) {
-      socket.set(ZMQ_CURVE_SERVERKEY, options_.curve->server_public_key);
-      socket.set(ZMQ_CURVE_PUBLICKEY, options_.curve->public_key);
-      socket.set(ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
-    }
+    if (options_.curve)
+      apply_curve(socket, *options_.curve);
     // Connection events make resends immediate after the buffer comes back.
     char monitor_ep[64];
     std::snprintf(monitor_ep, sizeof(monitor_ep), "inproc://updraft-sender-monitor-%p", static_cast<void*>(this));

@@ -10,6 +10,18 @@
 
 namespace updraft::messaging {
 
+void apply_curve(ZmqSocket& s, const CurveServer& c) {
+  s.set(ZMQ_CURVE_SERVER, 1);
+  s.set(ZMQ_CURVE_SECRETKEY, c.secret_key);
+  s.set(ZMQ_ZAP_DOMAIN, std::string("updraft"));
+}
+
+void apply_curve(ZmqSocket& s, const CurveClient& c) {
+  s.set(ZMQ_CURVE_SERVERKEY, c.server_public_key);
+  s.set(ZMQ_CURVE_PUBLICKEY, c.public_key);
+  s.set(ZMQ_CURVE_SECRETKEY, c.secret_key);
+}
+
 CurveKeyPair make_curve_keypair() {
   UPD_REQUIRE(zmq_has("curve")) << "this libzmq was built without CURVE";
   char pub[41], sec[41];

@@ -32,6 +32,12 @@ struct CurveKeyPair {
 // A fresh key pair (zmq_curve_keypair). Throws updraft::Error if libzmq lacks CURVE.
 CurveKeyPair make_curve_keypair();
 
+class ZmqSocket;
+// Socket options for either end, set before bind / connect: the server end uses the ZAP
+// domain ZapAuthenticator answers for (the allow-list is the authenticator's).
+void apply_curve(ZmqSocket& s, const CurveServer& c);
+void apply_curve(ZmqSocket& s, const CurveClient& c);
+
 // Answers ZAP requests for one ZeroMQ context: CURVE clients whose key is in the allow-list
 // get 200, everything else 400. Runs a thread; must outlive the sockets it guards' binds
 // (create it before binding). Counts denials.

@@ -47,8 +47,7 @@ bool read_range(const std::string& path, uint64_t offset, uint64_t size, std::st
   return done == size;
 }
 
-void common_socket_options(ZmqSocket& s) {
-  s.set(ZMQ_LINGER, 0);
+void common_socket_options(ZmqSocket& s) {  // (ZmqSocket sets linger 0 itself)
   s.set(ZMQ_RECONNECT_IVL, 100);
   s.set(ZMQ_RECONNECT_IVL_MAX, 2000);
 }
@@ -60,11 +59,8 @@ void heartbeats(ZmqSocket& s) {
 }
 
 void curve_client(ZmqSocket& s, const std::optional<CurveClient>& c) {
-  if (!c)
-    return;
-  s.set(ZMQ_CURVE_SERVERKEY, c->server_public_key);
-  s.set(ZMQ_CURVE_PUBLICKEY, c->public_key);
-  s.set(ZMQ_CURVE_SECRETKEY, c->secret_key);
+  if (c)
+    apply_curve(s, *c);
 }
 
 }  // namespace
@@ -101,14 +97,9 @@ WeightPublisher::WeightPublisher(WeightPublisherOptions options)
     zap_ = std::make_unique<ZapAuthenticator>(context_, options_.curve->allowed_clients);
   pub_ = std::make_unique<ZmqSocket>(context_, ZMQ_PUB);
   router_ = std::make_unique<ZmqSocket>(context_, ZMQ_ROUTER);
-  for (ZmqSocket* s : {pub_.get(), router_.get()}) {
-    s->set(ZMQ_LINGER, 0);
-    if (options_.curve) {
-      s->set(ZMQ_CURVE_SERVER, 1);
-      s->set(ZMQ_CURVE_SECRETKEY, options_.curve->secret_key);
-      s->set(ZMQ_ZAP_DOMAIN, std::string("updraft"));
-    }
-  }
+  if (options_.curve)
+    for (ZmqSocket* s : {pub_.get(), router_.get()})
+      apply_curve(*s, *options_.curve);
   pub_->set(ZMQ_MAXMSGSIZE, int64_t{4096});  // subscribers send only subscriptions
   router_->set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(kMaxControlBytes + 64));
   router_->set(ZMQ_ROUTER_HANDOVER, 1);

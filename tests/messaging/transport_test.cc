@@ -236,16 +236,6 @@ class RawPeer {
   ZmqSocket s_;
 };
 
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond())
-      return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return cond();
-}
-
 TEST(Transport, CraftedFramesAreRefusedByReasonAndNothingIsStored) {
   TempDir dir;
   ZmqContext ctx;
@@ -278,7 +268,7 @@ TEST(Transport, CraftedFramesAreRefusedByReasonAndNothingIsStored) {
   peer.send({H, corrupt});
   RecordData big = make_record(8, 1, 1, 512, 64);
   peer.send({H, RawPeer::bytes(encode_record(big))});  // over the server's 64 KiB cap
-  ASSERT_TRUE(wait_until([&] { return server.metrics().rejected_total() >= 8; }));
+  ASSERT_TRUE(testing::wait_for([&] { return server.metrics().rejected_total() >= 8; }, 5s));
   EXPECT_EQ(server.metrics().rejected_count(Reject::kBadFraming), 2u);
   EXPECT_EQ(server.metrics().rejected_count(Reject::kBadHeader), 2u);
   EXPECT_EQ(server.metrics().rejected_count(Reject::kTruncated), 1u);
@@ -290,20 +280,20 @@ TEST(Transport, CraftedFramesAreRefusedByReasonAndNothingIsStored) {
   // Wrong key: the connection said Hello as worker 8, then sends a record of worker 9.
   peer.send({RawPeer::header(MessageKind::kHello), RawPeer::bytes(encode_hello({8, 1}))});
   peer.send({H, rec(9, 0, 1)});
-  ASSERT_TRUE(wait_until([&] { return server.metrics().rejected_count(Reject::kWrongWorker) == 1; }));
+  ASSERT_TRUE(testing::wait_for([&] { return server.metrics().rejected_count(Reject::kWrongWorker) == 1; }, 5s));
   // A newer incarnation of worker 8 said Hello on another connection: the old one is stale.
   RawPeer newer(ctx.get(), "inproc://hostile", "newer");
   newer.send({RawPeer::header(MessageKind::kHello), RawPeer::bytes(encode_hello({8, 2}))});
-  ASSERT_TRUE(wait_until([&] {
+  ASSERT_TRUE(testing::wait_for([&] {
     std::vector<ZmqMessage> f;
     return recv_multipart(newer.get(), f, nullptr);  // the HelloReply
-  }));
+  }, 5s));
   peer.send({H, rec(8, 0, 1)});
-  ASSERT_TRUE(wait_until([&] { return server.metrics().rejected_count(Reject::kStaleIncarnation) == 1; }));
+  ASSERT_TRUE(testing::wait_for([&] { return server.metrics().rejected_count(Reject::kStaleIncarnation) == 1; }, 5s));
   EXPECT_EQ(store->stats().records, 0u);
   // The server keeps serving: a good record from the current incarnation is stored.
   newer.send({H, rec(8, 0, 2)});
-  ASSERT_TRUE(wait_until([&] { return store->stats().records == 1; }));
+  ASSERT_TRUE(testing::wait_for([&] { return store->stats().records == 1; }, 5s));
   EXPECT_EQ(server.metrics().records_stored, 1u);
 }
 
@@ -337,7 +327,7 @@ TEST(Transport, CurveAllowListAdmitsOnlyKnownClients) {
   for (uint64_t i = 0; i < 5; ++i)
     sender.submit(make_record(1, 1, i));
   ASSERT_TRUE(sender.flush(10s));
-  EXPECT_TRUE(wait_until([&] { return server.auth_denied() > 0; }));
+  EXPECT_TRUE(testing::wait_for([&] { return server.auth_denied() > 0; }, 5s));
   EXPECT_FALSE(intruder.flush(300ms));
   for (const auto& k : store->keys())
     EXPECT_EQ(k.worker, 1u) << "a record from a client outside the allow-list was stored";
