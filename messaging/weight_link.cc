@@ -469,6 +469,11 @@ void WeightSubscriber::run() {
         return fail(a, "no local_root to fetch into");
       if (a.size_bytes > options_.max_version_bytes)
         return fail(a, "announced size " + std::to_string(a.size_bytes) + " exceeds max_version_bytes");
+      // Every chunk but a file's last is full and an empty file is one chunk: more chunks than
+      // bytes (plus a file count's slack) is a lie that would only make us allocate.
+      if (a.chunk_count > a.size_bytes + 4096)
+        return fail(a, "announced " + std::to_string(a.chunk_count) + " chunks for " + std::to_string(a.size_bytes) +
+                           " bytes");
       fetch = std::make_unique<Fetch>();
       fetch->announcement = a;
       fetch->tmp = fs::path(options_.local_root) / (version_dir_name(weight_kind_name(a.kind), a.version) + ".tmp");
