@@ -144,18 +144,22 @@ void Worker::watch_acceptance(const BatchReport& rep) {
     live_old = last_of_previous_;
     policy = policy_;
   }
-  // The verdict compares both drafters on the same completions when this batch captured them
-  // (aux states + tokens): each drafter's greedy chain acceptance estimated teacher-forced,
-  // tau-hat = 1 + sum_k prod_{j<=k} a_j over the engine's chain length. Without captures it
-  // compares live tau across batches, which a change of prompts can distort. At most 32
-  // completions are scored: enough to tell a damaged drafter, cheap beside the batch itself.
-  // (serving_ and previous_ change only on this thread, so they are still what was copied.)
+  // The verdict. Live first: the new drafter's τ over its first rounds against the previous one's
+  // on its last batch, which costs nothing. Only when that falls below the bar is it confirmed on
+  // the same requests, since a change of prompts (a new curriculum stage, harder requests) moves
+  // live τ too: when this batch captured its completions (aux states + tokens), both drafters'
+  // greedy chain acceptance is estimated teacher-forced on them, tau-hat = 1 + sum_k prod_{j<=k}
+  // a_j over the engine's chain length, and that decides. At most 32 completions are scored:
+  // enough to tell a damaged drafter; it costs about as much as decoding them, which is why it
+  // runs only on an alarm. (serving_ and previous_ change only on this thread, so they are still
+  // what was copied.)
   double tau_new = live_new.tau(), tau_old = live_old.tau();
   bool same_requests = false;
+  const bool alarm = live_old.rounds > 0 && tau_new < (1.0 - options_.rollback_margin) * tau_old;
   std::vector<train::TttSample> samples;
   for (const Completion& c : rep.completions) {
     const GenResult& g = c.result;
-    if (g.aux.defined() && g.tokens.size() >= 2 && samples.size() < 32)
+    if (alarm && g.aux.defined() && g.tokens.size() >= 2 && samples.size() < 32)
       samples.push_back(train::sample_of(g, rep.policy_version));
   }
   if (!samples.empty() && candidate.model && previous.model) {
@@ -168,6 +172,7 @@ void Worker::watch_acceptance(const BatchReport& rep) {
     same_requests = true;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  metrics_.rollback_confirmations += same_requests ? 1 : 0;
   const double bar = (1.0 - options_.rollback_margin) * tau_old;
   const bool comparable = same_requests || live_old.rounds > 0;
   if (comparable && tau_new < bar) {
@@ -177,6 +182,9 @@ void Worker::watch_acceptance(const BatchReport& rep) {
     banned_drafters_.insert(candidate.version);
     serving_ = previous;
     ++metrics_.rollbacks;
+    previous_ = {};
+    last_of_previous_ = live_old;  // the restored drafter's batch stays the bar for its next successor
+    return;
   } else if (comparable) {
     spdlog::info("worker {}: drafter v{} kept: tau {:.2f} vs v{} {:.2f} ({})", options_.id, candidate.version, tau_new,
                  previous.version, tau_old, same_requests ? "same completions" : "live");

@@ -15,11 +15,17 @@
 //    its embedding table. The old version is freed when the last batch using it is done
 //    (shared ownership).
 //  * After a drafter swap the worker watches acceptance: once `rollback_rounds` speculative
-//    rounds have run on the new drafter, it compares the new and the previous drafter on the
-//    same requests: both drafters' chain acceptance estimated teacher-forced on the completions
-//    of that batch (when the batch captured aux states; else the new drafter's live τ against
-//    the previous one's on its last batch). Below (1 − rollback_margin) × the previous one's,
-//    the previous drafter is restored (logged, counted), and that version is never taken again.
+//    rounds have run on the new drafter, it compares the new drafter's live τ with the previous
+//    one's on its last batch. Above (1 − rollback_margin) × the previous one's, the new drafter
+//    stays. Below, the alarm is confirmed on the same requests when the batch captured aux
+//    states: both drafters' chain acceptance estimated teacher-forced on its completions (a
+//    change of prompts moves live τ without any fault of the drafter). Still below the bar, the
+//    previous drafter is restored (logged, counted), and that version is never taken again.
+//    The live bar is the previous drafter's most recent batch: a drafter swapped in right after
+//    a batch of unusually hard requests meets a low bar, and a damaged one can pass it; it then
+//    serves until the next version (the trainer promotes only candidates that beat its serving
+//    drafter on held-out records). Confirming every swap on the same completions would close
+//    that gap at about the cost of decoding them again, on every swap.
 //  * Every completion carries the policy and drafter versions it was generated with; the
 //    worker's metrics are labelled by both.
 //
@@ -102,6 +108,7 @@ struct WorkerMetrics {
   };
   std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
+  int64_t rollback_confirmations = 0;  // live alarms checked on the same completions (rolled back or not)
   double spec_tps_estimate = 0, plain_tps_estimate = 0;  // adaptive speculation (0: not measured yet)
   int64_t adaptive_plain_batches = 0;  // serving batches whose non-probe requests were decoded plainly
 };

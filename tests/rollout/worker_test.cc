@@ -99,11 +99,13 @@ TEST(Worker, PolicySwapRebindsTheDrafterAndStaysLossless) {
 }
 
 // A drafter that loses acceptance is rolled back. Without captures (no record sender) the
-// verdict compares live τ across batches. With captured batches it compares both drafters on
-// the same completions: the second worker swaps its drafter for a copy of itself while the
-// requests change from greedy to hot sampling, where every drafter accepts less, so live τ
-// falls by far more than the margin (the cross-batch rule would roll the copy back), but on the
-// same completions the two are equal and the copy stays; a damaged drafter is still rolled back.
+// verdict compares live τ across batches. With captured batches a live alarm is confirmed on
+// the same completions: the second worker swaps its drafter for a copy of itself on the same
+// requests (live τ holds: kept, nothing re-scored), then for a damaged one (alarm, confirmed:
+// rolled back, and the restored drafter's batch stays the bar), then for another copy while the
+// requests change from greedy to hot sampling, where every drafter accepts less, so live τ falls
+// by far more than the margin (the cross-batch rule alone would roll the copy back), but on the
+// same completions the two are equal and the copy stays.
 TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   Fixture s;
   const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(24, 1)), 1);
@@ -132,7 +134,21 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   ASSERT_GT(calm.spec.tau(), 1.2);
   ASSERT_TRUE(calm.completions[0].result.aux.defined()) << "serving batches with a sender are captured";
 
-  ASSERT_TRUE(w->offer_drafter(s.publish_draft(trained, 3).dir));  // the same weights as v3
+  ASSERT_TRUE(w->offer_drafter(s.publish_draft(trained, 3).dir));  // the same weights as v1
+  const BatchReport same = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  ASSERT_EQ(same.drafter_version, 3u);
+  ASSERT_GE(same.spec.rounds, 20) << "the watch must have closed on this batch";
+  EXPECT_EQ(w->metrics().rollbacks, 0);
+  EXPECT_EQ(w->metrics().rollback_confirmations, 0) << "no alarm, nothing to confirm";
+
+  ASSERT_TRUE(w->offer_drafter(s.publish_draft(fresh_draft(*s.policy, 9), 4).dir));
+  const BatchReport worse = w->generate(greedy_requests(s.ps), GenMode::kServing);
+  EXPECT_EQ(worse.drafter_version, 4u);
+  EXPECT_EQ(w->metrics().rollbacks, 1);
+  EXPECT_EQ(w->metrics().rollback_confirmations, 1);
+  EXPECT_EQ(w->drafter_version(), 3u);
+
+  ASSERT_TRUE(w->offer_drafter(s.publish_draft(trained, 5).dir));  // the same weights again
   std::vector<GenRequest> hot = greedy_requests(s.ps);
   for (size_t i = 0; i < hot.size(); ++i) {
     hot[i].params.temperature = 2.0f;
@@ -140,17 +156,12 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
     hot[i].params.seed = 100 + i;
   }
   const BatchReport stormy = w->generate(hot, GenMode::kServing);
-  ASSERT_EQ(stormy.drafter_version, 3u);
+  ASSERT_EQ(stormy.drafter_version, 5u);
   ASSERT_GE(stormy.spec.rounds, 20) << "the watch must have closed on this batch";
-  ASSERT_LT(stormy.spec.tau(), 0.9 * calm.spec.tau()) << "the live bar must be crossed for this test to mean anything";
-  EXPECT_EQ(w->metrics().rollbacks, 0);
-  EXPECT_EQ(w->drafter_version(), 3u);
-
-  ASSERT_TRUE(w->offer_drafter(s.publish_draft(fresh_draft(*s.policy, 9), 4).dir));
-  const BatchReport worse = w->generate(greedy_requests(s.ps), GenMode::kServing);
-  EXPECT_EQ(worse.drafter_version, 4u);
+  ASSERT_LT(stormy.spec.tau(), 0.9 * same.spec.tau()) << "the live bar must be crossed for this test to mean anything";
   EXPECT_EQ(w->metrics().rollbacks, 1);
-  EXPECT_EQ(w->drafter_version(), 3u);
+  EXPECT_EQ(w->metrics().rollback_confirmations, 2);
+  EXPECT_EQ(w->drafter_version(), 5u);
 }
 
 TEST(Worker, AdaptiveSpeculationFallsBackToPlainWhenTheDrafterDoesNotPayAndStaysLossless) {
