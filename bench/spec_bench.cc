@@ -40,6 +40,7 @@ double now_s() {
 
 struct Run {
   double tokens_per_s = 0, seconds = 0;
+  double capture_seconds = 0;  // in-engine time of the capture work (EngineStats::capture_seconds)
   int64_t tokens = 0;
   SpecStats spec;
 
@@ -83,10 +84,12 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
     e.step();  // prefill (+ the first token, + the first proposal)
     const SpecStats before = e.stats().spec;
     const int64_t gen0 = e.stats().generated_tokens;
+    const double cap0 = e.stats().capture_seconds;
     const double t0 = now_s();
     while (e.has_work())
       e.step();
     r.seconds += now_s() - t0;
+    r.capture_seconds += e.stats().capture_seconds - cap0;
     generated += e.stats().generated_tokens - gen0;
     const SpecStats& after = e.stats().spec;
     r.spec.rounds += after.rounds - before.rounds;
@@ -304,25 +307,39 @@ int main(int argc, char** argv) {
     }
   }
   if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
-    std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine):\n");
+    // Paired runs without and with capture, back to back in alternating order, so the VM's slow
+    // drifts hit both sides of a pair alike; the median over pairs of the per-pair cost, and the
+    // in-engine timer's share of the captured runs' time (the work only capture does).
+    const int pairs = std::max(reps, 5);
+    std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine; %d interleaved pairs):\n",
+                pairs);
     const SpecSettings chain{4, 1, 5};
     for (int64_t B : batches)
       for (const bool spec : {false, true}) {
-        Run off, on;
+        std::vector<double> cost, share;
+        double off_tps = 0, on_tps = 0;
         const int64_t groups = std::max<int64_t>(1, sequences / B);
-        for (int rep = 0; rep < 2; ++rep) {  // interleaved, best of two each
-          const Run a = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
-                                tokens, temperature, ignore_eos);
-          const Run b = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
-                                tokens, temperature, ignore_eos, true);
-          if (a.tokens_per_s > off.tokens_per_s)
-            off = a;
-          if (b.tokens_per_s > on.tokens_per_s)
-            on = b;
+        for (int rep = 0; rep < pairs; ++rep) {
+          Run a, b;  // a without capture, b with
+          for (int half = 0; half < 2; ++half) {
+            const bool with = (half == 0) == (rep % 2 == 1);
+            (with ? b : a) = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
+                                     tokens, temperature, ignore_eos, with);
+          }
+          cost.push_back(100.0 * (1.0 - b.tokens_per_s / a.tokens_per_s));
+          share.push_back(100.0 * b.capture_seconds / b.seconds);
+          off_tps += a.tokens_per_s / pairs;
+          on_tps += b.tokens_per_s / pairs;
         }
-        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with capture: cost %.1f%%\n",
-                    spec ? "chain 4" : "plain", B, off.tokens_per_s, on.tokens_per_s,
-                    100.0 * (1.0 - on.tokens_per_s / off.tokens_per_s));
+        std::string each;
+        for (double c : cost) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%s%.1f", each.empty() ? "" : " ", c);
+          each += buf;
+        }
+        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with (means): cost median %.1f%% (pairs: %s); "
+                    "capture work timed in-engine %.1f%% of the time\n",
+                    spec ? "chain 4" : "plain", B, off_tps, on_tps, median(cost), each.c_str(), median(share));
       }
   }
   std::printf(

@@ -260,16 +260,21 @@ std::vector<GenResult> Engine::step() {
     }
     host_logits = fo.logits.to(Device::CPU);
     if (any_greedy || any_capture) {
+      const auto t_logp = Clock::now();
       Tensor logp = Tensor::empty({R, V}, DType::F32, d);
       ops::log_softmax(fo.logits, logp);
+      if (!any_greedy)
+        stats_.capture_seconds += seconds_since(t_logp);
       if (any_greedy)
         host_logp = logp.to(Device::CPU);
       if (any_capture) {  // the teacher: top-k of every row's log-probabilities (ties: lower id)
+        const auto t_topk = Clock::now();
         const int64_t k = std::min<int64_t>(opts_.capture_teacher_k, V);
         Tensor vals = Tensor::empty({R, k}, DType::F32, d), idx = Tensor::empty({R, k}, DType::I32, d);
         ops::topk(logp, k, vals, idx);
         host_teacher_lp = vals.to(Device::CPU);
         host_teacher_ids = idx.to(Device::CPU);
+        stats_.capture_seconds += seconds_since(t_topk);
       }
     }
     if (any_sampled) {
@@ -284,9 +289,11 @@ std::vector<GenResult> Engine::step() {
   Tensor host_aux;
   const int64_t aux_width = static_cast<int64_t>(aux_layers().size()) * model_.config().hidden_size;
   if (any_capture) {
+    const auto t_aux = Clock::now();
     host_aux = fo.aux.to(Device::CPU).reshape({-1, aux_width});
     if (host_aux.dtype() != DType::F32)
       host_aux = host_aux.to_dtype(DType::F32);
+    stats_.capture_seconds += seconds_since(t_aux);
   }
   const int64_t teacher_k = std::min<int64_t>(opts_.capture_teacher_k, V);
 
@@ -327,6 +334,7 @@ std::vector<GenResult> Engine::step() {
         ++stats_.spec.truncated;
       }
       if (s.req.capture) {  // teacher of output token i: the row of the node it was drawn at
+        const auto t_teacher = Clock::now();
         s.result.teacher_k = teacher_k;
         for (size_t i = 0; i < kept; ++i) {
           const int64_t row = base + (i == 0 ? 0 : v.nodes[i - 1]);
@@ -335,6 +343,7 @@ std::vector<GenResult> Engine::step() {
           s.result.teacher_ids.insert(s.result.teacher_ids.end(), ids, ids + teacher_k);
           s.result.teacher_logprobs.insert(s.result.teacher_logprobs.end(), lps, lps + teacher_k);
         }
+        stats_.capture_seconds += seconds_since(t_teacher);
       }
       if (!prefill_step[e]) {  // keep the root and the accepted path in the policy's cache
         std::vector<int64_t> keep = {0};
@@ -347,11 +356,14 @@ std::vector<GenResult> Engine::step() {
       ptok.insert(ptok.end(), v.tokens.begin(), v.tokens.end());
       s.tree = DraftTree();
     }
-    if (s.req.capture)  // prow: the rows of the positions this step committed, in order
+    if (s.req.capture) {  // prow: the rows of the positions this step committed, in order
+      const auto t_rows = Clock::now();
       for (int32_t r : prow) {
         const float* a = host_aux.data<float>() + static_cast<int64_t>(r) * aux_width;
         s.cap_aux.insert(s.cap_aux.end(), a, a + aux_width);
       }
+      stats_.capture_seconds += seconds_since(t_rows);
+    }
     if (s.spec && s.result.finish_reason.empty()) {
       UPD_CHECK(prow.size() == ptok.size())
           << "engine: " << prow.size() << " draft pairs but " << ptok.size() << " tokens";
@@ -374,8 +386,11 @@ std::vector<GenResult> Engine::step() {
       cache_.release((*it)->kv);
       if ((*it)->spec)
         draft_cache_->release((*it)->dkv);
-      if ((*it)->req.capture)
+      if ((*it)->req.capture) {
+        const auto t_finish = Clock::now();
         finish_capture(**it);
+        stats_.capture_seconds += seconds_since(t_finish);
+      }
       done.push_back(std::move((*it)->result));
       it = running_.erase(it);
     } else {

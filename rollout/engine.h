@@ -130,6 +130,12 @@ struct EngineOptions {
 struct EngineStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   SpecStats spec;
+  // Wall time of the work only capture does: the teacher's log_softmax (when no greedy row needs
+  // it anyway) and top-k, their and the aux states' copies to the host, gathering the rows of
+  // committed positions, and the bf16 conversion of a finished request's aux states. Not in it:
+  // the aux outputs of the forward, which speculation computes anyway and which without a
+  // drafter are a copy of A x hidden floats per row.
+  double capture_seconds = 0;
 };
 
 class Engine {

@@ -175,6 +175,15 @@ TEST(EngineCapture, MatchesTheCapturePass) {
       if (spec) {
         ASSERT_GT(e.stats().spec.accepted, 0) << "no multi-token round exercised";
       }
+      EXPECT_GT(e.stats().capture_seconds, 0.0) << "the capture timer must see the capture work";
+      {  // and an engine that captures nothing times nothing
+        Engine quiet(p, eo, &d);
+        GenRequest r = greedy_requests(prompts(1, 3), 4)[0];
+        r.speculate = spec;
+        quiet.submit(r);
+        quiet.run();
+        EXPECT_EQ(quiet.stats().capture_seconds, 0.0);
+      }
       std::vector<Rollout> ro;
       for (const auto& g : res)
         ro.push_back({g.prompt, g.tokens});
