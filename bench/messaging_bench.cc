@@ -5,8 +5,14 @@
 // per submit (their CPU is measured and reported apart) and keep their sender below its queue bound,
 // so the figure is the sustained rate of the path, not of the shed policy.
 //
+// Then the weight link (messaging/weight_link.h): a published version of --weights-mb MB is
+// announced over tcp loopback and fetched in chunks by a subscriber that does not share the
+// publisher's directory (prefer_transfer), into its own directory, verified and delivered: the
+// time from announce() to delivery, MB/s, and the process CPU per MB; announce()'s own hashing
+// of the version is timed apart.
+//
 //   messaging_bench [--workers 4] [--seconds 8] [--tokens 512] [--hidden 1024]
-//                   [--sync both|fsync|os] [--dir /tmp] [--quick]
+//                   [--sync both|fsync|os] [--dir /tmp] [--weights-mb 256] [--quick]
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,10 +29,15 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/core/error.h"
+#include "kernels/io/weight_version.h"
 #include "messaging/buffer_server.h"
 #include "messaging/record_sender.h"
+#include "messaging/weight_link.h"
 
 using namespace updraft::messaging;
+using updraft::publish_version;
+using updraft::WeightVersion;
 
 namespace {
 
@@ -172,6 +183,62 @@ Result run(SyncPolicy sync, int workers, double seconds, const RecordData& tmpl,
   return res;
 }
 
+struct WeightResult {
+  double announce_s = 0, deliver_s = 0, cpu_s = 0, mb = 0;
+  uint64_t chunks = 0, retries = 0;
+};
+
+// One version of `mb` MB (random bytes in one file) published under base, announced, fetched by a
+// subscriber over tcp loopback with `window` chunk requests in flight, verified and delivered.
+WeightResult run_weights(uint64_t mb, size_t window, const std::string& base) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(base) / ("updraft-weightbench-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "pub");
+  const WeightVersion v = publish_version((dir / "pub").string(), "policy", 1, [&](const std::string& d) {
+    std::ofstream f(d + "/model.safetensors", std::ios::binary);
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> block(size_t{1} << 17);  // 1 MiB
+    for (uint64_t written = 0; written < mb << 20; written += block.size() * 8) {
+      for (auto& x : block)
+        x = rng();
+      f.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(block.size() * 8));
+    }
+    if (!f)
+      throw updraft::Error("messaging_bench: cannot write " + d + "/model.safetensors");
+  });
+  WeightPublisherOptions po;
+  po.pub_endpoint = "tcp://127.0.0.1:0";
+  po.request_endpoint = "tcp://127.0.0.1:0";
+  WeightPublisher pub(po);
+  WeightSubscriberOptions so;
+  so.pub_endpoint = pub.pub_endpoint();
+  so.request_endpoint = pub.request_endpoint();
+  so.kinds = {WeightKind::kPolicy};
+  so.local_root = (dir / "sub").string();
+  so.prefer_transfer = true;
+  so.window = window;
+  so.poll_interval = std::chrono::milliseconds(200);
+  WeightSubscriber sub(so);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the SUB connects before the PUB speaks
+  WeightResult r;
+  const double c0 = process_cpu_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Announcement a = pub.announce(v.dir, WeightKind::kPolicy);
+  r.announce_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!sub.wait_delivered(WeightKind::kPolicy, a.version, std::chrono::minutes(10)))
+    throw updraft::Error("messaging_bench: version not delivered: " + sub.stats().last_failure);
+  r.deliver_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  r.cpu_s = process_cpu_s() - c0;
+  r.mb = static_cast<double>(sub.stats().fetched_bytes) / 1e6;
+  r.chunks = pub.stats().chunks_served;
+  r.retries = sub.stats().chunk_retries;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +246,7 @@ int main(int argc, char** argv) {
   double seconds = 8;
   uint32_t tokens = 512, hidden = 1024, k = 8;
   std::string sync = "both", base = std::filesystem::temp_directory_path().string();
+  uint64_t weights_mb = 256;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -194,8 +262,12 @@ int main(int argc, char** argv) {
       sync = next();
     else if (a == "--dir")
       base = next();
-    else if (a == "--quick")
+    else if (a == "--weights-mb")
+      weights_mb = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--quick") {
       seconds = 2;
+      weights_mb = 32;
+    }
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -222,5 +294,21 @@ int main(int argc, char** argv) {
   std::printf(
       "\nCPU s/MB: whole process (generators, senders, ZeroMQ, validation, RocksDB) per acked MB;\n"
       "CPU s/MB path: the same without the generator threads' record copies.\n");
+  if (weights_mb > 0) {
+    std::printf("\nweight link: one %llu MB version over tcp loopback, chunks of 4 MiB, fetched into the "
+                "subscriber's own directory (fsync, rename, sha256 of every file)\n",
+                static_cast<unsigned long long>(weights_mb));
+    std::printf("%-8s %12s %12s %12s %10s %8s %8s\n", "window", "announce s", "deliver s", "MB/s", "CPU s/MB",
+                "chunks", "retries");
+    for (size_t window : {size_t{1}, size_t{4}}) {
+      const WeightResult r = run_weights(weights_mb, window, base);
+      std::printf("%-8zu %12.2f %12.2f %12.1f %10.4f %8llu %8llu\n", window, r.announce_s, r.deliver_s,
+                  r.mb / r.deliver_s, r.cpu_s / r.mb, static_cast<unsigned long long>(r.chunks),
+                  static_cast<unsigned long long>(r.retries));
+    }
+    std::printf(
+        "announce s: announce()'s hashing of the version's files; deliver s: announce to on_version, both ends in this "
+        "process (their CPU together in CPU s/MB).\n");
+  }
   return 0;
 }
