@@ -46,7 +46,7 @@ struct DemoOptions {
   std::string model_dir;    // the policy (HF dir + tokenizer.json); empty: the built-in one
   std::string drafter_dir;  // its initial drafter; empty: the built-in one, or trained here
   std::string out_dir = "updraft-demo";
-  std::string domain = "mix";  // RL prompts: mix, arith, code, or a curriculum "A>B" (e.g. arith>code)
+  std::string domain = "arith>code";  // RL prompts: mix, arith, code, or a curriculum "A>B" (the default)
   int64_t switch_step = 0;     // curriculum: steps of stage A (0: a quarter of the run)
   int64_t steps = 16;
   int64_t prompts_per_step = 8, group = 4;
@@ -57,7 +57,7 @@ struct DemoOptions {
   bool adaptive_spec = true;  // workers fall back to plain decoding while speculation does not pay
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
   int64_t trainer_steps_per_round = 10;
-  double trainer_share = 2.0;
+  double trainer_share = 4.0;
   double trainer_lr = 3e-4;
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end
