@@ -8,7 +8,7 @@
 // Then the weight link (messaging/weight_link.h): a published version of --weights-mb MB is
 // announced over tcp loopback and fetched in chunks by a subscriber that does not share the
 // publisher's directory (prefer_transfer), into its own directory, verified and delivered: the
-// time from announce() to delivery, MB/s, and the process CPU per MB; announce()'s own hashing
+// time from announce() to delivery, MB/s, and the process CPU per MB; announce()'s own check
 // of the version is timed apart.
 //
 //   messaging_bench [--workers 4] [--seconds 8] [--tokens 512] [--hidden 1024]
@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(r.retries));
     }
     std::printf(
-        "announce s: announce()'s hashing of the version's files; deliver s: announce to on_version, both ends in this "
+        "announce s: announce()'s completeness check (manifest, sizes; no hashing); deliver s: announce to on_version, both ends in this "
         "process (their CPU together in CPU s/MB).\n");
   }
   return 0;

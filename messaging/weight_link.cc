@@ -125,7 +125,8 @@ Announcement WeightPublisher::announce(const std::string& dir, WeightKind kind,
                                        const std::vector<std::pair<std::string, double>>& metrics) {
   UPD_REQUIRE(metrics.size() <= kMaxAnnouncementMetrics)
       << "weight publisher: at most " << kMaxAnnouncementMetrics << " metrics per announcement";
-  const WeightVersion v = verify_version(dir, weight_kind_name(kind));  // complete and intact
+  const WeightVersion v = verify_version(dir, weight_kind_name(kind),  // complete (and intact)
+                                         options_.hash_on_announce ? VerifyLevel::kHashes : VerifyLevel::kSizes);
   auto s = std::make_shared<Served>();
   s->dir = dir;
   Announcement& a = s->announcement;
@@ -369,7 +370,24 @@ void WeightSubscriber::run() {
       Clock::time_point after{};
     } retry[2];
     std::unique_ptr<Fetch> fetch;
+    // Copies fetched by an earlier process count as fetched (oldest first), so the keep-two rule
+    // prunes them; its half-written ".tmp" directories are removed now.
     std::vector<fs::path> fetched_dirs[2];
+    if (!options_.local_root.empty())
+      for (const WeightKind k : options_.kinds) {
+        for (const WeightVersion& v : list_versions(options_.local_root, weight_kind_name(k)))
+          fetched_dirs[kind_index(k)].push_back(v.dir);
+        const std::string prefix = std::string(weight_kind_name(k)) + "-v";
+        std::vector<fs::path> partial;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(options_.local_root, ec)) {
+          const std::string name = e.path().filename().string();
+          if (name.size() == prefix.size() + 12 && name.starts_with(prefix) && name.ends_with(".tmp"))
+            partial.push_back(e.path());
+        }
+        for (const fs::path& p : partial)
+          fs::remove_all(p, ec);
+      }
     uint64_t delivered[2] = {options_.min_version[0], options_.min_version[1]};
     auto follows = [&](WeightKind k) {
       return std::find(options_.kinds.begin(), options_.kinds.end(), k) != options_.kinds.end();
@@ -413,6 +431,7 @@ void WeightSubscriber::run() {
       if (pending[k] && pending[k]->version <= a.version)
         pending[k].reset();
       if (!shared) {
+        std::erase(fetched_dirs[k], fs::path(dir));  // refetched over a copy adopted at start
         fetched_dirs[k].push_back(dir);
         while (fetched_dirs[k].size() > 2) {
           std::error_code ec;

@@ -7,7 +7,9 @@
 //            ── Announcement / WeightChunk ────▶
 //
 // Publisher. announce(dir, kind, metrics) reads the version's manifest (the directory must be a
-// complete published version), computes the manifest's sha256 (which pins every file, the
+// complete published version: manifest valid, every listed file present with its listed size,
+// nothing unlisted; each file's sha256 is re-read only with hash_on_announce, since every
+// consumer verifies the files in full before use), computes the manifest's sha256 (which pins every file, the
 // manifest listing each file's sha256) and the transfer plan (files in name order, manifest
 // last, cut into chunk_bytes pieces), makes the version current for its kind and publishes the
 // Announcement. It serves chunks of the last keep_versions versions per kind, reading the files
@@ -33,7 +35,9 @@
 // (1 s, doubling with each failure of that version, at most 5 min; a newer version is taken at
 // once). A chunk failing its crc32c is dropped and re-requested after request_timeout. Versions reach on_version in
 // increasing order per kind; a newer announcement during a fetch supersedes it. The subscriber
-// keeps the two newest fetched versions per kind under local_root and removes older ones.
+// keeps the two newest fetched versions per kind under local_root and removes older ones; copies
+// an earlier process left there count as fetched before any of this one's (so they are pruned
+// once two new versions arrive), and its half-written ".tmp" directories are removed at start.
 //
 // Security as the record link: the publisher binds loopback only unless CURVE is configured
 // (both sockets, allow-list through ZAP); message size caps on every socket; every incoming
@@ -68,6 +72,7 @@ struct WeightPublisherOptions {
   size_t chunk_bytes = size_t{4} << 20;  // <= kMaxChunkBytes
   bool serve_chunks = true;
   size_t keep_versions = 2;  // per kind, served as chunks
+  bool hash_on_announce = false;  // re-read every file for its sha256 at announce()
   std::optional<CurveServer> curve;
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -82,7 +83,7 @@ WeightVersion publish_version(const std::string& root, const std::string& kind, 
   return v;
 }
 
-WeightVersion verify_version(const std::string& dir, const std::string& kind) {
+WeightVersion verify_version(const std::string& dir, const std::string& kind, VerifyLevel level) {
   const fs::path d(dir);
   nlohmann::json m;
   try {
@@ -124,10 +125,10 @@ WeightVersion verify_version(const std::string& dir, const std::string& kind) {
     if (size != info["bytes"].get<uint64_t>())
       throw Error(p.string() + ": size " + std::to_string(size) + " differs from the manifest's " +
                   std::to_string(info["bytes"].get<uint64_t>()));
-    const std::string hex = sha256_file_hex(p.string());
-    if (hex != info["sha256"].get<std::string>())
+    const std::string claimed = info["sha256"].get<std::string>();
+    if (level == VerifyLevel::kHashes && sha256_file_hex(p.string()) != claimed)
       throw Error(p.string() + ": sha256 mismatch (corrupt or altered)");
-    v.sha256[name] = hex;
+    v.sha256[name] = claimed;
   }
   for (const auto& e : fs::directory_iterator(d)) {
     const std::string name = e.path().filename().string();
@@ -138,11 +139,11 @@ WeightVersion verify_version(const std::string& dir, const std::string& kind) {
   return v;
 }
 
-WeightVersion latest_version(const std::string& root, const std::string& kind) {
-  WeightVersion best;
+std::vector<WeightVersion> list_versions(const std::string& root, const std::string& kind) {
+  std::vector<WeightVersion> out;
   std::error_code ec;
   if (!fs::is_directory(root, ec))
-    return best;
+    return out;
   const std::string prefix = kind + "-v";
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
@@ -151,14 +152,19 @@ WeightVersion latest_version(const std::string& root, const std::string& kind) {
     const std::string digits = name.substr(prefix.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos)
       continue;
-    const uint64_t v = std::stoull(digits);
-    if (best.dir.empty() || v > best.version) {
-      best.dir = e.path().string();
-      best.kind = kind;
-      best.version = v;
-    }
+    WeightVersion v;
+    v.dir = e.path().string();
+    v.kind = kind;
+    v.version = std::stoull(digits);
+    out.push_back(std::move(v));
   }
-  return best;
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.version < b.version; });
+  return out;
+}
+
+WeightVersion latest_version(const std::string& root, const std::string& kind) {
+  std::vector<WeightVersion> all = list_versions(root, kind);
+  return all.empty() ? WeightVersion{} : std::move(all.back());
 }
 
 }  // namespace updraft

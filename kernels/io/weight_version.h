@@ -14,14 +14,17 @@
 //
 // verify_version() checks the manifest (format, kind, version matching the directory name),
 // and every listed file's size and sha256, and that the directory holds no unlisted file;
-// Error naming the file and the problem otherwise. Loading (shapes, dtypes, header) is the
-// model loader's job and comes after.
+// Error naming the file and the problem otherwise. With VerifyLevel::kSizes it skips reading the
+// files for their sha256 (the returned digests are the manifest's claims): for a publisher that
+// just wrote the version and whose consumers verify in full. Loading (shapes, dtypes, header) is
+// the model loader's job and comes after.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,10 +44,16 @@ WeightVersion publish_version(const std::string& root, const std::string& kind, 
                               const std::function<void(const std::string& dir)>& write_files,
                               const nlohmann::json& meta = nlohmann::json::object());
 
-WeightVersion verify_version(const std::string& dir, const std::string& kind);
+enum class VerifyLevel { kSizes, kHashes };
 
-// The highest complete version of `kind` under root (by directory name; ".tmp" ignored), or
-// nullopt-like version 0 with an empty dir when none exists. Not verified.
+WeightVersion verify_version(const std::string& dir, const std::string& kind,
+                             VerifyLevel level = VerifyLevel::kHashes);
+
+// The versions of `kind` under root by directory name (".tmp" ignored), lowest first, with dir,
+// kind and version set; empty when root is missing. Not verified.
+std::vector<WeightVersion> list_versions(const std::string& root, const std::string& kind);
+
+// The highest of list_versions(), or version 0 with an empty dir when none exists. Not verified.
 WeightVersion latest_version(const std::string& root, const std::string& kind);
 
 }  // namespace updraft

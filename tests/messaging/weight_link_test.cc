@@ -263,6 +263,40 @@ TEST(WeightLink, DeliversByTransferAndBySharedPath) {
   EXPECT_THROW(pub.announce(v2.dir, WeightKind::kPolicy), Error);        // the manifest says drafter
 }
 
+TEST(WeightLink, LeftoversOfAnEarlierSubscriberArePruned) {
+  TempDir root, local;
+  // An earlier process left two complete copies, a half-written one, and files not its own.
+  const fs::path old7 = publish(local.path(), 7).dir, old8 = publish(local.path(), 8).dir;
+  fs::create_directories(fs::path(local.path()) / "drafter-v00000009.tmp");
+  fs::create_directories(fs::path(local.path()) / "policy-v00000003.tmp");  // a kind not followed
+  write(fs::path(local.path()) / "notes.txt", "keep");
+  ZmqContext ctx;
+  WeightPublisher pub(inproc_publisher(ctx.get(), "wl-left"));
+  Delivered d;
+  auto so = subscriber_for(pub, ctx.get(), d);
+  so.prefer_transfer = true;
+  so.local_root = local.path();
+  WeightSubscriber sub(so);
+  pub.announce(publish(root.path(), 1).dir, WeightKind::kDrafter);
+  ASSERT_TRUE(sub.wait_delivered(WeightKind::kDrafter, 1, 10s)) << sub.stats().last_failure;
+  EXPECT_FALSE(fs::exists(fs::path(local.path()) / "drafter-v00000009.tmp"));
+  EXPECT_TRUE(fs::exists(fs::path(local.path()) / "policy-v00000003.tmp"));
+  EXPECT_FALSE(fs::exists(old7));  // pruned first: the oldest of three fetched
+  EXPECT_TRUE(fs::exists(old8));
+  // Version 8 again (a restarted publisher's numbering, new bytes): fetched over the adopted copy,
+  // which then counts as the newest, not the oldest.
+  const fs::path new8 = publish(root.path(), 8, 30000).dir;
+  pub.announce(new8, WeightKind::kDrafter);
+  ASSERT_TRUE(sub.wait_delivered(WeightKind::kDrafter, 8, 10s)) << sub.stats().last_failure;
+  EXPECT_TRUE(same_files(new8, old8));
+  pub.announce(publish(root.path(), 9).dir, WeightKind::kDrafter);
+  ASSERT_TRUE(sub.wait_delivered(WeightKind::kDrafter, 9, 10s)) << sub.stats().last_failure;
+  EXPECT_FALSE(fs::exists(fs::path(local.path()) / "drafter-v00000001"));
+  EXPECT_TRUE(same_files(new8, old8));
+  EXPECT_TRUE(fs::exists(fs::path(local.path()) / "drafter-v00000009"));
+  EXPECT_EQ(read(fs::path(local.path()) / "notes.txt"), "keep");
+}
+
 TEST(WeightLink, LateJoinerOverTcpGetsOnlyTheCurrentVersion) {
   TempDir root, local;
   WeightPublisherOptions po;
@@ -302,6 +336,36 @@ TEST(WeightLink, LateJoinerOverTcpGetsOnlyTheCurrentVersion) {
   for (const auto& e : fs::directory_iterator(local.path()))
     dirs += e.is_directory();
   EXPECT_EQ(dirs, 2u);
+}
+
+TEST(WeightLink, AnnounceChecksCompletenessAlwaysAndHashesOnlyWhenAsked) {
+  TempDir root;
+  ZmqContext ctx;
+  WeightPublisher quick(inproc_publisher(ctx.get(), "wl-quick"));
+  auto ho = inproc_publisher(ctx.get(), "wl-hash");
+  ho.hash_on_announce = true;
+  WeightPublisher hashing(ho);
+  auto alter = [](const WeightVersion& v, size_t at) {  // same size, one byte changed
+    std::string bytes = read(fs::path(v.dir) / "model.safetensors");
+    bytes[at] ^= 0x10;
+    write(fs::path(v.dir) / "model.safetensors", bytes);
+  };
+  const WeightVersion v1 = publish(root.path(), 1);
+  alter(v1, 77);
+  EXPECT_THROW(hashing.announce(v1.dir, WeightKind::kDrafter), Error);  // reads every byte
+  EXPECT_EQ(quick.announce(v1.dir, WeightKind::kDrafter).version, 1u);  // consumers will refuse it
+  const WeightVersion v2 = publish(root.path(), 2);
+  write(fs::path(v2.dir) / "model.safetensors", "short");
+  EXPECT_THROW(quick.announce(v2.dir, WeightKind::kDrafter), Error);  // size differs
+  const WeightVersion v3 = publish(root.path(), 3);
+  write(fs::path(v3.dir) / "stray.bin", "x");
+  EXPECT_THROW(quick.announce(v3.dir, WeightKind::kDrafter), Error);  // unlisted file
+  const WeightVersion v4 = publish(root.path(), 4);
+  const Announcement by_hash = hashing.announce(v4.dir, WeightKind::kDrafter);
+  const Announcement by_size = quick.announce(v4.dir, WeightKind::kDrafter);
+  EXPECT_EQ(by_hash.sha256, by_size.sha256);
+  EXPECT_EQ(by_hash.size_bytes, by_size.size_bytes);
+  EXPECT_EQ(by_hash.chunk_count, by_size.chunk_count);
 }
 
 TEST(WeightLink, AlteredFilesAndVersionsNoLongerServedFailWithoutLeavingAnything) {
