@@ -11,10 +11,13 @@
 // held-out prompts of the built-in corpus, encoded by that tokenizer, and each response ends at
 // end of text or after --tokens N, as RL rollouts do (--ignore-eos runs every sequence to N);
 // --sequences S (default 32) decodes S sequences per batch size, one batch after another;
-// --temperature T samples (seeded per sequence) instead of greedy decoding.
+// --temperature T samples (seeded per sequence) instead of greedy decoding; --domain arith|code
+// takes the prompts of one domain only (default: the mix).
+// --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
+// depths: how the best depth moves with the drafter's acceptance.
 //
 // usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
-//                   [--draft DIR] [--model DIR] [--temperature T]
+//                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -178,6 +181,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::string draft_dir, model_dir;
   float temperature = 0;
+  corpus::Mix mix;
+  std::vector<std::pair<std::string, SpecSettings>> settings = {
+      {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--capture-cost"))
       capture_cost = true;
@@ -199,6 +205,25 @@ int main(int argc, char** argv) {
       model_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc)
       temperature = std::stof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--domain") && i + 1 < argc)
+      mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
+    else if (!std::strcmp(argv[i], "--chains") && i + 1 < argc) {
+      settings.clear();
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        const int64_t d = std::stoll(list.substr(at, end - at));
+        if (d < 1 || d > 16) {
+          std::fprintf(stderr, "spec_bench: chain depths are 1..16, got %ld\n", d);
+          return 2;
+        }
+        settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
+        at = end + 1;
+      }
+    } else {
+      std::fprintf(stderr, "spec_bench: unknown or incomplete option %s\n", argv[i]);
+      return 2;
+    }
   }
 
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
@@ -218,7 +243,7 @@ int main(int argc, char** argv) {
   if (!model_dir.empty()) {
     const Tokenizer tok = Tokenizer::load(model_dir);
     for (const corpus::Sample& smp :
-         corpus::make_samples(corpus::Mix{}, corpus::Split::kHeldOut, std::max<int64_t>(64, sequences), 3))
+         corpus::make_samples(mix, corpus::Split::kHeldOut, std::max<int64_t>(64, sequences), 3))
       prompts.push_back(tok.encode(smp.prompt));
   } else {
     for (int64_t b = 0; b < 64; ++b) {
@@ -255,8 +280,6 @@ int main(int argc, char** argv) {
       ignore_eos ? "exactly" : "up to end of text or", tokens, temperature);
   std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
               "tau", "roofline", "draft", "verify", "other", "accept per position");
-  const std::vector<std::pair<const char*, SpecSettings>> settings = {
-      {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
   for (int64_t B : batches) {
     const int64_t groups = std::max<int64_t>(1, sequences / B);
     // Plain and every setting take turns `reps` times; each figure is the total over its turns,
@@ -281,7 +304,7 @@ int main(int argc, char** argv) {
                              : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
         acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
       }
-      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %7.0f%% %6.0f%% %6.0f%% %6.0f%%  %s\n", name, B,
+      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %7.0f%% %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
                   plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(),
                   100.0 * roof, 100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
                   100.0 * other / sp.seconds, acc.c_str());
@@ -300,7 +323,7 @@ int main(int argc, char** argv) {
         std::printf(
             "  %-18s verify %2ld rows %.3f ms (%.2f plain steps) + %ld draft steps of %.3f ms (%.2f each) = %.2f "
             "plain steps per round; at the measured tau %.2f that predicts %.2fx\n",
-            settings[k].first, s.draft_tokens, 1e3 * v, v / p1, s.steps, 1e3 * d, d / p1, round, spec[k].spec.tau(),
+            settings[k].first.c_str(), s.draft_tokens, 1e3 * v, v / p1, s.steps, 1e3 * d, d / p1, round, spec[k].spec.tau(),
             spec[k].spec.tau() / round);
       }
       std::printf("\n");

@@ -432,9 +432,13 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;
     rec.tau_online = online.spec.tau();
     int64_t speculated = 0;
-    for (const BatchReport& b : online.batches)
+    double depth_sum = 0;
+    for (const BatchReport& b : online.batches) {
       speculated += b.speculated;
+      depth_sum += b.mean_depth * static_cast<double>(b.completions.size());
+    }
     rec.spec_share = static_cast<double>(speculated) / static_cast<double>(reqs.size());
+    rec.mean_depth = depth_sum / static_cast<double>(reqs.size());
     rec.tau_frozen = frozen.spec.tau();
     rec.gen_online_s = online.seconds;
     rec.gen_frozen_s = frozen.seconds;
@@ -498,11 +502,11 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     for (uint64_t v : rec.promoted)
       promo += " +drafter v" + std::to_string(v);
     spdlog::info(
-        "demo: step {}/{} [{}]  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}, {:.0f}% speculative) vs frozen {:.2f}  tokens/s "
+        "demo: step {}/{} [{}]  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}, {:.0f}% speculative, depth {:.1f}) vs frozen {:.2f}  tokens/s "
         "online {:.0f} frozen {:.0f} plain {:.0f}  speedup gen {:.2f}x step {:.2f}x  [update {:.1f} s, capture {:.1f} "
         "s, trainer {:.1f} s]{}",
         s + 1, o.steps, rec.domain, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version,
-        100 * rec.spec_share, rec.tau_frozen,
+        100 * rec.spec_share, rec.mean_depth, rec.tau_frozen,
         rec.tps_online, rec.tps_frozen, rec.tps_plain, rec.gen_speedup(), rec.step_speedup(), rec.update_s,
         rec.capture_s, rec.trainer_slot_s, promo);
     steps.push_back(rec);

@@ -66,6 +66,7 @@ nlohmann::json step_json(const StepRecord& s) {
           {"format_rate", s.format_rate},
           {"domain", s.domain},
           {"spec_share", s.spec_share},
+          {"mean_depth", s.mean_depth},
           {"tau_online", s.tau_online},
           {"tau_frozen", s.tau_frozen},
           {"tokens_per_s", {{"online", s.tps_online}, {"frozen", s.tps_frozen}, {"plain", s.tps_plain}}},

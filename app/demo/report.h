@@ -16,8 +16,9 @@ struct StepRecord {
   uint64_t policy_version = 0, drafter_version = 0;  // what the online run generated with
   std::string domain;  // of the step's prompts
   double reward = 0, format_rate = 0;
-  double tau_online = 0, tau_frozen = 0;  // online: over its speculative requests
+  double tau_online = 0, tau_frozen = 0;  // online: over its requests at the full settings
   double spec_share = 1;  // fraction of the online run's requests decoded speculatively (adaptive)
+  double mean_depth = 0;  // chain depth per online request (0 for plain; adaptive speculation)
   double tps_online = 0, tps_frozen = 0, tps_plain = 0;  // generated tokens / wall seconds
   double gen_online_s = 0, gen_frozen_s = 0, gen_plain_s = 0;
   double capture_s = 0, update_s = 0, trainer_slot_s = 0;

@@ -35,11 +35,25 @@ Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy,
                std::shared_ptr<const DraftModel> drafter, uint64_t drafter_version,
                std::shared_ptr<messaging::RecordSender> sender)
     : options_(std::move(options)), sender_(std::move(sender)), policy_(std::move(policy)),
-      policy_version_(policy_version) {
+      policy_version_(policy_version),
+      adaptive_(options_.engine.spec.steps, options_.adaptive.shorter_chains && options_.engine.spec.chain(),
+                options_.adaptive.ema) {
   UPD_REQUIRE(policy_ != nullptr) << "Worker: a policy is required";
   serving_ = {std::move(drafter), drafter_version};
   if (serving_.model)
     policy_->check_aux_layers(serving_.model->aux_layers());
+  options_.engine.spec.validate();
+  if (options_.adaptive.enabled) {
+    // The first engine of a process pays first-touch costs for its caches (about 0.2 s for the
+    // default 256 MiB; later ones reuse the memory): paid here, not by the first measured run.
+    Engine warm(*policy_, options_.engine, serving_.model.get());
+  }
+  UPD_REQUIRE(options_.adaptive.fixed_depth <= full_depth() &&
+              (options_.adaptive.fixed_depth == full_depth() || options_.adaptive.fixed_depth < 1 ||
+               options_.engine.spec.chain()))
+      << "Worker: adaptive fixed_depth " << options_.adaptive.fixed_depth << " is not plain, a chain depth up to "
+      << full_depth() << ", or the full settings";
+  metrics_.adaptive_depth_batches.assign(static_cast<size_t>(full_depth()) + 1, 0);
 }
 
 bool Worker::offer_policy(const std::string& dir) {
@@ -195,44 +209,38 @@ void Worker::watch_acceptance(const BatchReport& rep) {
 
 Worker::Run Worker::run_engine(const PolicyModel& policy, const DraftModel* drafter,
                                const std::vector<GenRequest>& requests, const std::vector<size_t>& indices,
-                               bool speculate, bool capture) const {
+                               int64_t depth, bool capture) const {
   Run run;
   if (indices.empty())
     return run;
-  const auto t0 = std::chrono::steady_clock::now();
-  Engine engine(policy, options_.engine, drafter);
+  EngineOptions eo = options_.engine;
+  if (depth > 0 && depth < full_depth())
+    eo.spec = SpecSettings{depth, 1, depth + 1};  // a shorter chain (adaptive speculation)
+  Engine engine(policy, eo, drafter);
   std::map<uint64_t, size_t> index_of;
   for (size_t i : indices) {
     GenRequest r = requests[i];
-    r.speculate = speculate;
+    r.speculate = depth > 0;
     r.capture = capture;
     index_of[engine.submit(std::move(r))] = i;
   }
+  // Timed from here: building the engine (zeroing its caches) costs the same at every depth
+  // and would weigh on a small group's per-token cost more than on a large one's.
+  const auto t0 = std::chrono::steady_clock::now();
   for (GenResult& g : engine.run()) {
     run.tokens += static_cast<int64_t>(g.tokens.size());
+    run.spec.merge(g.spec);
     run.done[index_of.at(g.id)] = std::move(g);
   }
   run.seconds = seconds_since(t0);
   return run;
 }
 
-bool Worker::adaptive_speculate() const {
-  if (spec_tps_ <= 0)
-    return true;  // measure speculation first
-  if (plain_tps_ <= 0)
-    return false;  // then plain decoding, once
-  return spec_tps_ >= plain_tps_;
-}
-
-void Worker::adaptive_update(bool speculative, const Run& run) {
-  if (run.seconds <= 0 || run.tokens == 0)
-    return;
-  const double tps = static_cast<double>(run.tokens) / run.seconds;
-  double& est = speculative ? spec_tps_ : plain_tps_;
-  est = est <= 0 ? tps : (1 - options_.adaptive.ema) * est + options_.adaptive.ema * tps;
+void Worker::adaptive_update(int64_t depth, const Run& run) {
+  adaptive_.observe(depth, run.seconds, run.tokens, run.spec);
   std::lock_guard<std::mutex> lock(mu_);
-  metrics_.spec_tps_estimate = spec_tps_;
-  metrics_.plain_tps_estimate = plain_tps_;
+  metrics_.spec_tps_estimate = adaptive_.predicted_tps(full_depth());
+  metrics_.plain_tps_estimate = adaptive_.predicted_tps(0);
 }
 
 BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mode) {
@@ -263,42 +271,53 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
     all[i] = i;
   std::map<uint64_t, GenResult> done;
   const auto t0 = std::chrono::steady_clock::now();
-  if (mode == GenMode::kServing && options_.adaptive.enabled && !adaptive_speculate()) {
-    // The probe requests speculate on their own; the rest is decoded plainly.
-    std::vector<size_t> probe, rest;
-    const size_t every = static_cast<size_t>(std::max<int64_t>(1, options_.adaptive.probe_every));
-    for (size_t i = 0; i < all.size(); ++i)
-      (i % every == 0 ? probe : rest).push_back(i);
-    // The first run after a policy swap pays for cold caches (the new weights' first touch),
-    // so the two runs take turns going first; otherwise that cost always lands on one side.
-    const bool probe_first = adaptive_order_++ % 2 == 0;
-    Run sp, pl;
-    if (probe_first)
-      sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
-    pl = run_engine(*policy, drafter.model.get(), requests, rest, false, capture);
-    if (!probe_first)
-      sp = run_engine(*policy, drafter.model.get(), requests, probe, true, capture);
-    adaptive_update(true, sp);
-    if (!rest.empty())
-      adaptive_update(false, pl);
-    done = std::move(sp.done);
-    done.merge(pl.done);
-    rep.speculated = static_cast<int64_t>(probe.size());
+  // Two groups: the probe requests (every probe_every-th, serving batches only) and the rest,
+  // each decoded at its depth, as one engine run when the depths agree.
+  const int64_t D = full_depth();
+  const bool adaptive = mode == GenMode::kServing && options_.adaptive.enabled;
+  int64_t rest_depth = mode == GenMode::kPlain ? 0 : D, probe_depth = rest_depth;
+  if (adaptive && options_.adaptive.fixed_depth >= 0) {
+    rest_depth = options_.adaptive.fixed_depth;
+  } else if (adaptive) {
+    rest_depth = adaptive_.choose();
+    if (rest_depth == D && !adaptive_.plain_measured() && adaptive_.predicted_tps(D) > 0)
+      probe_depth = 0;  // measure plain decoding on the probes
+  }
+  rep.depth = rest_depth;
+  std::vector<size_t> probe, rest;
+  const size_t every = static_cast<size_t>(std::max<int64_t>(1, options_.adaptive.probe_every));
+  for (size_t i = 0; i < all.size(); ++i)
+    (adaptive && rest_depth != probe_depth && i % every == 0 ? probe : rest).push_back(i);
+  // The first run after a policy swap pays for cold caches (the new weights' first touch), so
+  // the two runs take turns going first; otherwise that cost always lands on one side.
+  const bool probe_first = probe.empty() || adaptive_order_++ % 2 == 0;
+  int64_t depth_sum = 0;
+  for (const int k : {0, 1}) {
+    const bool is_probe = (k == 0) == probe_first;
+    const std::vector<size_t>& group = is_probe ? probe : rest;
+    const int64_t d = is_probe ? probe_depth : rest_depth;
+    if (group.empty())
+      continue;
+    Run r = run_engine(*policy, drafter.model.get(), requests, group, d, capture);
+    if (adaptive)
+      adaptive_update(d, r);
+    const auto n = static_cast<int64_t>(group.size());
+    (d == D ? rep.spec : rep.spec_shortened).merge(r.spec);  // plain runs count nothing
+    rep.speculated += d > 0 ? n : 0;
+    rep.at_full += d == D ? n : 0;
+    depth_sum += d * n;
+    done.merge(r.done);
+  }
+  rep.mean_depth = all.empty() ? 0.0 : static_cast<double>(depth_sum) / static_cast<double>(all.size());
+  if (adaptive) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++metrics_.adaptive_plain_batches;
-  } else {
-    const bool speculate = mode != GenMode::kPlain;
-    Run r = run_engine(*policy, drafter.model.get(), requests, all, speculate, capture);
-    if (mode == GenMode::kServing && options_.adaptive.enabled)
-      adaptive_update(true, r);
-    done = std::move(r.done);
-    rep.speculated = speculate ? static_cast<int64_t>(requests.size()) : 0;
+    ++metrics_.adaptive_depth_batches[static_cast<size_t>(rest_depth)];
+    metrics_.adaptive_plain_batches = metrics_.adaptive_depth_batches[0];
   }
   rep.generate_seconds = seconds_since(t0);
   for (size_t i = 0; i < requests.size(); ++i) {
     Completion c{std::move(done.at(i)), rep.policy_version, rep.drafter_version};
     rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
-    rep.spec.merge(c.result.spec);
     rep.completions.push_back(std::move(c));
   }
 

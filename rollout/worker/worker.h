@@ -29,16 +29,21 @@
 //  * Every completion carries the policy and drafter versions it was generated with; the
 //    worker's metrics are labelled by both.
 //
-// Adaptive speculation (WorkerOptions::adaptive, serving batches only): speculate only while it
-// pays. A stale or still-learning drafter with low acceptance makes speculative decoding slower
-// than plain decoding (anchors.md), so the worker keeps two estimates of its own serving
-// throughput, speculative and plain tokens/s (EMA over its batches), and decodes each serving
-// batch in the faster mode. Every probe_every-th request of a batch (at least one) always
-// speculates, as its own engine run when the rest is plain, so the serving drafter's acceptance
-// and speculative speed stay measured and a drafter that has improved is noticed at the next
-// batch. Until both estimates exist the batch speculates (then, once, decodes plainly). Plain
-// requests are captured like speculative ones (same records). The estimates assume the worker's
-// batches have a similar shape (one batch size); per-batch-size buckets are not kept.
+// Adaptive speculation (WorkerOptions::adaptive, serving batches only): speculate only as far as
+// it pays. A stale or still-learning drafter with low acceptance makes speculative decoding
+// slower than plain decoding (anchors.md), and a chain's later positions, rarely accepted, cost
+// a draft step each and verify rows, so each serving batch runs at the chain depth (0: plain;
+// 1..steps with a chain, only the full settings with a tree) with the highest predicted
+// throughput: acceptance per draft position and seconds per round of each depth, measured on
+// the worker's own runs (rollout/worker/adaptive_spec.h). Every probe_every-th request of a
+// batch (at least one) always runs the full settings, as its own engine run when the rest does
+// not, so the drafter's acceptance at every position stays measured and a drafter that has
+// improved is noticed at the next batch (until plain decoding has been measured, the probes are
+// decoded plainly instead and the rest at the full settings). Requests not at the full settings are captured like the
+// others (same records). The estimates assume the worker's batches have a similar shape (one
+// batch size); per-batch-size buckets are not kept. BatchReport::spec (the live acceptance the
+// rollback watch reads, and τ everywhere else) counts only requests at the full settings;
+// shortened chains are in spec_shortened.
 //
 // Modes of generate(): kServing (speculative with the serving drafter), kReference (speculative
 // with a fixed reference drafter, e.g. a frozen copy to compare against), kPlain (no drafter).
@@ -61,14 +66,17 @@
 #include "messaging/record_sender.h"
 #include "rollout/engine.h"
 #include "rollout/policy_model.h"
+#include "rollout/worker/adaptive_spec.h"
 #include "trainer/capture.h"
 
 namespace updraft {
 
 struct AdaptiveSpecOptions {
   bool enabled = false;
-  int64_t probe_every = 4;  // one request in probe_every always speculates
-  double ema = 0.5;         // weight of the newest run in each tokens/s estimate
+  int64_t probe_every = 4;  // one request in probe_every always runs the full settings
+  double ema = 0.5;         // weight of the newest run in each estimate (reach, cost)
+  bool shorter_chains = true;  // with a chain, also consider depths 1..steps-1 (else: all or plain)
+  int64_t fixed_depth = -1;    // 0..steps: the non-probe requests always run at it (measurements, tests)
 };
 
 struct WorkerOptions {
@@ -93,10 +101,14 @@ struct BatchReport {
   GenMode mode = GenMode::kServing;
   std::vector<Completion> completions;  // in request order
   uint64_t policy_version = 0, drafter_version = 0;
-  SpecStats spec;  // over the speculative requests
+  SpecStats spec;            // over the requests decoded at the full speculation settings
+  SpecStats spec_shortened;  // over those adaptive speculation ran at a shorter chain
   int64_t generated_tokens = 0;
   double generate_seconds = 0;
-  int64_t speculated = 0;  // requests decoded speculatively (all but kPlain's unless adaptive)
+  int64_t speculated = 0;  // requests decoded speculatively at any depth (all but kPlain's unless adaptive)
+  int64_t depth = 0;       // chain depth of the non-probe requests (0: plain; steps: full settings)
+  int64_t at_full = 0;     // requests decoded at the full settings (probes included)
+  double mean_depth = 0;   // chain depth per request (0 for plain)
   double tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
 };
 
@@ -109,8 +121,11 @@ struct WorkerMetrics {
   std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
   int64_t rollback_confirmations = 0;  // live alarms checked on the same completions (rolled back or not)
-  double spec_tps_estimate = 0, plain_tps_estimate = 0;  // adaptive speculation (0: not measured yet)
-  int64_t adaptive_plain_batches = 0;  // serving batches whose non-probe requests were decoded plainly
+  // Adaptive speculation: predicted tokens/s at the full settings and plain (0: not measured yet),
+  // and serving batches by the depth of their non-probe requests ([0]: plain).
+  double spec_tps_estimate = 0, plain_tps_estimate = 0;
+  std::vector<int64_t> adaptive_depth_batches;
+  int64_t adaptive_plain_batches = 0;  // = adaptive_depth_batches[0]
 };
 
 class Worker {
@@ -143,13 +158,15 @@ class Worker {
   struct Run {
     std::map<uint64_t, GenResult> done;  // by request index
     int64_t tokens = 0;
-    double seconds = 0;
+    double seconds = 0;  // engine.run() only, not building the engine
+    SpecStats spec;
   };
-  // One engine run over requests[indices] (capture as for the batch's mode).
+  // One engine run over requests[indices] at chain depth `depth` (0: plain; full_depth(): the
+  // engine's settings), capture as for the batch's mode.
   Run run_engine(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& requests,
-                 const std::vector<size_t>& indices, bool speculate, bool capture) const;
-  bool adaptive_speculate() const;             // decision for a serving batch's non-probe requests
-  void adaptive_update(bool speculative, const Run& run);
+                 const std::vector<size_t>& indices, int64_t depth, bool capture) const;
+  int64_t full_depth() const { return options_.engine.spec.steps; }
+  void adaptive_update(int64_t depth, const Run& run);
   void apply_staged();                         // worker thread, between batches
   void watch_acceptance(const BatchReport& rep);  // worker thread, after a serving batch
 
@@ -166,8 +183,8 @@ class Worker {
   SpecStats watch_new_, last_of_previous_;  // acceptance since the swap; previous drafter's recent
   bool watching_ = false;
   WorkerMetrics metrics_;
-  double spec_tps_ = 0, plain_tps_ = 0;  // adaptive estimates (worker thread)
-  uint64_t adaptive_order_ = 0;           // which of probe and plain runs first (alternates)
+  AdaptiveSpec adaptive_;         // worker thread
+  uint64_t adaptive_order_ = 0;  // which of the probe and the rest runs first (alternates)
 };
 
 }  // namespace updraft

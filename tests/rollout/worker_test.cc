@@ -179,18 +179,66 @@ TEST(Worker, AdaptiveSpeculationFallsBackToPlainWhenTheDrafterDoesNotPayAndStays
   const BatchReport first = w.generate(greedy_requests(ps), GenMode::kServing);
   EXPECT_EQ(first.speculated, 6);  // nothing measured yet: speculate
   const BatchReport second = w.generate(greedy_requests(ps), GenMode::kServing);
-  EXPECT_EQ(second.speculated, 2);  // then plain once (probes: requests 0 and 3)
+  EXPECT_EQ(second.speculated, 4);  // then plain on the probes (requests 0 and 3), the rest fully
+  EXPECT_EQ(second.at_full, 4);
   EXPECT_GT(w.metrics().spec_tps_estimate, 0);
   EXPECT_GT(w.metrics().plain_tps_estimate, w.metrics().spec_tps_estimate);
   const BatchReport third = w.generate(greedy_requests(ps), GenMode::kServing);
   EXPECT_EQ(third.speculated, 2);  // plain is faster: probes only
-  EXPECT_EQ(w.metrics().adaptive_plain_batches, 2);
+  EXPECT_EQ(third.at_full, 2);
+  EXPECT_EQ(third.depth, 0);       // no shorter chain either: the drafter accepts almost nothing
+  EXPECT_DOUBLE_EQ(third.mean_depth, 4.0 * 2 / 6);
+  EXPECT_EQ(w.metrics().adaptive_plain_batches, 1);
+  EXPECT_EQ(w.metrics().adaptive_depth_batches, (std::vector<int64_t>{1, 0, 0, 0, 2}));
   EXPECT_GT(third.spec.rounds, 0);  // the probes keep acceptance measured
   for (const BatchReport* b : {&first, &second, &third})
     for (size_t i = 0; i < ps.size(); ++i) {  // greedy output is the same whichever way it was decoded
       EXPECT_EQ(b->completions[i].result.tokens, plain.completions[i].result.tokens) << i;
       EXPECT_EQ(b->completions[i].drafter_version, 1u);
     }
+}
+
+TEST(Worker, ShorterChainsAreLosslessAndCountedApartFromTheFullSettings) {
+  Fixture s;
+  const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(16, 1)), 1);
+  const auto drafter = std::make_shared<const DraftModel>(trained_draft(*s.policy, samples, 60));
+  const std::vector<std::vector<int32_t>> ps = prompts(6, 3);
+  WorkerOptions o;
+  o.id = 1;
+  o.engine.spec = SpecSettings{4, 1, 5};
+  o.adaptive.enabled = true;
+  o.adaptive.probe_every = 3;  // probes: requests 0 and 3
+  Worker full(o, s.policy, 1, drafter, 1, nullptr);
+  const BatchReport plain = full.generate(greedy_requests(ps), GenMode::kPlain);
+  EXPECT_EQ(plain.depth, 0);
+  EXPECT_EQ(plain.speculated, 0);
+  const BatchReport all = full.generate(greedy_requests(ps), GenMode::kServing);  // nothing measured: full depth
+  EXPECT_EQ(all.depth, 4);
+  ASSERT_GT(all.spec.rounds, 0);
+  EXPECT_EQ(all.spec_shortened.rounds, 0);
+  for (int64_t d = 1; d <= 3; ++d) {
+    WorkerOptions od = o;
+    od.adaptive.fixed_depth = d;
+    Worker w(od, s.policy, 1, drafter, 1, nullptr);
+    const BatchReport b = w.generate(greedy_requests(ps), GenMode::kServing);
+    EXPECT_EQ(b.depth, d);
+    EXPECT_EQ(b.speculated, 6);
+    ASSERT_GT(b.spec_shortened.rounds, 0);
+    EXPECT_LE(b.spec_shortened.accepted_at.size(), static_cast<size_t>(d));  // never drafted deeper
+    EXPECT_LE(b.spec_shortened.drafted, d * b.spec_shortened.rounds);
+    // The live acceptance (rep.spec) is the probes' at the full settings: requests 0 and 3.
+    EXPECT_EQ(b.spec.rounds, b.completions[0].result.spec.rounds + b.completions[3].result.spec.rounds);
+    EXPECT_EQ(b.completions[0].result.spec.rounds, all.completions[0].result.spec.rounds);
+    EXPECT_EQ(w.metrics().adaptive_depth_batches[static_cast<size_t>(d)], 1);
+    for (size_t i = 0; i < ps.size(); ++i)
+      EXPECT_EQ(b.completions[i].result.tokens, plain.completions[i].result.tokens) << "depth " << d << " request " << i;
+  }
+  WorkerOptions bad = o;
+  bad.adaptive.fixed_depth = 5;
+  EXPECT_THROW(Worker(bad, s.policy, 1, drafter, 1, nullptr), Error);
+  bad.engine.spec = SpecSettings{4, 2, 6};  // a tree has no shorter chains
+  bad.adaptive.fixed_depth = 2;
+  EXPECT_THROW(Worker(bad, s.policy, 1, drafter, 1, nullptr), Error);
 }
 
 TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
