@@ -100,4 +100,31 @@ TttSample sample_of(const GenResult& g, uint64_t policy_version) {
   return t;
 }
 
+std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens) {
+  UPD_REQUIRE(max_tokens >= 2) << "split_sample: max_tokens " << max_tokens << " < 2";
+  const int64_t n = s.length(), P = s.prompt_length, k = s.teacher_k;
+  if (n <= max_tokens)
+    return {s};
+  std::vector<TttSample> out;
+  int64_t a = P - std::min(P, max_tokens / 2), first = P;  // first: the chunk's first trained token
+  for (;;) {
+    const int64_t b = std::min(n, a + max_tokens);
+    TttSample c;
+    c.tokens.assign(s.tokens.begin() + a, s.tokens.begin() + b);
+    c.prompt_length = first - a;
+    const Tensor view = s.aux.rows(a, b);
+    c.aux = Tensor::empty(view.shape(), view.dtype(), view.device());
+    c.aux.copy_from(view);
+    c.teacher_k = k;
+    c.teacher_ids.assign(s.teacher_ids.begin() + (first - P) * k, s.teacher_ids.begin() + (b - P) * k);
+    c.teacher_logprobs.assign(s.teacher_logprobs.begin() + (first - P) * k, s.teacher_logprobs.begin() + (b - P) * k);
+    c.policy_version = s.policy_version;
+    out.push_back(std::move(c));
+    if (b >= n)
+      return out;
+    a = b - 1;
+    first = b;
+  }
+}
+
 }  // namespace updraft::train

@@ -33,4 +33,12 @@ std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vec
 // REQUIRES: g.aux defined.
 TttSample sample_of(const GenResult& g, uint64_t policy_version);
 
+// A sample cut into records of at most max_tokens positions (>= 2; a sample that fits comes back
+// whole). The first chunk keeps up to max_tokens / 2 positions of prompt context (all of it when
+// shorter; older prompt positions are dropped) and the first response tokens; each later chunk
+// starts at the position that produced its first token (its one-position "prompt", whose aux
+// state the first pair needs). Every response token, its teacher row and the aux state of the
+// position that produced it land in exactly one chunk; aux rows are copied.
+std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens);
+
 }  // namespace updraft::train

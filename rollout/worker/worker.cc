@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
@@ -43,6 +44,9 @@ Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy,
   if (serving_.model)
     policy_->check_aux_layers(serving_.model->aux_layers());
   options_.engine.spec.validate();
+  UPD_REQUIRE(options_.record_rate >= 0 && options_.record_rate <= 1 &&
+              (options_.record_max_tokens == 0 || options_.record_max_tokens >= 2))
+      << "Worker: record_rate must be in [0, 1] and record_max_tokens 0 or at least 2";
   if (options_.adaptive.enabled) {
     // The first engine of a process pays first-touch costs for its caches (about 0.2 s for the
     // default 256 MiB; later ones reuse the memory): paid here, not by the first measured run.
@@ -221,7 +225,7 @@ Worker::Run Worker::run_engine(const PolicyModel& policy, const DraftModel* draf
   for (size_t i : indices) {
     GenRequest r = requests[i];
     r.speculate = depth > 0;
-    r.capture = capture;
+    r.capture = capture && r.capture;  // generate() marks the requests to be recorded
     index_of[engine.submit(std::move(r))] = i;
   }
   // Timed from here: building the engine (zeroing its caches) costs the same at every depth
@@ -266,6 +270,17 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   rep.drafter_version = drafter.version;
 
   const bool capture = mode == GenMode::kServing && sender_ != nullptr && options_.in_engine_capture;
+  // Which completions become records: completion k of the worker's serving ones is kept when
+  // floor((k + 1) r) > floor(k r), an even spread at exactly the rate r.
+  std::vector<GenRequest> marked = requests;
+  std::vector<bool> keep(requests.size(), true);
+  if (mode == GenMode::kServing && options_.record_rate < 1.0)
+    for (size_t i = 0; i < keep.size(); ++i, ++completions_seen_) {
+      const double r = std::max(0.0, options_.record_rate);
+      keep[i] = std::floor(static_cast<double>(completions_seen_ + 1) * r) > std::floor(static_cast<double>(completions_seen_) * r);
+    }
+  for (size_t i = 0; i < marked.size(); ++i)
+    marked[i].capture = keep[i];
   std::vector<size_t> all(requests.size());
   for (size_t i = 0; i < all.size(); ++i)
     all[i] = i;
@@ -298,7 +313,7 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
     const int64_t d = is_probe ? probe_depth : rest_depth;
     if (group.empty())
       continue;
-    Run r = run_engine(*policy, drafter.model.get(), requests, group, d, capture);
+    Run r = run_engine(*policy, drafter.model.get(), marked, group, d, capture);
     if (adaptive)
       adaptive_update(d, r);
     const auto n = static_cast<int64_t>(group.size());
@@ -316,7 +331,7 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   }
   rep.generate_seconds = seconds_since(t0);
   for (size_t i = 0; i < requests.size(); ++i) {
-    Completion c{std::move(done.at(i)), rep.policy_version, rep.drafter_version};
+    Completion c{std::move(done.at(i)), rep.policy_version, rep.drafter_version, keep[i]};
     rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
     rep.completions.push_back(std::move(c));
   }
@@ -340,9 +355,12 @@ int64_t Worker::stream_records(const BatchReport& batch) {
   UPD_REQUIRE(sender_ != nullptr) << "Worker::stream_records: no record sender attached";
   std::vector<train::TttSample> samples;
   std::vector<train::Rollout> rollouts;
+  int64_t unrecorded = 0;
   for (const Completion& c : batch.completions) {
     const GenResult& g = c.result;
-    if (g.tokens.empty())
+    if (!c.record)
+      ++unrecorded;
+    if (g.tokens.empty() || !c.record)
       continue;
     if (g.aux.defined()) {  // captured by the engine while generating
       samples.push_back(train::sample_of(g, batch.policy_version));
@@ -367,6 +385,19 @@ int64_t Worker::stream_records(const BatchReport& batch) {
       copts.aux_layers = aux_layers;
     for (train::TttSample& t : train::capture_samples(*policy, rollouts, copts, batch.policy_version))
       samples.push_back(std::move(t));
+  }
+  if (options_.record_max_tokens > 0) {
+    std::vector<train::TttSample> cut;
+    for (const train::TttSample& t : samples)
+      for (train::TttSample& piece : train::split_sample(t, options_.record_max_tokens))
+        cut.push_back(std::move(piece));
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.record_chunks += static_cast<int64_t>(cut.size() - samples.size());
+    samples = std::move(cut);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.completions_unrecorded += unrecorded;
   }
   int64_t queued = 0;
   for (const train::TttSample& s : samples) {

@@ -85,6 +85,11 @@ struct WorkerOptions {
   EngineOptions engine;
   train::CaptureOptions capture;
   bool in_engine_capture = true;  // serving batches carry their records' data (no extra pass)
+  // Record volume: the share of serving completions that become records (evenly spread over the
+  // worker's completions, deterministic), and the positions per record (longer completions are
+  // split, trainer/capture.h split_sample; 0: no cap). Completions not recorded are not captured.
+  double record_rate = 1.0;
+  int64_t record_max_tokens = 0;
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
 };
@@ -95,6 +100,7 @@ const char* gen_mode_name(GenMode m);
 struct Completion {
   GenResult result;
   uint64_t policy_version = 0, drafter_version = 0;  // drafter 0 for plain decoding
+  bool record = true;  // stream_records makes records of it (WorkerOptions::record_rate)
 };
 
 struct BatchReport {
@@ -121,6 +127,8 @@ struct WorkerMetrics {
   std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
   int64_t rollback_confirmations = 0;  // live alarms checked on the same completions (rolled back or not)
+  int64_t completions_unrecorded = 0;  // serving completions left out by record_rate
+  int64_t record_chunks = 0;           // records beyond one per completion (record_max_tokens)
   // Adaptive speculation: predicted tokens/s at the full settings and plain (0: not measured yet),
   // and serving batches by the depth of their non-probe requests ([0]: plain).
   double spec_tps_estimate = 0, plain_tps_estimate = 0;
@@ -185,6 +193,7 @@ class Worker {
   WorkerMetrics metrics_;
   AdaptiveSpec adaptive_;         // worker thread
   uint64_t adaptive_order_ = 0;  // which of the probe and the rest runs first (alternates)
+  uint64_t completions_seen_ = 0;  // serving completions so far (record_rate; worker thread)
 };
 
 }  // namespace updraft

@@ -11,6 +11,7 @@
 #include "messaging/buffer_server.h"
 #include "messaging/zmq_util.h"
 #include "tests/trainer/online_fixture.h"
+#include "trainer/capture.h"
 
 namespace updraft {
 namespace {
@@ -282,6 +283,44 @@ TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
   w->generate(greedy_requests(s.ps), GenMode::kPlain);
   EXPECT_THROW(w->stream_records(plain), Error);
   EXPECT_EQ(w->stream_records(b), static_cast<int64_t>(s.ps.size()));  // captured: still fine
+
+  // Volume bounds: half the completions recorded (evenly: 2 of 4, then 3 of 6), each cut into
+  // records of at most 6 positions; the others are not even captured.
+  WorkerOptions o;
+  o.id = 2;
+  o.engine.spec = SpecSettings{4, 1, 4};
+  o.record_rate = 0.5;
+  o.record_max_tokens = 6;
+  Worker half(o, s.policy, 1, std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)), 1, sender);
+  const BatchReport hb = half.generate(greedy_requests(s.ps), GenMode::kServing);
+  int64_t recorded = 0, want_records = 0;
+  for (const Completion& c : hb.completions) {
+    EXPECT_EQ(c.record, c.result.aux.defined());
+    recorded += c.record;
+    const int64_t n = static_cast<int64_t>(c.result.prompt.size() + c.result.tokens.size());
+    want_records += c.record ? static_cast<int64_t>(train::split_sample(train::sample_of(c.result, 1), 6).size()) : 0;
+    EXPECT_TRUE(!c.record || n > 6) << "the test needs completions longer than the cap";
+  }
+  EXPECT_EQ(recorded, 2);
+  const size_t before = store->latest(1000).size();
+  EXPECT_EQ(half.stream_records(hb), want_records);
+  EXPECT_GT(want_records, recorded);
+  EXPECT_EQ(half.metrics().completions_unrecorded, 2);
+  EXPECT_EQ(half.metrics().record_chunks, want_records - recorded);
+  ASSERT_TRUE(sender->flush(std::chrono::milliseconds(10000)));
+  const auto all = store->latest(1000);
+  EXPECT_EQ(all.size(), before + static_cast<size_t>(want_records));
+  int64_t short_records = 0;  // the first worker's records are whole completions, all longer
+  for (const auto& r : all)
+    short_records += r.tokens.size() <= 6 ? 1 : 0;
+  EXPECT_EQ(short_records, want_records);
+  const std::vector<std::vector<int32_t>> six = prompts(6, 9);
+  int64_t recorded6 = 0;
+  for (const Completion& c : half.generate(greedy_requests(six), GenMode::kServing).completions)
+    recorded6 += c.record;
+  EXPECT_EQ(recorded6, 3);
+  o.record_rate = 1.5;
+  EXPECT_THROW(Worker(o, s.policy, 1, nullptr, 0, nullptr), Error);
 }
 
 }  // namespace
