@@ -43,6 +43,20 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_flag("--keep-buffer", o.keep_buffer, "keep the RocksDB buffer in OUT/buffer");
   cmd.add_flag("--fetch-weights", o.fetch_weights,
                "workers fetch every new version as chunks over the weight link (as without a shared filesystem)");
+  cmd.add_option("--record-rate", o.record_rate, "share of the online completions streamed to the buffer as records")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd.add_option("--record-max-tokens", o.record_max_tokens,
+                 "positions per record; longer completions are split (0: no cap, else at least 2)")
+      ->check([](const std::string& v) {
+        try {
+          const long long n = std::stoll(v);
+          return n == 0 || n >= 2 ? std::string() : std::string("must be 0 or at least 2");
+        } catch (...) {
+          return std::string("not an integer");
+        }
+      })
+      ->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of prompts, sampling and training")->capture_default_str();
 }
 

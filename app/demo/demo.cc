@@ -334,6 +334,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     wo.id = static_cast<uint32_t>(w + 1);
     wo.engine = eo;
     wo.adaptive.enabled = o.adaptive_spec;
+    wo.record_rate = o.record_rate;
+    wo.record_max_tokens = o.record_max_tokens;
     workers.push_back(std::make_unique<Worker>(wo, policy0, 1, draft0, 1, senders.back()));
     workers.back()->set_reference_drafter(draft0, 1);
   }
@@ -371,10 +373,13 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   train::OnlineTrainerOptions to;
   to.dir = versions.string();
   to.window_versions = o.window_versions;
-  to.window_records = static_cast<size_t>(o.prompts_per_step * o.group * static_cast<int64_t>(o.window_versions));
+  // Records per RL step: one per online completion at record_rate 1 (long ones split further).
+  const auto records_per_step = std::max<int64_t>(
+      1, static_cast<int64_t>(std::llround(static_cast<double>(o.prompts_per_step * o.group) * o.record_rate)));
+  to.window_records = static_cast<size_t>(records_per_step * static_cast<int64_t>(o.window_versions));
   to.steps_per_round = o.trainer_steps_per_round;
   to.lr = o.trainer_lr;
-  to.min_new_records = static_cast<uint64_t>(std::max<int64_t>(1, o.prompts_per_step * o.group / 2));
+  to.min_new_records = static_cast<uint64_t>(std::max<int64_t>(1, records_per_step / 2));
   to.seed = o.seed;
   to.progress = [](const std::string& l) { spdlog::info("{}", l); };
   to.on_promote = [&](const WeightVersion& v) {
@@ -606,6 +611,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     sum.policy_swaps += m.policy_swaps;
     sum.rejected += m.rejected_drafter + m.rejected_policy;
     sum.rollbacks += m.rollbacks;
+    sum.completions_unrecorded += m.completions_unrecorded;
+    sum.record_chunks += m.record_chunks;
   }
   sum.records_stored = static_cast<int64_t>(server->metrics().records_stored.load());
   sum.seconds = since(t_start);
@@ -631,6 +638,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"spec", {{"steps", o.spec_steps}, {"top_k", o.spec_top_k}, {"draft_tokens", eo.spec.draft_tokens}}},
         {"trainer",
          {{"steps_per_round", o.trainer_steps_per_round}, {"lr", o.trainer_lr}, {"share", o.trainer_share}}},
+        {"record_rate", o.record_rate},
+        {"record_max_tokens", o.record_max_tokens},
         {"seed", o.seed}}},
       {"machine", {{"cores", cores}}},
       {"steps", js},
@@ -657,6 +666,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"rejected_versions", sum.rejected},
         {"rollbacks", sum.rollbacks},
         {"records_stored", sum.records_stored},
+        {"completions_unrecorded", sum.completions_unrecorded},
+        {"record_chunks", sum.record_chunks},
         {"seconds", sum.seconds}}},
       {"checks",
        {{"drift_at_least_15pct", drift_ok},

@@ -66,6 +66,8 @@ struct DemoOptions {
   uint64_t seed = 1;
   bool keep_buffer = false;
   bool fetch_weights = false;  // workers copy new versions over the weight link instead of reading them in place
+  double record_rate = 1.0;        // share of the online completions streamed as records
+  int64_t record_max_tokens = 0;   // positions per record (longer completions are split; 0: no cap)
 };
 
 // Writes out_dir/report.json and out_dir/tau.svg; returns a process exit code.

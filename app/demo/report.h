@@ -43,6 +43,7 @@ struct Summary {
   double reward_first = 0, reward_last = 0;
   int64_t promotions = 0, drafter_swaps = 0, policy_swaps = 0, rejected = 0, rollbacks = 0;
   int64_t records_stored = 0;
+  int64_t completions_unrecorded = 0, record_chunks = 0;  // record volume bounds (record_rate, record_max_tokens)
   double seconds = 0;
 };
 

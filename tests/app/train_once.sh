@@ -42,7 +42,7 @@ awk -v t="$tau" 'BEGIN { exit !(t >= 2.0) }' || { echo "tau $tau below 2"; cat "
   { cat "$work/weak.log"; exit 1; }
 "$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo" --steps 4 --prompts 3 --group 4 \
   --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
-  --fetch-weights >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+  --fetch-weights --record-max-tokens 24 >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
 grep -qE "weight link: [0-9]+ versions announced, [0-9]+ deliveries to 2 workers \([1-9][0-9]* fetched as chunks.*, 0 failures" \
   "$work/demo.log" || { echo "the weight link did not deliver by transfer"; grep "weight link" "$work/demo.log"; exit 1; }
 grep -q "demo: step 4/4" "$work/demo.log" || { echo "no progress line for step 4"; cat "$work/demo.log"; exit 1; }
@@ -56,6 +56,8 @@ if s["records_stored"] < 4 * 3 * 4:
     problems.append(f"records stored {s['records_stored']} < {4 * 3 * 4}")
 if steps[-1]["records_acked"] < 3 * 3 * 4:
     problems.append("records of the first three steps not all acknowledged")
+if s["record_chunks"] < 1 or r["options"]["record_max_tokens"] != 24:
+    problems.append(f"--record-max-tokens 24 split no completion (record_chunks {s['record_chunks']})")
 if s["drafters_promoted"] < 1:
     problems.append("no drafter promoted")
 if s["drafter_swaps"] < 1 or max(x["drafter_version"] for x in steps) < 2:
@@ -68,7 +70,7 @@ if any(x["tau_online"] < 1 or x["tau_frozen"] < 1 or x["tokens_per_s"]["plain"] 
     problems.append("a step without measurements")
 if s["rejected_versions"] != 0:
     problems.append("a version was rejected")
-print("demo:", {k: s[k] for k in ("records_stored", "drafters_promoted", "drafter_swaps", "policy_swaps")})
+print("demo:", {k: s[k] for k in ("records_stored", "record_chunks", "drafters_promoted", "drafter_swaps", "policy_swaps")})
 if problems:
     print("\n".join(problems))
     sys.exit(1)
