@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "drafter/proposer.h"
 #include "kernels/ops.h"
@@ -47,6 +48,23 @@ void SpecStats::merge(const SpecStats& o) {
   verify_seconds += o.verify_seconds;
 }
 
+namespace {
+
+// The checks a drafter must pass to serve this policy with these settings.
+void check_drafter_fits(const PolicyModel& model, const DraftModel& drafter, const SpecSettings& spec) {
+  const PolicyConfig& pc = model.config();
+  const DraftConfig& dc = drafter.config();
+  UPD_REQUIRE(dc.vocab_size == pc.vocab_size && dc.target_hidden_size == pc.hidden_size &&
+              drafter.device() == model.device() && drafter.act_dtype() == model.act_dtype())
+      << "engine: the drafter was built for another policy (vocabulary " << dc.vocab_size << " vs " << pc.vocab_size
+      << ", hidden size " << dc.target_hidden_size << " vs " << pc.hidden_size << ", or device)";
+  model.check_aux_layers(drafter.aux_layers());
+  UPD_REQUIRE(spec.top_k <= dc.draft_vocab_size)
+      << "engine: speculation top_k " << spec.top_k << " exceeds the draft vocabulary " << dc.draft_vocab_size;
+}
+
+}  // namespace
+
 Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftModel* drafter)
     : model_(model),
       opts_(opts),
@@ -59,19 +77,108 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
   if (drafter_ == nullptr)
     return;  // capture layers are checked when a request asks for capture
   opts_.spec.validate();
-  const PolicyConfig& pc = model.config();
-  const DraftConfig& dc = drafter_->config();
-  UPD_REQUIRE(dc.vocab_size == pc.vocab_size && dc.target_hidden_size == pc.hidden_size &&
-              drafter_->device() == model.device() && drafter_->act_dtype() == model.act_dtype())
-      << "engine: the drafter was built for another policy (vocabulary " << dc.vocab_size << " vs " << pc.vocab_size
-      << ", hidden size " << dc.target_hidden_size << " vs " << pc.hidden_size << ", or device)";
-  model.check_aux_layers(drafter_->aux_layers());
-  UPD_REQUIRE(opts_.spec.top_k <= dc.draft_vocab_size)
-      << "engine: speculation top_k " << opts_.spec.top_k << " exceeds the draft vocabulary " << dc.draft_vocab_size;
+  check_drafter_fits(model, *drafter_, opts_.spec);
   draft_cache_ = std::make_unique<KvCache>(
       drafter_->kv_shape(), KvCache::blocks_for_bytes(drafter_->kv_shape(), opts.block_size, opts.draft_kv_cache_bytes),
       opts.block_size);
 }
+
+void Engine::swap_drafter(const DraftModel* drafter) {
+  UPD_REQUIRE(drafter_ != nullptr && drafter != nullptr)
+      << "engine: swap_drafter needs an engine built with a drafter and a new one";
+  check_drafter_fits(model_, *drafter, opts_.spec);
+  const auto t0 = Clock::now();
+  // Everything that can fail happens before the engine changes: the new draft cache and every
+  // speculating sequence's reservation in it.
+  auto cache = std::make_unique<KvCache>(
+      drafter->kv_shape(),
+      KvCache::blocks_for_bytes(drafter->kv_shape(), opts_.block_size, opts_.draft_kv_cache_bytes), opts_.block_size);
+  std::vector<SeqKv> dkv(running_.size());
+  int64_t longest = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Seq& s = *running_[i];
+    if (!s.spec)
+      continue;
+    const int64_t len = static_cast<int64_t>(s.req.prompt.size()) + s.req.params.max_new_tokens;
+    UPD_REQUIRE(cache->reserve(dkv[i], len + opts_.spec.scratch_entries()))
+        << "engine: the new drafter's cache cannot hold the sequences in flight";
+    longest = std::max(longest, s.kv.length);
+  }
+  KvCache scratch(model_.kv_shape(), std::max<int64_t>(1, cache_.blocks_needed(longest)), opts_.block_size);
+  const DraftModel* old = drafter_;
+  std::unique_ptr<KvCache> old_cache = std::move(draft_cache_);
+  std::vector<SeqKv> old_dkv(running_.size());
+  std::vector<DraftTree> old_tree(running_.size());
+  drafter_ = drafter;
+  draft_cache_ = std::move(cache);
+  try {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Seq& s = *running_[i];
+      if (!s.spec)
+        continue;
+      old_dkv[i] = std::exchange(s.dkv, dkv[i]);
+      old_tree[i] = std::move(s.tree);
+      rebuild_draft(s, scratch);
+    }
+  } catch (...) {  // an error in a forward: back to the old drafter, its caches untouched
+    for (size_t i = 0; i < running_.size(); ++i)
+      if (running_[i]->spec && !old_dkv[i].blocks.empty()) {
+        running_[i]->dkv = old_dkv[i];
+        running_[i]->tree = std::move(old_tree[i]);
+      }
+    drafter_ = old;
+    draft_cache_ = std::move(old_cache);
+    throw;
+  }
+  ++stats_.drafter_swaps;
+  stats_.swap_seconds += seconds_since(t0);
+}
+
+void Engine::rebuild_draft(Seq& s, KvCache& scratch) {
+  // The committed pairs are (aux state at p, token at p + 1) for p < kv.length: the prompt
+  // prefilled so far, then the output but its last (pending) token. Their aux states come from
+  // a forward of the policy over the committed tokens into a scratch cache (the serving cache
+  // and its sequences are not touched), in prefill_chunk pieces like a prompt.
+  const int64_t n = s.kv.length, H = model_.config().hidden_size,
+                A = static_cast<int64_t>(drafter_->aux_layers().size());
+  s.tree = DraftTree();
+  if (n == 0)
+    return;
+  std::vector<int32_t> full = s.req.prompt;
+  full.insert(full.end(), s.result.tokens.begin(), s.result.tokens.end());
+  UPD_CHECK(static_cast<int64_t>(full.size()) > n) << "engine: " << n << " cached positions but " << full.size() << " tokens";
+  const bool propose_next = s.prefilled == static_cast<int64_t>(s.req.prompt.size());
+  SeqKv skv;
+  UPD_CHECK(scratch.reserve(skv, n)) << "engine: the rebuild's scratch cache is too small";
+  ForwardOptions fopts;
+  fopts.aux = true;
+  fopts.aux_layers = drafter_->aux_layers();
+  DraftOut out;
+  int64_t last = 0;
+  for (int64_t p0 = 0; p0 < n; p0 += opts_.prefill_chunk) {
+    const int64_t c = std::min(opts_.prefill_chunk, n - p0);
+    std::vector<SeqStep> pol(1), dr(1);
+    pol[0].kv = &skv;
+    pol[0].tokens.assign(full.begin() + p0, full.begin() + p0 + c);
+    ForwardOut fo = model_.forward(scratch, pol, fopts);
+    dr[0].kv = &s.dkv;
+    dr[0].tokens.assign(full.begin() + p0 + 1, full.begin() + p0 + c + 1);
+    if (p0 + c == n && propose_next)
+      dr[0].logit_rows = {static_cast<int32_t>(c - 1)};
+    out = drafter_->forward(*draft_cache_, dr, fo.aux.reshape({c, A * H}));
+    last = c - 1;
+  }
+  scratch.release(skv);
+  UPD_CHECK(s.dkv.length == n) << "engine: rebuilt draft cache holds " << s.dkv.length << " pairs, the policy's " << n;
+  if (!propose_next)
+    return;
+  Tensor h_last = Tensor::empty({1, H}, model_.act_dtype(), model_.device());
+  ops::copy_rows(out.state, Tensor::from_i32({static_cast<int32_t>(last)}, {1}), h_last, Tensor::from_i32({0}, {1}));
+  std::vector<DraftTree> trees = propose(*drafter_, *draft_cache_, {{&s.dkv, full[static_cast<size_t>(n)]}}, h_last,
+                                         out.logits, opts_.spec);
+  s.tree = std::move(trees[0]);
+}
+
 void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
   const SamplingParams& p = req.params;
   UPD_REQUIRE(!req.prompt.empty()) << "empty prompt";
@@ -443,6 +550,13 @@ void Engine::draft_round(const std::vector<Seq*>& seqs, const std::vector<std::v
   for (Seq* s : seqs)
     if (s->prefilled == static_cast<int64_t>(s->req.prompt.size()))
       s->tree = std::move(trees[t++]);
+}
+
+Engine::InFlight Engine::in_flight(uint64_t id) const {
+  for (const auto& s : running_)
+    if (s->id == id)
+      return {s->kv.length, s->result.tokens, s->tree};
+  return {};
 }
 
 std::vector<GenResult> Engine::run() {

@@ -136,6 +136,8 @@ struct EngineStats {
   // the aux outputs of the forward, which speculation computes anyway and which without a
   // drafter are a copy of A x hidden floats per row.
   double capture_seconds = 0;
+  int64_t drafter_swaps = 0;  // swap_drafter() calls that succeeded
+  double swap_seconds = 0;    // their wall time (rebuilding the draft caches)
 };
 
 class Engine {
@@ -146,6 +148,26 @@ class Engine {
   uint64_t submit(GenRequest req);  // throws Error for a bad request
   std::vector<GenResult> step();    // one batched forward; the requests that finished in it
   std::vector<GenResult> run();     // steps until every submitted request has finished
+  // Replaces the drafter between steps, with sequences in flight (a hot-swap): every speculating
+  // running sequence's draft cache is rebuilt for the new drafter over its committed pairs
+  // (their aux states recomputed by a policy forward over its committed tokens into a scratch
+  // cache, so no state needs keeping for it) and its next tree re-proposed; waiting requests
+  // will draft with it from their prompt. Greedy requests give the same tokens as without the
+  // swap, and sampled ones keep their distribution (verification does not change).
+  // `drafter` must fit the policy like the first one and outlive its use. Throws Error, with
+  // the old drafter and its caches still serving, if it does not fit or its cache cannot hold
+  // the sequences in flight. Cost: about one prefill of every in-flight sequence's committed
+  // tokens (EngineStats::swap_seconds).
+  void swap_drafter(const DraftModel* drafter);
+  // A running request's state between steps: positions in the policy's cache, output tokens so
+  // far, and the draft tree its next step verifies (empty when none is proposed yet). All empty
+  // when the request is not running.
+  struct InFlight {
+    int64_t cached = 0;
+    std::vector<int32_t> tokens;
+    DraftTree tree;
+  };
+  InFlight in_flight(uint64_t id) const;
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   const EngineStats& stats() const { return stats_; }
@@ -176,6 +198,7 @@ class Engine {
   const PolicyModel& model_;
   EngineOptions opts_;
   void finish_capture(Seq& s) const;
+  void rebuild_draft(Seq& s, KvCache& scratch);  // swap_drafter: one sequence's cache and tree
   const std::vector<int64_t>& aux_layers() const;
 
   const DraftModel* drafter_;

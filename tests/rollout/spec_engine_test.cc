@@ -16,6 +16,7 @@
 //    equal the exact log-probabilities.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -379,6 +380,84 @@ TEST_F(SpecEngine, RequestsCanOptOutAndMixWithSpeculatingOnes) {
   // Verification time is the speculating requests' share of each forward: the per-request
   // figures add up to the engine's, plain rows in the same batches counting in neither.
   EXPECT_NEAR(verify_s, st.verify_seconds, 1e-9 + 1e-9 * st.verify_seconds);
+}
+
+// A hot-swap between steps (Engine::swap_drafter) with requests in flight: some mid-prompt,
+// some decoding, some still waiting. Every speculating sequence's draft cache must then be what
+// the new drafter would have built over its committed tokens: its next tree equals the first
+// tree of a fresh engine with the new drafter given those tokens as the prompt. Greedy tokens
+// stay those of plain decoding. A drafter that does not fit is refused and the old one serves on.
+TEST_F(SpecEngine, HotSwapRebuildsTheDraftCachesOfRequestsInFlight) {
+  const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
+  const DraftModel other = random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 9, DType::BF16);
+  PolicyConfig wide = cfg_;
+  wide.vocab_size = 20;
+  const PolicyModel wide_policy = random_policy(wide, 5, DType::BF16);
+  const DraftModel misfit = random_draft(testing_models::tiny_draft_config(wide, 12), spread_vocab(12, wide.vocab_size),
+                                         wide_policy.draft_target(), 3, DType::BF16);
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 3 + (i * 7) % 18; ++j)
+      prompt.push_back(static_cast<int32_t>((i * 5 + j * j + 1) % cfg_.vocab_size));
+    reqs.push_back(req(prompt, 0.f, 24 + i * 3, 0));
+  }
+  const auto plain = run(reqs, 10, nullptr);
+  const SpecSettings spec{4, 1, 4};
+  EngineOptions o;
+  o.max_batch = 6;
+  o.kv_cache_bytes = 64 << 20;
+  o.prefill_chunk = 7;
+  o.spec = spec;
+  for (const bool fits : {true, false}) {
+    Engine a(*model_, o, draft_.get());
+    std::vector<uint64_t> ids;
+    for (const auto& r : reqs)
+      ids.push_back(a.submit(r));
+    std::vector<GenResult> out;
+    for (int k = 0; k < 9; ++k)
+      for (GenResult& g : a.step())
+        out.push_back(std::move(g));
+    if (!fits) {
+      EXPECT_THROW(a.swap_drafter(&misfit), Error);
+      EXPECT_EQ(a.stats().drafter_swaps, 0);
+    } else {
+      a.swap_drafter(&other);
+      EXPECT_EQ(a.stats().drafter_swaps, 1);
+      int checked = 0, mid_prompt = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Engine::InFlight f = a.in_flight(ids[i]);
+        if (f.cached > 0 && f.tree.tokens.empty())
+          ++mid_prompt;
+        if (f.tree.tokens.empty())
+          continue;
+        std::vector<int32_t> full = reqs[i].prompt;
+        full.insert(full.end(), f.tokens.begin(), f.tokens.end());
+        ASSERT_EQ(f.cached + 1, static_cast<int64_t>(full.size())) << "request " << i;
+        Engine b(*model_, o, &other);
+        const uint64_t id = b.submit(req({full.begin(), full.end() - 1}, 0.f, 8, 0));
+        while (b.in_flight(id).tree.tokens.empty())
+          b.step();
+        const Engine::InFlight fresh = b.in_flight(id);
+        ASSERT_EQ(fresh.tokens, std::vector<int32_t>{full.back()}) << "request " << i;
+        EXPECT_EQ(f.tree.tokens, fresh.tree.tokens) << "request " << i;
+        EXPECT_EQ(f.tree.parent, fresh.tree.parent) << "request " << i;
+        ASSERT_EQ(f.tree.score.size(), fresh.tree.score.size());
+        for (size_t j = 0; j < f.tree.score.size(); ++j)  // the draft log-probabilities: same cache, same numbers
+          EXPECT_NEAR(f.tree.score[j], fresh.tree.score[j], 1e-4) << "request " << i << " node " << j;
+        ++checked;
+      }
+      EXPECT_GE(checked, 2) << "too few decoding requests at the swap";
+      EXPECT_GE(mid_prompt, 1) << "no request was mid-prompt at the swap";
+    }
+    for (GenResult& g : a.run())
+      out.push_back(std::move(g));
+    std::sort(out.begin(), out.end(), [](const GenResult& x, const GenResult& y) { return x.id < y.id; });
+    ASSERT_EQ(out.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i)
+      ASSERT_EQ(out[i].tokens, plain[i].tokens) << "request " << i << (fits ? " (swapped)" : " (refused)");
+    EXPECT_GT(a.stats().spec.rounds, 0);
+  }
 }
 
 }  // namespace
