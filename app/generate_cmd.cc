@@ -52,6 +52,7 @@ bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) 
     messaging::RecordData r = train::to_record(train::sample_of(g, a.policy_version));
     r.worker = a.worker_id;
     r.drafter_version = a.drafter_version;
+    r.rounds = train::round_stats(g.rounds);
     submitted += sender.submit(std::move(r)) ? 1 : 0;
   }
   const bool drained = sender.flush(std::chrono::milliseconds(static_cast<int64_t>(a.send_timeout_s * 1000)));

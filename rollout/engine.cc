@@ -48,6 +48,18 @@ void SpecStats::merge(const SpecStats& o) {
   verify_seconds += o.verify_seconds;
 }
 
+void SpecStats::subtract(const SpecStats& e) {
+  UPD_CHECK(e.rounds <= rounds && e.accepted_at.size() <= accepted_at.size()) << "SpecStats: not an earlier snapshot";
+  rounds -= e.rounds;
+  drafted -= e.drafted;
+  accepted -= e.accepted;
+  for (size_t j = 0; j < e.accepted_at.size(); ++j)
+    accepted_at[j] -= e.accepted_at[j];
+  truncated -= e.truncated;
+  draft_seconds -= e.draft_seconds;
+  verify_seconds -= e.verify_seconds;
+}
+
 namespace {
 
 // The checks a drafter must pass to serve this policy with these settings.
@@ -433,6 +445,7 @@ std::vector<GenResult> Engine::step() {
       logit_row += tree.size();
       if (tree.size() > 1) {
         s.result.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
+        s.result.rounds.push_back({static_cast<int32_t>(tree.size() - 1), static_cast<int32_t>(v.nodes.size())});
         stats_.spec.add_round(tree.size() - 1, static_cast<int64_t>(v.nodes.size()));
       }
       const size_t kept = emit(s, v.tokens, v.logprobs);

@@ -97,6 +97,13 @@ struct SpecStats {
   double alpha(size_t j) const;
   void add_round(int64_t drafted_tokens, int64_t accepted_tokens);
   void merge(const SpecStats& o);
+  // Leaves what was added since `earlier`, a snapshot of these same totals.
+  void subtract(const SpecStats& earlier);
+};
+
+// One speculation round of a request: draft tokens verified, and how many were accepted.
+struct SpecRound {
+  int32_t drafted = 0, accepted = 0;
 };
 
 struct GenResult {
@@ -106,6 +113,7 @@ struct GenResult {
   std::vector<float> logprobs;
   std::string finish_reason;  // "stop" or "length"
   SpecStats spec;
+  std::vector<SpecRound> rounds;  // every speculation round, in order (spec sums them)
   // Capture (requests with capture only): aux [prompt + tokens, A*H] bf16; teacher top-k per
   // output token, row-major [tokens, teacher_k].
   Tensor aux;

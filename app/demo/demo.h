@@ -30,7 +30,8 @@
 //      paused while generation runs (it yields within one training step) and gets a slot of
 //      trainer_share × the step's online generation time after the update (ended early when
 //      it is idle). Step timings exclude the slot, which is reported on its own. Promoted
-//      drafters are announced on the weight link as they appear and served from the next batch.
+//      drafters are announced on the weight link as they appear and served from the next batch
+//      (or the next speculation round when one arrives while a batch runs).
 // At the end the initial drafter is trained offline on the final policy's rollouts (as many
 // optimiser steps as the online trainer took, at least offline_steps), and the online, frozen and
 // offline drafters are measured on the same held-out requests.

@@ -131,15 +131,43 @@ void Worker::apply_staged() {
     ++metrics_.policy_swaps;
   }
   if (staged_drafter_.model) {
-    if (serving_.model)
-      previous_ = serving_;
-    serving_ = std::move(staged_drafter_);
+    install_drafter(std::move(staged_drafter_));
     staged_drafter_ = {};
-    watch_new_ = SpecStats();
-    watching_ = previous_.model != nullptr;
-    ++metrics_.drafter_swaps;
-    spdlog::info("worker {}: serving drafter v{} (policy v{})", options_.id, serving_.version, policy_version_);
   }
+}
+
+void Worker::install_drafter(Drafter d) {
+  if (serving_.model)
+    previous_ = serving_;
+  serving_ = std::move(d);
+  watch_new_ = SpecStats();
+  watching_ = previous_.model != nullptr;
+  ++metrics_.drafter_swaps;
+  spdlog::info("worker {}: serving drafter v{} (policy v{})", options_.id, serving_.version, policy_version_);
+}
+
+bool Worker::swap_in_staged(Engine& engine, Drafter& drafter) {
+  Drafter staged;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!staged_drafter_.model || staged_policy_)
+      return false;  // nothing staged, or a staged policy goes first (the drafter was loaded against it)
+    staged = staged_drafter_;
+  }
+  try {
+    engine.swap_drafter(staged.model.get());
+  } catch (const Error& e) {  // e.g. its cache cannot hold the sequences in flight: next batch
+    spdlog::warn("worker {}: drafter v{} not swapped in mid-batch ({}); it waits for the next batch", options_.id,
+                 staged.version, e.what());
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (staged_drafter_.version == staged.version)
+    staged_drafter_ = {};
+  install_drafter(staged);
+  ++metrics_.mid_batch_swaps;
+  drafter = std::move(staged);
+  return true;
 }
 
 void Worker::watch_acceptance(const BatchReport& rep) {
@@ -211,16 +239,16 @@ void Worker::watch_acceptance(const BatchReport& rep) {
   last_of_previous_ = watch_new_;
 }
 
-Worker::Run Worker::run_engine(const PolicyModel& policy, const DraftModel* drafter,
+Worker::Run Worker::run_engine(const PolicyModel& policy, Drafter& drafter, bool may_swap,
                                const std::vector<GenRequest>& requests, const std::vector<size_t>& indices,
-                               int64_t depth, bool capture) const {
+                               int64_t depth, bool capture, int64_t* finished) {
   Run run;
   if (indices.empty())
     return run;
   EngineOptions eo = options_.engine;
   if (depth > 0 && depth < full_depth())
     eo.spec = SpecSettings{depth, 1, depth + 1};  // a shorter chain (adaptive speculation)
-  Engine engine(policy, eo, drafter);
+  Engine engine(policy, eo, drafter.model.get());
   std::map<uint64_t, size_t> index_of;
   for (size_t i : indices) {
     GenRequest r = requests[i];
@@ -231,12 +259,28 @@ Worker::Run Worker::run_engine(const PolicyModel& policy, const DraftModel* draf
   // Timed from here: building the engine (zeroing its caches) costs the same at every depth
   // and would weigh on a small group's per-token cost more than on a large one's.
   const auto t0 = std::chrono::steady_clock::now();
-  for (GenResult& g : engine.run()) {
-    run.tokens += static_cast<int64_t>(g.tokens.size());
-    run.spec.merge(g.spec);
-    run.done[index_of.at(g.id)] = std::move(g);
+  while (engine.has_work()) {
+    std::vector<GenResult> done = engine.step();
+    UPD_CHECK(!done.empty() || engine.running() > 0) << "worker: engine made no progress";
+    for (GenResult& g : done) {
+      const size_t i = index_of.at(g.id);
+      run.tokens += static_cast<int64_t>(g.tokens.size());
+      run.drafter_of[i] = drafter.version;
+      run.done[i] = std::move(g);
+    }
+    if (!done.empty() && options_.on_progress) {
+      *finished += static_cast<int64_t>(done.size());
+      options_.on_progress(*finished, static_cast<int64_t>(requests.size()));
+    }
+    if (may_swap && !run.swapped && engine.has_work() && swap_in_staged(engine, drafter)) {
+      run.swapped = true;
+      run.spec_before = engine.stats().spec;  // the replaced drafter's rounds
+    }
   }
   run.seconds = seconds_since(t0);
+  run.spec = engine.stats().spec;
+  if (run.swapped)
+    run.spec.subtract(run.spec_before);  // the rounds since the swap
   return run;
 }
 
@@ -306,22 +350,43 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   // The first run after a policy swap pays for cold caches (the new weights' first touch), so
   // the two runs take turns going first; otherwise that cost always lands on one side.
   const bool probe_first = probe.empty() || adaptive_order_++ % 2 == 0;
-  int64_t depth_sum = 0;
+  int64_t depth_sum = 0, finished = 0;
+  const uint64_t first_drafter = drafter.version;
+  bool swapped = false;
+  SpecStats full_old, full_new;  // full-settings rounds before and after a mid-batch swap
+  std::map<uint64_t, uint64_t> drafter_of;
   for (const int k : {0, 1}) {
     const bool is_probe = (k == 0) == probe_first;
     const std::vector<size_t>& group = is_probe ? probe : rest;
     const int64_t d = is_probe ? probe_depth : rest_depth;
     if (group.empty())
       continue;
-    Run r = run_engine(*policy, drafter.model.get(), marked, group, d, capture);
-    if (adaptive)
-      adaptive_update(d, r);
+    const bool may_swap = mode == GenMode::kServing && options_.swap_mid_batch && !swapped;
+    Run r = run_engine(*policy, drafter, may_swap, marked, group, d, capture, &finished);
     const auto n = static_cast<int64_t>(group.size());
-    (d == D ? rep.spec : rep.spec_shortened).merge(r.spec);  // plain runs count nothing
+    if (d == D) {
+      (swapped || r.swapped ? full_new : full_old).merge(r.spec);
+      full_old.merge(r.spec_before);
+    } else {  // shortened chains, whichever drafter (plain runs count nothing)
+      rep.spec_shortened.merge(r.spec);
+      rep.spec_shortened.merge(r.spec_before);
+    }
+    swapped |= r.swapped;
+    if (adaptive) {
+      r.spec.merge(r.spec_before);
+      adaptive_update(d, r);
+    }
     rep.speculated += d > 0 ? n : 0;
     rep.at_full += d == D ? n : 0;
     depth_sum += d * n;
     done.merge(r.done);
+    drafter_of.merge(r.drafter_of);
+  }
+  rep.spec = swapped ? full_new : full_old;
+  if (swapped) {
+    rep.spec_replaced = full_old;
+    rep.replaced_drafter_version = first_drafter;
+    rep.drafter_version = drafter.version;
   }
   rep.mean_depth = all.empty() ? 0.0 : static_cast<double>(depth_sum) / static_cast<double>(all.size());
   if (adaptive) {
@@ -331,19 +396,26 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   }
   rep.generate_seconds = seconds_since(t0);
   for (size_t i = 0; i < requests.size(); ++i) {
-    Completion c{std::move(done.at(i)), rep.policy_version, rep.drafter_version, keep[i]};
+    Completion c{std::move(done.at(i)), rep.policy_version, drafter_of.at(i), keep[i]};
     rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
     rep.completions.push_back(std::move(c));
   }
 
   if (mode == GenMode::kServing) {
-    {
+    {  // by the drafter each completion finished with; time shared out by tokens
       std::lock_guard<std::mutex> lock(mu_);
-      WorkerMetrics::Cell& cell = metrics_.by_version[{rep.policy_version, rep.drafter_version}];
-      cell.spec.merge(rep.spec);
-      cell.tokens += rep.generated_tokens;
-      cell.completions += static_cast<int64_t>(rep.completions.size());
-      cell.seconds += rep.generate_seconds;
+      metrics_.by_version[{rep.policy_version, rep.drafter_version}].spec.merge(rep.spec);
+      if (rep.replaced_drafter_version != 0)
+        metrics_.by_version[{rep.policy_version, rep.replaced_drafter_version}].spec.merge(rep.spec_replaced);
+      for (const Completion& c : rep.completions) {
+        WorkerMetrics::Cell& cell = metrics_.by_version[{rep.policy_version, c.drafter_version}];
+        const auto n = static_cast<int64_t>(c.result.tokens.size());
+        cell.tokens += n;
+        cell.completions += 1;
+        cell.seconds += rep.generated_tokens > 0 ? rep.generate_seconds * static_cast<double>(n) /
+                                                       static_cast<double>(rep.generated_tokens)
+                                                 : 0.0;
+      }
     }
     if (drafter.model)
       watch_acceptance(rep);
@@ -353,7 +425,10 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
 
 int64_t Worker::stream_records(const BatchReport& batch) {
   UPD_REQUIRE(sender_ != nullptr) << "Worker::stream_records: no record sender attached";
+  // One sample per recorded completion, with the completion it came from (its drafter version
+  // and speculation rounds go into its records).
   std::vector<train::TttSample> samples;
+  std::vector<const Completion*> source, forwarded;
   std::vector<train::Rollout> rollouts;
   int64_t unrecorded = 0;
   for (const Completion& c : batch.completions) {
@@ -364,8 +439,10 @@ int64_t Worker::stream_records(const BatchReport& batch) {
       continue;
     if (g.aux.defined()) {  // captured by the engine while generating
       samples.push_back(train::sample_of(g, batch.policy_version));
+      source.push_back(&c);
     } else {
       rollouts.push_back({g.prompt, g.tokens});
+      forwarded.push_back(&c);
     }
   }
   if (!rollouts.empty()) {  // not captured while generating: one forward of the serving policy
@@ -385,27 +462,28 @@ int64_t Worker::stream_records(const BatchReport& batch) {
       copts.aux_layers = aux_layers;
     for (train::TttSample& t : train::capture_samples(*policy, rollouts, copts, batch.policy_version))
       samples.push_back(std::move(t));
+    source.insert(source.end(), forwarded.begin(), forwarded.end());
   }
-  if (options_.record_max_tokens > 0) {
-    std::vector<train::TttSample> cut;
-    for (const train::TttSample& t : samples)
-      for (train::TttSample& piece : train::split_sample(t, options_.record_max_tokens))
-        cut.push_back(std::move(piece));
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.record_chunks += static_cast<int64_t>(cut.size() - samples.size());
-    samples = std::move(cut);
+  int64_t queued = 0, chunks = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::vector<train::TttSample> pieces;
+    if (options_.record_max_tokens > 0)
+      pieces = train::split_sample(samples[i], options_.record_max_tokens);
+    else
+      pieces.push_back(std::move(samples[i]));
+    chunks += static_cast<int64_t>(pieces.size()) - 1;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      messaging::RecordData r = train::to_record(pieces[k]);
+      r.worker = options_.id;
+      r.drafter_version = source[i]->drafter_version;
+      if (k == 0)  // a completion's rounds, once: in its first record
+        r.rounds = train::round_stats(source[i]->result.rounds);
+      queued += sender_->submit(std::move(r)) ? 1 : 0;
+    }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.completions_unrecorded += unrecorded;
-  }
-  int64_t queued = 0;
-  for (const train::TttSample& s : samples) {
-    messaging::RecordData r = train::to_record(s);
-    r.worker = options_.id;
-    r.drafter_version = batch.drafter_version;
-    queued += sender_->submit(std::move(r)) ? 1 : 0;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.completions_unrecorded += unrecorded;
+  metrics_.record_chunks += chunks;
   return queued;
 }
 

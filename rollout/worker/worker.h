@@ -8,12 +8,15 @@
 //    header, names, shapes and dtypes (its loader), version order (strictly newer than the
 //    serving and staged ones), and for a drafter that it fits the policy. A rejected offer
 //    leaves everything as it was, is logged and counted (rejected_policy / rejected_drafter).
-//  * An accepted version is staged; the worker thread swaps it in at its next batch boundary
-//    (generate() runs whole batches, so no sequence is in flight across a swap and no draft
-//    cache needs rebuilding; a mid-batch swap would re-prefill the draft cache from the aux
-//    states of each sequence's committed tokens). A new policy rebinds the serving drafters to
-//    its embedding table. The old version is freed when the last batch using it is done
-//    (shared ownership).
+//  * An accepted version is staged; the worker thread swaps it in at its next batch boundary,
+//    and a drafter also between the engine's steps of a serving batch (swap_mid_batch, at most
+//    once per batch): Engine::swap_drafter rebuilds the draft cache of every sequence in flight
+//    over its committed tokens and re-proposes its next tree, so the new drafter serves from the
+//    next speculation round. A policy swaps only between batches (a completion comes from one
+//    policy version), and a drafter staged together with a policy waits for it (it was loaded
+//    against that policy's embedding table). A new policy rebinds the serving drafters to its
+//    embedding table. The old version is freed when the last run using it is done (shared
+//    ownership).
 //  * After a drafter swap the worker watches acceptance: once `rollback_rounds` speculative
 //    rounds have run on the new drafter, it compares the new drafter's live τ with the previous
 //    one's on its last batch. Above (1 − rollback_margin) × the previous one's, the new drafter
@@ -26,8 +29,10 @@
 //    serves until the next version (the trainer promotes only candidates that beat its serving
 //    drafter on held-out records). Confirming every swap on the same completions would close
 //    that gap at about the cost of decoding them again, on every swap.
-//  * Every completion carries the policy and drafter versions it was generated with; the
-//    worker's metrics are labelled by both.
+//  * Every completion carries the policy and drafter versions it was generated with (after a
+//    mid-batch swap: the drafter serving when it finished); the worker's metrics are labelled
+//    by both, and a batch's acceptance is split at a mid-batch swap (BatchReport::spec counts
+//    the new drafter's rounds, spec_replaced the old one's).
 //
 // Adaptive speculation (WorkerOptions::adaptive, serving batches only): speculate only as far as
 // it pays. A stale or still-learning drafter with low acceptance makes speculative decoding
@@ -55,6 +60,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -92,6 +98,10 @@ struct WorkerOptions {
   int64_t record_max_tokens = 0;
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
+  bool swap_mid_batch = true;  // a staged drafter also swaps in between a serving batch's steps
+  // Called on the worker thread after each engine step in which requests finished: requests
+  // finished and in the batch (progress of long batches; may offer versions).
+  std::function<void(int64_t finished, int64_t total)> on_progress;
 };
 
 enum class GenMode { kServing, kReference, kPlain };
@@ -99,15 +109,19 @@ const char* gen_mode_name(GenMode m);
 
 struct Completion {
   GenResult result;
-  uint64_t policy_version = 0, drafter_version = 0;  // drafter 0 for plain decoding
+  uint64_t policy_version = 0, drafter_version = 0;  // drafter 0 for plain decoding; serving when it finished
   bool record = true;  // stream_records makes records of it (WorkerOptions::record_rate)
 };
 
 struct BatchReport {
   GenMode mode = GenMode::kServing;
   std::vector<Completion> completions;  // in request order
-  uint64_t policy_version = 0, drafter_version = 0;
+  uint64_t policy_version = 0, drafter_version = 0;  // drafter: serving at the end of the batch
   SpecStats spec;            // over the requests decoded at the full speculation settings
+  // A drafter swapped in mid-batch: the version it replaced and that one's rounds at the full
+  // settings (spec then counts the new drafter's only); 0 and empty without one.
+  uint64_t replaced_drafter_version = 0;
+  SpecStats spec_replaced;
   SpecStats spec_shortened;  // over those adaptive speculation ran at a shorter chain
   int64_t generated_tokens = 0;
   double generate_seconds = 0;
@@ -126,6 +140,7 @@ struct WorkerMetrics {
   };
   std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
+  int64_t mid_batch_swaps = 0;  // drafter swaps between a batch's steps (also in drafter_swaps)
   int64_t rollback_confirmations = 0;  // live alarms checked on the same completions (rolled back or not)
   int64_t completions_unrecorded = 0;  // serving completions left out by record_rate
   int64_t record_chunks = 0;           // records beyond one per completion (record_max_tokens)
@@ -164,15 +179,21 @@ class Worker {
     uint64_t version = 0;
   };
   struct Run {
-    std::map<uint64_t, GenResult> done;  // by request index
+    std::map<uint64_t, GenResult> done;         // by request index
+    std::map<uint64_t, uint64_t> drafter_of;    // by request index: drafter serving when it finished
     int64_t tokens = 0;
-    double seconds = 0;  // engine.run() only, not building the engine
-    SpecStats spec;
+    double seconds = 0;  // the engine's steps only, not building the engine
+    bool swapped = false;  // a staged drafter was swapped in during this run
+    SpecStats spec;        // the rounds after the swap (all of them without one)
+    SpecStats spec_before;  // the rounds before it
   };
   // One engine run over requests[indices] at chain depth `depth` (0: plain; full_depth(): the
-  // engine's settings), capture as for the batch's mode.
-  Run run_engine(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& requests,
-                 const std::vector<size_t>& indices, int64_t depth, bool capture) const;
+  // engine's settings), capture as for the batch's mode. With may_swap, a staged drafter is
+  // swapped in between steps (`drafter` becomes it).
+  Run run_engine(const PolicyModel& policy, Drafter& drafter, bool may_swap, const std::vector<GenRequest>& requests,
+                 const std::vector<size_t>& indices, int64_t depth, bool capture, int64_t* finished);
+  bool swap_in_staged(Engine& engine, Drafter& drafter);  // worker thread, between steps
+  void install_drafter(Drafter d);                        // mu_ held: d becomes the serving drafter
   int64_t full_depth() const { return options_.engine.spec.steps; }
   void adaptive_update(int64_t depth, const Run& run);
   void apply_staged();                         // worker thread, between batches

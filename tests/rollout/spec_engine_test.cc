@@ -211,6 +211,14 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
         EXPECT_LE(r.spec.truncated, 1) << "a request ends in at most one round";
         draft_s += r.spec.draft_seconds;
         verify_s += r.spec.verify_seconds;
+        int64_t drafted = 0, accepted = 0;
+        for (const SpecRound& x : r.rounds) {
+          drafted += x.drafted;
+          accepted += x.accepted;
+        }
+        EXPECT_EQ(static_cast<int64_t>(r.rounds.size()), r.spec.rounds);
+        EXPECT_EQ(drafted, r.spec.drafted);
+        EXPECT_EQ(accepted, r.spec.accepted);
         if (r.spec.rounds > 0) {
           EXPECT_GT(r.spec.verify_seconds, 0.0);
           EXPECT_GT(r.spec.draft_seconds, 0.0);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 
 #include "messaging/buffer_server.h"
 #include "messaging/zmq_util.h"
@@ -242,6 +243,78 @@ TEST(Worker, ShorterChainsAreLosslessAndCountedApartFromTheFullSettings) {
   EXPECT_THROW(Worker(bad, s.policy, 1, drafter, 1, nullptr), Error);
 }
 
+// A drafter offered while a serving batch runs is swapped in between its steps: completions
+// that finished before report the old version, the rest the new one; the batch's acceptance is
+// split at the swap; greedy tokens stay those of plain decoding. A drafter staged together with
+// a policy waits for the batch boundary, and so does every drafter with swap_mid_batch off.
+TEST(Worker, SwapsADrafterInMidBatchBetweenSteps) {
+  Fixture s;
+  const WeightVersion v2 = s.publish_draft(fresh_draft(*s.policy, 2), 2);
+  const WeightVersion v3 = s.publish_draft(fresh_draft(*s.policy, 3), 3);
+  train::TrainableLlama m2 = make_policy(4);
+  m2.params()[1].value.data<float>()[0] += 1.0f;
+  const WeightVersion p2 = publish_policy(m2, s.dir.str() + "/v", 2);
+  const std::vector<GenRequest> reqs = greedy_requests(prompts(6, 11), 24);
+  std::function<void()> offer;
+  WorkerOptions o;
+  o.id = 1;
+  o.engine.spec = SpecSettings{4, 1, 4};
+  o.engine.max_batch = 1;  // one request after another: many steps per batch
+  o.rollback_rounds = 1 << 30;
+  o.on_progress = [&](int64_t finished, int64_t total) {
+    EXPECT_LE(finished, total);
+    if (finished == 1 && offer)
+      offer();
+  };
+  Worker w(o, s.policy, 1, std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)), 1, nullptr);
+  const BatchReport plain = w.generate(reqs, GenMode::kPlain);
+
+  offer = [&] { ASSERT_TRUE(w.offer_drafter(v2.dir)); };
+  const BatchReport b = w.generate(reqs, GenMode::kServing);
+  EXPECT_EQ(b.replaced_drafter_version, 1u);
+  EXPECT_EQ(b.drafter_version, 2u);
+  EXPECT_EQ(w.drafter_version(), 2u);
+  EXPECT_EQ(w.metrics().mid_batch_swaps, 1);
+  EXPECT_EQ(w.metrics().drafter_swaps, 1);
+  int64_t rounds = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(b.completions[i].result.tokens, plain.completions[i].result.tokens) << i;
+    EXPECT_EQ(b.completions[i].drafter_version, i == 0 ? 1u : 2u) << i;
+    rounds += b.completions[i].result.spec.rounds;
+  }
+  EXPECT_GT(b.spec_replaced.rounds, 0);
+  EXPECT_GT(b.spec.rounds, 0);
+  EXPECT_EQ(b.spec.rounds + b.spec_replaced.rounds, rounds);
+  const WorkerMetrics m = w.metrics();
+  EXPECT_EQ(m.by_version.at({1, 1}).completions, 1);
+  EXPECT_EQ(m.by_version.at({1, 2}).completions, 5);
+  EXPECT_EQ(m.by_version.at({1, 1}).spec.rounds, b.spec_replaced.rounds);
+
+  // Staged together with a policy: both wait for the next batch.
+  offer = [&] {
+    ASSERT_TRUE(w.offer_policy(p2.dir));
+    ASSERT_TRUE(w.offer_drafter(v3.dir));
+  };
+  const BatchReport c = w.generate(reqs, GenMode::kServing);
+  EXPECT_EQ(c.replaced_drafter_version, 0u);
+  EXPECT_EQ(c.drafter_version, 2u);
+  EXPECT_EQ(w.metrics().mid_batch_swaps, 1);
+  offer = nullptr;
+  const BatchReport d = w.generate(reqs, GenMode::kServing);
+  EXPECT_EQ(d.policy_version, 2u);
+  EXPECT_EQ(d.drafter_version, 3u);
+  EXPECT_EQ(w.metrics().drafter_swaps, 2);
+
+  // With swap_mid_batch off, a drafter offered mid-batch serves from the next batch.
+  o.swap_mid_batch = false;
+  Worker off(o, s.policy, 1, std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)), 1, nullptr);
+  offer = [&] { ASSERT_TRUE(off.offer_drafter(v2.dir)); };
+  EXPECT_EQ(off.generate(reqs, GenMode::kServing).drafter_version, 1u);
+  offer = nullptr;
+  EXPECT_EQ(off.generate(reqs, GenMode::kServing).drafter_version, 2u);
+  EXPECT_EQ(off.metrics().mid_batch_swaps, 0);
+}
+
 TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
   Fixture s;
   messaging::StoreOptions so;
@@ -264,13 +337,23 @@ TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
   EXPECT_EQ(sender->metrics().records_acked.load(), s.ps.size());
   const auto stored = store->latest(10);
   ASSERT_EQ(stored.size(), s.ps.size());
+  int64_t stored_rounds = 0, stored_accepted = 0;
   for (const auto& r : stored) {
+    for (const messaging::RoundStats& x : r.rounds) {
+      ++stored_rounds;
+      stored_accepted += x.accepted;
+      EXPECT_EQ(x.drafted, 3u);  // a tree of 4 nodes: the root and 3 drafts
+      EXPECT_LE(x.accepted, x.drafted);
+    }
     EXPECT_EQ(r.policy_version, 1u);
     EXPECT_EQ(r.drafter_version, 1u);
     EXPECT_EQ(r.worker, 1u);
     EXPECT_EQ(r.teacher_k, 16u);
     EXPECT_EQ(r.aux.shape[1], 3u * config().hidden_size);
   }
+  EXPECT_EQ(stored_rounds, b.spec.rounds) << "every speculation round in its completion's record";
+  EXPECT_EQ(stored_accepted, b.spec.accepted);
+  EXPECT_GT(b.spec.rounds, 0);
   for (const Completion& c : b.completions)  // captured while generating
     EXPECT_TRUE(c.result.aux.defined());
   // A batch the engine did not capture needs a forward of its own policy: once that policy is
@@ -314,6 +397,13 @@ TEST(Worker, StreamsAcknowledgedRecordsToTheBuffer) {
   for (const auto& r : all)
     short_records += r.tokens.size() <= 6 ? 1 : 0;
   EXPECT_EQ(short_records, want_records);
+  int64_t split_rounds = 0, want_rounds = 0;  // a split completion's rounds are in its first record
+  for (const auto& r : all)
+    split_rounds += r.tokens.size() <= 6 ? static_cast<int64_t>(r.rounds.size()) : 0;  // the split ones
+  for (const Completion& c : hb.completions)
+    want_rounds += c.record ? static_cast<int64_t>(c.result.rounds.size()) : 0;
+  EXPECT_EQ(split_rounds, want_rounds);
+  EXPECT_GT(want_rounds, 0);
   const std::vector<std::vector<int32_t>> six = prompts(6, 9);
   int64_t recorded6 = 0;
   for (const Completion& c : half.generate(greedy_requests(six), GenMode::kServing).completions)

@@ -51,6 +51,14 @@ messaging::RecordData to_record(const TttSample& s) {
   return r;
 }
 
+std::vector<messaging::RoundStats> round_stats(const std::vector<SpecRound>& rounds) {
+  std::vector<messaging::RoundStats> out;
+  out.reserve(rounds.size());
+  for (const SpecRound& x : rounds)
+    out.push_back({static_cast<uint32_t>(x.drafted), static_cast<uint32_t>(x.accepted)});
+  return out;
+}
+
 TttSample to_sample(const messaging::RecordData& r) {
   TttSample s;
   s.tokens = r.tokens;

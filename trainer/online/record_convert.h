@@ -3,13 +3,19 @@
 // carry over unchanged; the aux tensor keeps its dtype (bf16, f16 or f32) and its bytes.
 #pragma once
 
+#include <vector>
+
 #include "messaging/record.h"
+#include "rollout/engine.h"
 #include "trainer/ttt_data.h"
 
 namespace updraft::train {
 
 // The record of a sample (worker, drafter version and rounds are the caller's to fill).
 messaging::RecordData to_record(const TttSample& s);
+
+// A completion's speculation rounds as the record's acceptance stats.
+std::vector<messaging::RoundStats> round_stats(const std::vector<SpecRound>& rounds);
 
 // The sample of a record. Error when its aux tensor is not [tokens, width] or the teacher
 // arrays do not match (records passed the buffer's validation, so this means a wrong policy).
