@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "messaging/curve_keys.h"
 #include "messaging/record_sender.h"
 #include "rollout/engine.h"
 #include "rollout/tokenizer.h"
@@ -44,6 +45,8 @@ bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) 
   messaging::SenderOptions so;
   so.endpoint = a.send;
   so.worker = a.worker_id;
+  if (!a.curve_key_file.empty())
+    so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);
   messaging::RecordSender sender(so);
   uint64_t submitted = 0;
   for (const GenResult& g : results) {
@@ -98,6 +101,8 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
       ->capture_default_str();
   cmd.add_option("--send-timeout", a.send_timeout_s, "records: seconds to wait for the acknowledgements")
       ->capture_default_str();
+  cmd.add_option("--curve-key", a.curve_key_file, "records over CURVE: this worker's key file (from `updraft keygen`)");
+  cmd.add_option("--curve-server", a.curve_server_file, "records over CURVE: the buffer's public key file");
 }
 
 int run_generate(const GenerateArgs& a) {
@@ -105,6 +110,8 @@ int run_generate(const GenerateArgs& a) {
   UPD_REQUIRE(a.kv_cache_mb > 0) << "--kv-cache-mb must be positive";
   UPD_REQUIRE(!a.prompt_ids.empty() || !a.prompts.empty()) << "give at least one --prompt-ids or --prompt";
   UPD_REQUIRE(a.send.empty() || a.send_timeout_s > 0) << "--send-timeout must be positive";
+  UPD_REQUIRE(a.curve_key_file.empty() == a.curve_server_file.empty())
+      << "give both --curve-key and --curve-server, or neither";
   std::optional<Tokenizer> tok;
   if (!a.prompts.empty() || !a.tokenizer.empty() ||
       std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json"))

@@ -41,6 +41,7 @@ struct GenerateArgs {
   uint32_t worker_id = 0;
   uint64_t policy_version = 1, drafter_version = 0;
   double send_timeout_s = 30;
+  std::string curve_key_file, curve_server_file;  // CURVE for --send: own key file, the buffer's public key
 };
 
 void add_generate_options(CLI::App& cmd, GenerateArgs& a);

@@ -18,6 +18,7 @@
 #include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "messaging/buffer_main.h"
+#include "messaging/curve_keys.h"
 
 #ifndef UPDRAFT_VERSION
 #define UPDRAFT_VERSION "0.0.0"
@@ -100,6 +101,12 @@ int main(int argc, char** argv) {
   buffer->add_option("--report-seconds", buf.report_seconds, "log counters this often (0: never)")
       ->capture_default_str();
   buffer->add_option("--metrics-file", buf.metrics_file, "rewrite Prometheus text metrics here at each report");
+  buffer->add_option("--curve-key", buf.curve_key_file, "CURVE: this buffer's key file (from `updraft keygen`)");
+  buffer->add_option("--curve-allow", buf.curve_allow_file, "CURVE: the workers' public keys admitted, one per line");
+
+  auto* keygen = app.add_subcommand("keygen", "Write a CURVE key pair: NAME.key (secret, mode 600) and NAME.pub");
+  std::string keygen_name;
+  keygen->add_option("name", keygen_name, "path prefix of the two files")->required();
 
   auto* inspect = app.add_subcommand("inspect", "Inspection tools");
   inspect->require_subcommand(1);
@@ -142,6 +149,12 @@ int main(int argc, char** argv) {
       return updraft::messaging::run_buffer(buf);
     if (inspect_buffer->parsed())
       return updraft::messaging::run_inspect_buffer(insp);
+    if (keygen->parsed()) {
+      const auto kp = updraft::messaging::write_key_files(keygen_name);
+      std::printf("wrote %s.key (keep it secret) and %s.pub (public %s)\n", keygen_name.c_str(), keygen_name.c_str(),
+                  kp.public_key.c_str());
+      return 0;
+    }
   } catch (const updraft::Error& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -65,6 +65,10 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   g->add_option("--policy-req", on.policy_req, "weight link request endpoint of the same publisher");
   g->add_option("--announce-pub", on.announce_pub, "bind a weight link here (PUB) to announce promoted drafters");
   g->add_option("--announce-req", on.announce_req, "its request endpoint (version requests, chunks)");
+  g->add_option("--curve-key", on.curve_key_file, "CURVE: this trainer's key file (from `updraft keygen`)");
+  g->add_option("--curve-allow", on.curve_allow_file, "CURVE on the announce link: subscribers' public keys admitted");
+  g->add_option("--policy-curve-server", on.policy_curve_server_file,
+                "CURVE on the policy link: the publisher's public key file (with --curve-key)");
   g->add_option("--window-versions", on.window_versions, "train on records of the newest N policy versions")
       ->capture_default_str();
   g->add_option("--window-records", on.window_records, "at most this many newest records per round")
@@ -74,6 +78,10 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
       ->capture_default_str();
   g->add_option("--tau-floor", on.tau_floor, "trigger: live acceptance below this (0: off)")->capture_default_str();
   g->add_option("--promote-margin", on.promote_margin, "promote when the candidate's tau is this much better")
+      ->capture_default_str();
+  g->add_option("--metrics-file", on.metrics_file,
+                "rewrite Prometheus text metrics here (rounds, promotions, loss, tau, consumer lag)");
+  g->add_option("--report-seconds", on.report_seconds, "how often the metrics file is rewritten")
       ->capture_default_str();
   g->add_option("--max-rounds", on.max_rounds, "stop after this many rounds (0: run until SIGINT/SIGTERM)")
       ->capture_default_str();

@@ -24,12 +24,17 @@ struct OnlineTrainArgs {
   uint64_t policy_version = 1, drafter_version = 1;
   std::string policy_pub, policy_req;      // weight link announcing policy versions ("": the policy stays)
   std::string announce_pub, announce_req;  // weight link to announce drafters on ("": files only)
+  // CURVE (messaging/curve_keys.h): this trainer's key file; the subscribers its announce link
+  // admits; the policy publisher's public key.
+  std::string curve_key_file, curve_allow_file, policy_curve_server_file;
   uint64_t window_versions = 3;
   size_t window_records = 256;
   int64_t steps_per_round = 30;
   uint64_t min_new_records = 16;
   double tau_floor = 0, promote_margin = 0.01;
   int64_t max_rounds = 0;  // 0: until a signal
+  std::string metrics_file;  // Prometheus text rewritten every report_seconds and at the end
+  double report_seconds = 10;
 };
 
 struct TrainArgs {

@@ -9,11 +9,47 @@
 
 #include "app/train_cmd.h"
 #include "kernels/core/stop_signals.h"
+#include "messaging/curve_keys.h"
+#include "messaging/metrics.h"
 #include "messaging/record_store.h"
 #include "messaging/weight_link.h"
 #include "trainer/online/online_trainer.h"
 
 namespace updraft {
+namespace {
+
+// The trainer's metrics (design.md §12): its rounds and promotions, the last round's loss and
+// acceptance estimates, the serving drafter, and the consumer lag: records in its view of the
+// buffer newer than the newest it has trained on (the buffer's own gauge knows only a trainer
+// that shares its process).
+std::string trainer_metrics(const train::OnlineTrainer& t, const messaging::RecordStore& store) {
+  const auto reports = t.reports();
+  int64_t promoted = 0;
+  for (const auto& r : reports)
+    promoted += r.promoted ? 1 : 0;
+  std::ostringstream os;
+  using messaging::prometheus_series;
+  prometheus_series(os, "updraft_trainer_rounds_total", "counter", "Training rounds finished", "",
+                    static_cast<double>(reports.size()));
+  prometheus_series(os, "updraft_trainer_promotions_total", "counter", "Drafter versions promoted", "",
+                    static_cast<double>(promoted));
+  prometheus_series(os, "updraft_trainer_serving_drafter_version", "gauge", "Newest promoted drafter version", "",
+                    static_cast<double>(t.serving_version()));
+  prometheus_series(os, "updraft_trainer_consumer_lag_records", "gauge",
+                    "Buffer records newer than the newest the trainer has trained on", "",
+                    static_cast<double>(store.consumer_lag()));
+  if (!reports.empty()) {
+    const auto& r = reports.back();
+    prometheus_series(os, "updraft_trainer_loss", "gauge", "Mean training loss of the last round", "", r.loss);
+    prometheus_series(os, "updraft_trainer_candidate_tau", "gauge", "Held-out tau estimate of the last candidate", "",
+                      r.candidate_tau);
+    prometheus_series(os, "updraft_trainer_serving_tau", "gauge", "Held-out tau estimate of the serving drafter", "",
+                      r.serving_tau);
+  }
+  return os.str();
+}
+
+}  // namespace
 
 int run_train_online(const TrainArgs& a) {
   // Handlers first: a SIGTERM during startup (loading, resuming) still stops cleanly.
@@ -24,6 +60,11 @@ int run_train_online(const TrainArgs& a) {
   UPD_REQUIRE(on.policy_pub.empty() == on.policy_req.empty()) << "train: give both --policy-pub and --policy-req";
   UPD_REQUIRE(on.announce_pub.empty() == on.announce_req.empty())
       << "train: give both --announce-pub and --announce-req";
+  UPD_REQUIRE((on.curve_allow_file.empty() && on.policy_curve_server_file.empty()) || !on.curve_key_file.empty())
+      << "train: --curve-allow and --policy-curve-server need --curve-key";
+  UPD_REQUIRE(on.curve_allow_file.empty() || !on.announce_pub.empty()) << "train: --curve-allow needs --announce-pub";
+  UPD_REQUIRE(on.policy_curve_server_file.empty() || !on.policy_pub.empty())
+      << "train: --policy-curve-server needs --policy-pub";
   UPD_REQUIRE(on.steps_per_round > 0 && on.window_records > 0 && on.window_versions > 0)
       << "train: --steps-per-round, --window-records and --window-versions must be positive";
   UPD_REQUIRE(std::filesystem::is_directory(on.buffer))
@@ -46,6 +87,8 @@ int run_train_online(const TrainArgs& a) {
     messaging::WeightPublisherOptions wpo;
     wpo.pub_endpoint = on.announce_pub;
     wpo.request_endpoint = on.announce_req;
+    if (!on.curve_allow_file.empty())
+      wpo.curve = messaging::curve_server_from_files(on.curve_key_file, on.curve_allow_file);
     announcer = std::make_unique<messaging::WeightPublisher>(wpo);
     spdlog::info("train: announcing drafters on {} (requests on {})", announcer->pub_endpoint(),
                  announcer->request_endpoint());
@@ -81,6 +124,8 @@ int run_train_online(const TrainArgs& a) {
     messaging::WeightSubscriberOptions wso;
     wso.pub_endpoint = on.policy_pub;
     wso.request_endpoint = on.policy_req;
+    if (!on.policy_curve_server_file.empty())
+      wso.curve = messaging::curve_client_from_files(on.curve_key_file, on.policy_curve_server_file);
     wso.kinds = {messaging::WeightKind::kPolicy};
     wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = on.policy_version;
     wso.local_root = (fs::path(a.once_opts.out_dir) / "policy-versions").string();
@@ -99,12 +144,20 @@ int run_train_online(const TrainArgs& a) {
   }
 
   trainer.start();
+  auto last_report = std::chrono::steady_clock::now();
   while (!signals.requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (on.max_rounds > 0 && static_cast<int64_t>(trainer.reports().size()) >= on.max_rounds)
       break;
+    const auto now = std::chrono::steady_clock::now();
+    if (!on.metrics_file.empty() && now - last_report >= std::chrono::duration<double>(on.report_seconds)) {
+      last_report = now;
+      messaging::write_metrics_file(on.metrics_file, trainer_metrics(trainer, *store));
+    }
   }
   trainer.stop();  // finishes the round in progress; its checkpoint is written
+  if (!on.metrics_file.empty())
+    messaging::write_metrics_file(on.metrics_file, trainer_metrics(trainer, *store));
   follower.reset();
   const auto reports = trainer.reports();
   int64_t promoted = 0;

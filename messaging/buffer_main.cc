@@ -12,23 +12,12 @@
 #include "kernels/core/error.h"
 #include "kernels/core/stop_signals.h"
 #include "messaging/buffer_server.h"
+#include "messaging/curve_keys.h"
+#include "messaging/metrics.h"
 
 namespace updraft::messaging {
 
 namespace {
-
-void write_metrics_file(const std::string& path, const std::string& text) {
-  // Written beside and renamed, so a scraper never reads half a file.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    UPD_REQUIRE(f.good()) << "cannot write metrics file " << tmp;
-    f << text;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  UPD_REQUIRE(!ec) << "cannot rename " << tmp << " to " << path << ": " << ec.message();
-}
 
 RecordKey parse_key(const std::string& s) {
   RecordKey k;
@@ -58,10 +47,15 @@ int run_buffer(const BufferCommandOptions& o, const std::atomic<bool>* stop) {
   BufferServerOptions bo;
   bo.endpoints = {o.endpoint};
   bo.limits.max_message_bytes = o.max_message_bytes;
+  UPD_REQUIRE(o.curve_key_file.empty() == o.curve_allow_file.empty())
+      << "buffer: give both --curve-key and --curve-allow, or neither";
+  if (!o.curve_key_file.empty())
+    bo.curve = curve_server_from_files(o.curve_key_file, o.curve_allow_file);
   BufferServer server(bo, store);
   const StoreStats st = store->stats();
-  spdlog::info("buffer: serving {} into {} ({} records, {} bytes, sync {}, cap {} bytes, window {})",
-               server.endpoints().at(0), o.path, st.records, st.bytes, o.sync, o.max_bytes, o.version_window);
+  spdlog::info("buffer: serving {} into {} ({} records, {} bytes, sync {}, cap {} bytes, window {}{})",
+               server.endpoints().at(0), o.path, st.records, st.bytes, o.sync, o.max_bytes, o.version_window,
+               bo.curve ? fmt::format(", CURVE: {} clients allowed", bo.curve->allowed_clients.size()) : "");
   auto last = std::chrono::steady_clock::now();
   while (!signals.requested() && !(stop != nullptr && stop->load())) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -17,6 +17,9 @@ struct BufferCommandOptions {
   uint64_t max_message_bytes = uint64_t{64} << 20;
   double report_seconds = 10;  // log counters this often (0: never)
   std::string metrics_file;    // when set, Prometheus text is rewritten there each report
+  // CURVE (messaging/curve_keys.h): this buffer's key file and the workers it admits. Both or
+  // neither; with them the endpoint may be non-loopback.
+  std::string curve_key_file, curve_allow_file;
 };
 
 // Serves until SIGINT or SIGTERM (or *stop becomes true). Returns the exit code.

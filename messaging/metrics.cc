@@ -1,6 +1,10 @@
 #include "messaging/metrics.h"
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include "kernels/core/error.h"
 
 namespace updraft::messaging {
 
@@ -15,6 +19,28 @@ void series(std::ostringstream& os, const char* name, const char* type, const ch
 }
 
 }  // namespace
+
+void prometheus_series(std::ostringstream& os, const char* name, const char* type, const char* help,
+                       const std::string& labels, double value) {
+  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name;
+  if (!labels.empty())
+    os << '{' << labels << '}';
+  os << ' ' << value << '\n';
+}
+
+void write_metrics_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    UPD_REQUIRE(f.good()) << "cannot write metrics file " << tmp;
+    f << text;
+    f.flush();
+    UPD_REQUIRE(f.good()) << "cannot write metrics file " << tmp;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  UPD_REQUIRE(!ec) << "cannot rename " << tmp << " to " << path << ": " << ec.message();
+}
 
 uint64_t BufferMetrics::rejected_total() const {
   uint64_t t = 0;

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "messaging/record.h"
@@ -52,5 +53,11 @@ struct BufferMetrics {
 // Prometheus text exposition; `labels` is inserted in every series, e.g. `worker="3"`.
 std::string render_prometheus(const SenderMetrics& m, const std::string& labels);
 std::string render_prometheus(const BufferMetrics& m, const std::string& labels);
+
+// One series of the exposition (HELP, TYPE, sample), for other roles' metrics.
+void prometheus_series(std::ostringstream& os, const char* name, const char* type, const char* help,
+                       const std::string& labels, double value);
+// Writes `text` beside `path` and renames it over, so a scraper never reads half a file.
+void write_metrics_file(const std::string& path, const std::string& text);
 
 }  // namespace updraft::messaging

@@ -38,8 +38,13 @@ train() {
   timeout 120 "$bin" train --model "$model" --drafter "$draft" --buffer "$work/buf" --out "$work/online" \
     --steps-per-round 40 --lr 2e-3 --ttt-steps 3 --min-new-records 4 --max-rounds 1 --promote-margin 0 "$@"
 }
-train --announce-pub "ipc://$work/drafters.pub" --announce-req "ipc://$work/drafters.req" >"$work/train1.log" 2>&1 ||
-  { cat "$work/train1.log"; exit 1; }
+train --announce-pub "ipc://$work/drafters.pub" --announce-req "ipc://$work/drafters.req" \
+  --metrics-file "$work/trainer.prom" >"$work/train1.log" 2>&1 || { cat "$work/train1.log"; exit 1; }
+# The trainer's metrics: one round, one promotion, and nothing left unconsumed in its view.
+for want in "updraft_trainer_rounds_total 1" "updraft_trainer_promotions_total 1" \
+  "updraft_trainer_serving_drafter_version 2" "updraft_trainer_consumer_lag_records 0" "updraft_trainer_loss [0-9]"; do
+  grep -qE "^$want" "$work/trainer.prom" || { echo "trainer metrics: no '$want'"; cat "$work/trainer.prom"; exit 1; }
+done
 grep -q "buffer $work/buf (24 records)" "$work/train1.log" || { echo "trainer did not see 24 records"; cat "$work/train1.log"; exit 1; }
 grep -q "promoted v2" "$work/train1.log" || { echo "no drafter promoted"; cat "$work/train1.log"; exit 1; }
 grep -q "stopped: 1 rounds, 1 drafters promoted, serving drafter v2" "$work/train1.log" ||
