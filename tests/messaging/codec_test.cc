@@ -16,30 +16,13 @@
 namespace updraft::messaging {
 namespace {
 
+using testing::int32_list_ptr;
 using testing::make_record;
+using testing::raw_message;
+using testing::struct_ptr;
 
 std::vector<uint8_t> bytes_of(const EncodedMessage& m) {
   return {m.data(), m.data() + m.size()};
-}
-
-// A single-segment message from raw words (the segment table is prepended).
-std::vector<uint8_t> raw_message(const std::vector<uint64_t>& words) {
-  std::vector<uint64_t> all;
-  all.push_back(uint64_t{words.size()} << 32);
-  all.insert(all.end(), words.begin(), words.end());
-  std::vector<uint8_t> out(all.size() * 8);
-  std::memcpy(out.data(), all.data(), out.size());
-  return out;
-}
-
-uint64_t struct_ptr(int32_t offset, uint16_t data_words, uint16_t ptrs) {
-  const uint32_t lo = static_cast<uint32_t>(offset) << 2;  // 30-bit signed offset, tag 0
-  return uint64_t{lo} | (uint64_t{data_words} << 32) | (uint64_t{ptrs} << 48);
-}
-
-uint64_t int32_list_ptr(int32_t offset, uint32_t count) {
-  const uint32_t lo = (static_cast<uint32_t>(offset) << 2) | 1u;  // tag 1: list
-  return uint64_t{lo} | (uint64_t{4} << 32) | (uint64_t{count} << 35);
 }
 
 TEST(Crc32c, KnownValueAndPortableAgreement) {

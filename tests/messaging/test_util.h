@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "messaging/record.h"
 
@@ -78,6 +80,26 @@ inline bool wait_for(const std::function<bool()>& cond, std::chrono::millisecond
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return cond();
+}
+
+// Hand-built Cap'n Proto messages for hostile-input tests. A single-segment message from raw words (the segment table is prepended).
+inline std::vector<uint8_t> raw_message(const std::vector<uint64_t>& words) {
+  std::vector<uint64_t> all;
+  all.push_back(uint64_t{words.size()} << 32);
+  all.insert(all.end(), words.begin(), words.end());
+  std::vector<uint8_t> out(all.size() * 8);
+  std::memcpy(out.data(), all.data(), out.size());
+  return out;
+}
+
+inline uint64_t struct_ptr(int32_t offset, uint16_t data_words, uint16_t ptrs) {
+  const uint32_t lo = static_cast<uint32_t>(offset) << 2;  // 30-bit signed offset, tag 0
+  return uint64_t{lo} | (uint64_t{data_words} << 32) | (uint64_t{ptrs} << 48);
+}
+
+inline uint64_t int32_list_ptr(int32_t offset, uint32_t count) {
+  const uint32_t lo = (static_cast<uint32_t>(offset) << 2) | 1u;  // tag 1: list
+  return uint64_t{lo} | (uint64_t{4} << 32) | (uint64_t{count} << 35);
 }
 
 }  // namespace updraft::messaging::testing

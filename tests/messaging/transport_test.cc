@@ -268,7 +268,26 @@ TEST(Transport, CraftedFramesAreRefusedByReasonAndNothingIsStored) {
   peer.send({H, corrupt});
   RecordData big = make_record(8, 1, 1, 512, 64);
   peer.send({H, RawPeer::bytes(encode_record(big))});  // over the server's 64 KiB cap
-  ASSERT_TRUE(testing::wait_for([&] { return server.metrics().rejected_total() >= 8; }, 5s));
+  // Hand-built messages: a chain of 100 nested structs, a pointer cycle, five pointers to one
+  // list (amplification). (Where a frame lands in memory is the receiver's business: the
+  // server copies every frame to aligned memory, Codec.MisalignedInputIsCopiedAndDecoded.)
+  std::vector<uint64_t> chain{testing::struct_ptr(0, 0, 5)};
+  for (int i = 0; i < 100; ++i)
+    for (uint64_t x : {uint64_t{0}, i == 99 ? uint64_t{0} : testing::struct_ptr(3, 0, 5), uint64_t{0}, uint64_t{0},
+                       uint64_t{0}})
+      chain.push_back(x);
+  std::vector<uint64_t> amplified{testing::struct_ptr(0, 0, 5)};
+  for (int slot = 0; slot < 5; ++slot)
+    amplified.push_back(testing::int32_list_ptr(4 - slot, 1000));
+  amplified.resize(amplified.size() + 500, 0);
+  peer.send({H, testing::raw_message(chain)});
+  peer.send({H, testing::raw_message({testing::struct_ptr(0, 0, 5), 0, testing::struct_ptr(-2, 0, 5), 0, 0, 0})});
+  peer.send({H, testing::raw_message(amplified)});
+  ASSERT_TRUE(testing::wait_for([&] { return server.metrics().rejected_total() >= 11; }, 5s));
+  EXPECT_EQ(server.metrics().rejected_count(Reject::kNestingLimit), 2u);
+  EXPECT_EQ(server.metrics().rejected_count(Reject::kTraversalLimit) +
+                server.metrics().rejected_count(Reject::kMalformed),
+            1u);
   EXPECT_EQ(server.metrics().rejected_count(Reject::kBadFraming), 2u);
   EXPECT_EQ(server.metrics().rejected_count(Reject::kBadHeader), 2u);
   EXPECT_EQ(server.metrics().rejected_count(Reject::kTruncated), 1u);
