@@ -76,6 +76,8 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   g->add_option("--steps-per-round", on.steps_per_round, "optimiser steps per round")->capture_default_str();
   g->add_option("--min-new-records", on.min_new_records, "trigger: records stored since the last round")
       ->capture_default_str();
+  g->add_option("--min-new-tokens", on.min_new_tokens, "trigger: response tokens stored since the last round (0: off)")
+      ->capture_default_str();
   g->add_option("--tau-floor", on.tau_floor, "trigger: live acceptance below this (0: off)")->capture_default_str();
   g->add_option("--promote-margin", on.promote_margin, "promote when the candidate's tau is this much better")
       ->capture_default_str();

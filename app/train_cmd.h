@@ -31,6 +31,7 @@ struct OnlineTrainArgs {
   size_t window_records = 256;
   int64_t steps_per_round = 30;
   uint64_t min_new_records = 16;
+  uint64_t min_new_tokens = 0;
   double tau_floor = 0, promote_margin = 0.01;
   int64_t max_rounds = 0;  // 0: until a signal
   std::string metrics_file;  // Prometheus text rewritten every report_seconds and at the end

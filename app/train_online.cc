@@ -103,6 +103,7 @@ int run_train_online(const TrainArgs& a) {
   to.lr = a.lr > 0 ? a.lr : 3e-4;
   to.ttt = a.once_opts.train.ttt;
   to.min_new_records = on.min_new_records;
+  to.min_new_tokens = on.min_new_tokens;
   to.tau_floor = on.tau_floor;
   to.promote_margin = on.promote_margin;
   to.seed = a.once_opts.seed;

@@ -396,6 +396,8 @@ Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, Fn&& on_valid) {
                 root.getDrafterVersion(),
                 root.getTokens().size(),
                 crc};
+    const uint32_t n = root.getTokens().size(), prompt = root.getPromptLength();
+    v.header.response_tokens = prompt < n ? n - prompt : 0;
     on_valid(root);
   } catch (const kj::Exception& e) {
     v.reason = classify(e);

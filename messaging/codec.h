@@ -60,6 +60,7 @@ struct RecordHeader {
   uint64_t drafter_version = 0;
   uint32_t num_tokens = 0;
   uint32_t checksum = 0;
+  uint32_t response_tokens = 0;  // num_tokens - promptLength (0 if the prompt length exceeds it)
 };
 
 struct Verdict {

@@ -45,8 +45,9 @@ std::string next_seq_key(uint32_t worker) {
   return k;
 }
 
-std::string index_value(uint64_t size, uint64_t arrival) {
-  return be64(size) + be64(arrival);
+// Index values: be64 size, be64 arrival, and (added later) be64 response tokens.
+std::string index_value(uint64_t size, uint64_t arrival, uint64_t response_tokens) {
+  return be64(size) + be64(arrival) + be64(response_tokens);
 }
 
 rocksdb::Options base_options(size_t write_buffer_bytes) {
@@ -192,8 +193,9 @@ void RecordStore::load_index() {
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto k = decode_key(std::string_view(it->key().data(), it->key().size()));
       const auto v = it->value();
-      UPD_REQUIRE(k && v.size() == 16) << options_.path << ": corrupt index entry";
-      Entry e{from_be64(std::string_view(v.data(), 8)), from_be64(std::string_view(v.data() + 8, 8))};
+      UPD_REQUIRE(k && (v.size() == 16 || v.size() == 24)) << options_.path << ": corrupt index entry";
+      Entry e{from_be64(std::string_view(v.data(), 8)), from_be64(std::string_view(v.data() + 8, 8)),
+              v.size() == 24 ? from_be64(std::string_view(v.data() + 16, 8)) : 0};
       index_[*k] = e;
       eviction_order_[{k->policy_version, e.arrival}] = *k;
       total_bytes_ += e.size;
@@ -241,8 +243,8 @@ RecordStore::WriteResult RecordStore::write(const std::vector<Item>& items) {
     const std::string key = encode_key(k);
     UPD_ROCKS_CHECK(
         batch.Put(records_cf_, key, rocksdb::Slice(reinterpret_cast<const char*>(items[i].data), items[i].size)));
-    UPD_ROCKS_CHECK(batch.Put(index_cf_, key, index_value(items[i].size, arrival)));
-    added[k] = Entry{items[i].size, arrival++};
+    UPD_ROCKS_CHECK(batch.Put(index_cf_, key, index_value(items[i].size, arrival, h.response_tokens)));
+    added[k] = Entry{items[i].size, arrival++, h.response_tokens};
     uint64_t& next = seqs[h.worker];
     auto known = next_seq_.find(h.worker);
     next = std::max({next, h.seq + 1, known == next_seq_.end() ? uint64_t{0} : known->second});
@@ -434,6 +436,14 @@ uint64_t RecordStore::consumer_lag() const {
   if (!consumed_)
     return index_.size();
   return static_cast<uint64_t>(std::distance(index_.upper_bound(*consumed_), index_.end()));
+}
+
+uint64_t RecordStore::consumer_lag_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t t = 0;
+  for (auto it = consumed_ ? index_.upper_bound(*consumed_) : index_.begin(); it != index_.end(); ++it)
+    t += it->second.response_tokens;
+  return t;
 }
 
 StoreStats RecordStore::stats() const {

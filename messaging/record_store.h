@@ -112,6 +112,8 @@ class RecordStore {
   // The trainer reports the newest key it has consumed; lag counts stored records above it.
   void mark_consumed(const RecordKey& k);
   uint64_t consumer_lag() const;
+  // Response tokens in the records above the consumed key (what a token-count trigger reads).
+  uint64_t consumer_lag_tokens() const;
 
   StoreStats stats() const;
   // Bytes of every file under the store's directory (walks it; not for hot paths).
@@ -126,6 +128,7 @@ class RecordStore {
   struct Entry {
     uint64_t size = 0;
     uint64_t arrival = 0;
+    uint64_t response_tokens = 0;  // 0 for entries written before the index carried it
   };
   RecordStore() = default;
   void load_index();         // REQUIRES: mu_ held

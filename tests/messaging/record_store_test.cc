@@ -191,8 +191,18 @@ TEST(RecordStore, ReadApis) {
     EXPECT_EQ(r.policy_version, 3u);
   EXPECT_EQ(s->sample(50, 1).size(), 30u);
   EXPECT_EQ(s->consumer_lag(), 30u);
+  uint64_t tokens = 0, tokens_above = 0;  // response tokens: all records', then those above the mark
+  for (const auto& r : s->latest(100)) {
+    tokens += r.tokens.size() - r.prompt_length;
+    if (RecordKey{r.policy_version, r.worker, r.seq} > RecordKey{2, 1, 9})
+      tokens_above += r.tokens.size() - r.prompt_length;
+  }
+  EXPECT_GT(tokens, 0u);
+  EXPECT_EQ(s->consumer_lag_tokens(), tokens);
   s->mark_consumed({2, 1, 9});
   EXPECT_EQ(s->consumer_lag(), 10u);
+  EXPECT_EQ(s->consumer_lag_tokens(), tokens_above);
+  EXPECT_LT(tokens_above, tokens);
   EXPECT_EQ(s->corrupt_reads(), 0u);
 }
 

@@ -220,5 +220,42 @@ TEST(EngineCapture, MatchesTheCapturePass) {
     }
 }
 
+// The token-count trigger: a round starts once the records stored since the last one hold
+// min_new_tokens response tokens, however few records that is.
+TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("ott");
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+  messaging::StoreOptions so;
+  so.path = t.str() + "/buffer";
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  const auto first = capture(*policy, rollouts(*policy, prompts(2, 4)), 1);
+  int64_t first_tokens = 0;
+  for (const TttSample& x : first)
+    first_tokens += x.response_length();
+  OnlineTrainerOptions o;
+  o.dir = t.str() + "/versions";
+  o.steps_per_round = 2;
+  o.ttt.steps = 2;
+  o.min_new_records = 0;
+  o.min_new_tokens = static_cast<uint64_t>(first_tokens + 1);
+  o.poll_ms = 5;
+  OnlineTrainer tr(o, store, policy, 1, fresh_draft(*policy, 5), 1);
+  store_samples(*store, first, 1, 0);
+  EXPECT_EQ(store->consumer_lag_tokens(), static_cast<uint64_t>(first_tokens));
+  tr.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(tr.reports().empty()) << "one token short of the trigger";
+  const auto more = capture(*policy, rollouts(*policy, prompts(1, 5)), 1);
+  store_samples(*store, more, 1, 2);
+  for (int i = 0; i < 400 && tr.reports().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  tr.stop();
+  ASSERT_FALSE(tr.reports().empty());
+  EXPECT_EQ(tr.reports()[0].trigger,
+            std::to_string(first_tokens + more[0].response_length()) + " new response tokens");
+  EXPECT_EQ(store->consumer_lag_tokens(), 0u);
+}
+
 }  // namespace
 }  // namespace updraft::train

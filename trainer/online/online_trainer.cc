@@ -154,6 +154,11 @@ std::string OnlineTrainer::due_trigger() const {
   const uint64_t lag = store_->consumer_lag();
   if (options_.min_new_records > 0 && lag >= options_.min_new_records)
     return std::to_string(lag) + " new records";
+  if (options_.min_new_tokens > 0 && lag > 0) {
+    const uint64_t tokens = store_->consumer_lag_tokens();
+    if (tokens >= options_.min_new_tokens)
+      return std::to_string(tokens) + " new response tokens";
+  }
   if (options_.tau_floor > 0 && live_tau_ > 0 && live_tau_ < options_.tau_floor && lag > 0)
     return "live tau " + std::to_string(live_tau_).substr(0, 4);
   return "";

@@ -27,8 +27,9 @@
 // primary every catch_up_ms.
 //
 // Triggers (checked every poll_ms while running, never while paused): a new policy version
-// (notify_policy), at least min_new_records records stored since the last round (the store's
-// consumer lag), or live acceptance (report_tau) below tau_floor. The trainer reads the store
+// (notify_policy), at least min_new_records records or min_new_tokens response tokens stored
+// since the last round (the store's consumer lag), or live acceptance (report_tau) below
+// tau_floor. The trainer reads the store
 // and publishes files; it never calls into the workers, so it cannot block rollouts. Pausing
 // (set_paused) takes effect between two training steps: on a machine where the trainer shares
 // cores with the workers, the caller pauses it while latency-critical generation runs.
@@ -67,6 +68,7 @@ struct OnlineTrainerOptions {
   TttOptions ttt;
   bool train_on_new_policy = true;
   uint64_t min_new_records = 16;
+  uint64_t min_new_tokens = 0;  // 0: off
   double tau_floor = 0;  // 0: off
   double promote_margin = 0.01;
   int64_t poll_ms = 50;
