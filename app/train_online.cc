@@ -98,6 +98,7 @@ int run_train_online(const TrainArgs& a) {
   to.dir = a.once_opts.out_dir;
   to.window_versions = on.window_versions;
   to.window_records = on.window_records;
+  to.newest_share = on.newest_share;
   to.steps_per_round = on.steps_per_round;
   to.samples_per_step = a.once_opts.train.samples_per_step;
   to.lr = a.lr > 0 ? a.lr : 3e-4;

@@ -257,5 +257,38 @@ TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
   EXPECT_EQ(store->consumer_lag_tokens(), 0u);
 }
 
+// The window's mix: with newest_share 1 every training draw comes from the newest policy
+// version's records; with 0 (uniform) older versions' records are drawn too.
+TEST(OnlineTrainer, NewestShareSetsTheMixOfPolicyVersions) {
+  const train::TrainableLlama m = make_policy(4);
+  TempDir t("otm");
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+  messaging::StoreOptions so;
+  so.path = t.str() + "/buffer";
+  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  const auto rolls = rollouts(*policy, prompts(12, 6));
+  store_samples(*store, capture(*policy, {rolls.begin(), rolls.begin() + 8}, 1), 1, 0);
+  store_samples(*store, capture(*policy, {rolls.begin() + 8, rolls.end()}, 2), 1, 8);
+  for (const double share : {1.0, 0.0}) {
+    OnlineTrainerOptions o;
+    o.dir = t.str() + "/versions-" + std::to_string(static_cast<int>(share));
+    o.steps_per_round = 6;
+    o.ttt.steps = 2;
+    o.heldout_fraction = 0;
+    o.newest_share = share;
+    OnlineTrainer tr(o, store, policy, 2, fresh_draft(*policy, 5), 1);
+    const RoundReport r = tr.run_round("test");
+    EXPECT_EQ(r.samples, 6 * o.samples_per_step);
+    if (share == 1.0)
+      EXPECT_EQ(r.samples_newest, r.samples);
+    else
+      EXPECT_LT(r.samples_newest, r.samples) << "uniform draws over 8 v1 and 4 v2 records";
+  }
+  OnlineTrainerOptions bad;
+  bad.dir = t.str() + "/bad";
+  bad.newest_share = 1.5;
+  EXPECT_THROW(OnlineTrainer(bad, store, policy, 2, fresh_draft(*policy, 5), 1), Error);
+}
+
 }  // namespace
 }  // namespace updraft::train

@@ -44,9 +44,9 @@ OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messa
     throw Error("online trainer: cannot create " + options_.dir + ": " + ec.message());
   if (options_.steps_per_round <= 0 || options_.samples_per_step <= 0 || !(options_.lr > 0) || !(options_.clip > 0) ||
       options_.window_records == 0 || options_.window_versions == 0 || options_.heldout_fraction < 0 ||
-      options_.heldout_fraction >= 1)
-    throw Error("online trainer: steps, samples per step, lr, clip, window sizes must be positive and "
-                "heldout_fraction in [0, 1)");
+      options_.heldout_fraction >= 1 || !(options_.newest_share >= 0 && options_.newest_share <= 1))
+    throw Error("online trainer: steps, samples per step, lr, clip, window sizes must be positive, "
+                "heldout_fraction in [0, 1) and newest_share in [0, 1]");
   const DraftTarget target = policy_->draft_target();
   draft_ = std::make_unique<TrainableDraft>(initial, target);
   AdamWOptions ao;
@@ -260,6 +260,17 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
 
   // 2. Training.
   std::uniform_int_distribution<size_t> pick(0, train.size() - 1);
+  std::vector<size_t> newest;  // training records of the newest policy version in the window
+  for (size_t i = 0; i < train.size(); ++i)
+    if (train[i].policy_version == max_v)
+      newest.push_back(i);
+  std::uniform_int_distribution<size_t> pick_newest(0, newest.empty() ? 0 : newest.size() - 1);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  const auto draw = [&]() -> size_t {
+    if (options_.newest_share > 0 && !newest.empty() && coin(rng_) < options_.newest_share)
+      return newest[pick_newest(rng_)];
+    return pick(rng_);
+  };
   double loss_sum = 0;
   int64_t loss_n = 0;
   const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
@@ -268,7 +279,10 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
       break;
     draft_->params().zero_grad();
     for (int64_t j = 0; j < options_.samples_per_step; ++j) {
-      const TttStats st = draft_->forward_backward(train[pick(rng_)], options_.ttt, scale);
+      const size_t i = draw();
+      ++rep.samples;
+      rep.samples_newest += train[i].policy_version == max_v ? 1 : 0;
+      const TttStats st = draft_->forward_backward(train[i], options_.ttt, scale);
       loss_sum += st.loss;
       ++loss_n;
     }

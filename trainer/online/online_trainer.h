@@ -11,7 +11,9 @@
 //  2. Training: `steps_per_round` AdamW steps (lr warmed up over the optimiser's first
 //     warmup_steps, then constant; clipping) of `samples_per_step`
 //     training records drawn with a seeded generator; the model and optimiser persist across
-//     rounds (continuous training, no restarts).
+//     rounds (continuous training, no restarts). The mix: each record is drawn from the newest
+//     policy version's training records with probability newest_share (when there are any),
+//     else uniformly from the whole window (newest_share 0, the default: uniform).
 //  3. Evaluation: candidate and serving drafter on the held-out records, both bound to the
 //     newest policy. The score is the chain acceptance length estimated from the per-step TTT
 //     accuracies a_k: τ̂ = 1 + Σ_k Π_{j<=k} a_j (what a greedy chain of K drafts accepts when
@@ -60,6 +62,7 @@ struct OnlineTrainerOptions {
   uint64_t window_versions = 3;
   size_t window_records = 256;
   double heldout_fraction = 0.25;
+  double newest_share = 0;  // share of training draws from the newest policy version (0: uniform)
   int64_t steps_per_round = 30;
   int64_t samples_per_step = 4;
   double lr = 3e-4;
@@ -84,6 +87,7 @@ struct RoundReport {
   size_t train_records = 0, heldout_records = 0;
   uint64_t min_policy_version = 0, max_policy_version = 0, trained_on_policy = 0;
   double loss = 0;  // mean training loss over the round's steps
+  int64_t samples = 0, samples_newest = 0;  // training draws, and those of the newest policy version
   double candidate_tau = 0, serving_tau = 0;
   std::vector<double> candidate_acc, serving_acc;
   bool promoted = false;
