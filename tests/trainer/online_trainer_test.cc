@@ -15,6 +15,20 @@ namespace {
 
 using namespace testing_online;
 
+// A published policy v1 and an empty buffer store in a temporary directory.
+struct Bed {
+  explicit Bed(const char* name) : t(name) {
+    policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+    messaging::StoreOptions so;
+    so.path = t.str() + "/buffer";
+    store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  }
+  train::TrainableLlama m = make_policy(4);
+  TempDir t;
+  std::shared_ptr<const PolicyModel> policy;
+  std::shared_ptr<messaging::RecordStore> store;
+};
+
 void store_samples(messaging::RecordStore& store, const std::vector<TttSample>& samples, uint32_t worker,
                    uint64_t first_seq) {
   std::vector<messaging::EncodedMessage> msgs;
@@ -103,12 +117,10 @@ TEST(OnlineTrainer, RoundPromotesABetterDrafterAndRestartResumes) {
 }
 
 TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
-  const train::TrainableLlama m = make_policy(4);
-  TempDir t("otl");
-  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
-  messaging::StoreOptions so;
-  so.path = t.str() + "/buffer";
-  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  Bed bed("otl");
+  TempDir& t = bed.t;
+  auto& policy = bed.policy;
+  auto& store = bed.store;
   OnlineTrainerOptions o;
   o.dir = t.str() + "/versions";
   o.steps_per_round = 5;
@@ -223,12 +235,10 @@ TEST(EngineCapture, MatchesTheCapturePass) {
 // The token-count trigger: a round starts once the records stored since the last one hold
 // min_new_tokens response tokens, however few records that is.
 TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
-  const train::TrainableLlama m = make_policy(4);
-  TempDir t("ott");
-  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
-  messaging::StoreOptions so;
-  so.path = t.str() + "/buffer";
-  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  Bed bed("ott");
+  TempDir& t = bed.t;
+  auto& policy = bed.policy;
+  auto& store = bed.store;
   const auto first = capture(*policy, rollouts(*policy, prompts(2, 4)), 1);
   int64_t first_tokens = 0;
   for (const TttSample& x : first)
@@ -260,12 +270,10 @@ TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
 // The window's mix: with newest_share 1 every training draw comes from the newest policy
 // version's records; with 0 (uniform) older versions' records are drawn too.
 TEST(OnlineTrainer, NewestShareSetsTheMixOfPolicyVersions) {
-  const train::TrainableLlama m = make_policy(4);
-  TempDir t("otm");
-  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
-  messaging::StoreOptions so;
-  so.path = t.str() + "/buffer";
-  auto store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  Bed bed("otm");
+  TempDir& t = bed.t;
+  auto& policy = bed.policy;
+  auto& store = bed.store;
   const auto rolls = rollouts(*policy, prompts(12, 6));
   store_samples(*store, capture(*policy, {rolls.begin(), rolls.begin() + 8}, 1), 1, 0);
   store_samples(*store, capture(*policy, {rolls.begin() + 8, rolls.end()}, 2), 1, 8);
