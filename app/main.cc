@@ -13,6 +13,7 @@
 #include "app/demo_cmd.h"
 #include "app/generate_cmd.h"
 #include "app/logging.h"
+#include "app/serve_cmd.h"
 #include "app/train_cmd.h"
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
@@ -73,6 +74,11 @@ int main(int argc, char** argv) {
       "demo", "The whole mission on the built-in policy: RL with speculative rollouts and an online drafter");
   updraft::demo::DemoOptions demo_opts;
   updraft::add_demo_options(*demo, demo_opts);
+
+  auto* serve = app.add_subcommand(
+      "serve", "A rollout worker daemon: SGLang-shaped HTTP API, records to a buffer, hot-swapped weight versions");
+  updraft::ServeArgs serve_args;
+  updraft::add_serve_options(*serve, serve_args);
 
   auto* pretrain = app.add_subcommand("pretrain", "Train the built-in policy and its tokenizer on the built-in corpus");
   updraft::train::PretrainOptions pre;
@@ -141,6 +147,8 @@ int main(int argc, char** argv) {
       return updraft::run_generate(gen_args);
     if (demo->parsed())
       return updraft::run_demo_cmd(demo_opts);
+    if (serve->parsed())
+      return updraft::run_serve(serve_args);
     if (pretrain->parsed())
       return updraft::run_pretrain(pre);
     if (train_cmd->parsed())

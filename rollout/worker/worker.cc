@@ -60,7 +60,7 @@ Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy,
   metrics_.adaptive_depth_batches.assign(static_cast<size_t>(full_depth()) + 1, 0);
 }
 
-bool Worker::offer_policy(const std::string& dir) {
+bool Worker::offer_policy(const std::string& dir, std::string* why) {
   try {
     const WeightVersion v = verify_version(dir, "policy");
     {
@@ -81,11 +81,13 @@ bool Worker::offer_policy(const std::string& dir) {
     std::lock_guard<std::mutex> lock(mu_);
     ++metrics_.rejected_policy;
     spdlog::warn("worker {}: rejected policy {}: {}", options_.id, dir, e.what());
+    if (why)
+      *why = e.what();
     return false;
   }
 }
 
-bool Worker::offer_drafter(const std::string& dir) {
+bool Worker::offer_drafter(const std::string& dir, std::string* why) {
   try {
     const WeightVersion v = verify_version(dir, "drafter");
     std::shared_ptr<const PolicyModel> policy;
@@ -107,6 +109,8 @@ bool Worker::offer_drafter(const std::string& dir) {
     std::lock_guard<std::mutex> lock(mu_);
     ++metrics_.rejected_drafter;
     spdlog::warn("worker {}: rejected drafter {}: {}", options_.id, dir, e.what());
+    if (why)
+      *why = e.what();
     return false;
   }
 }
@@ -115,6 +119,11 @@ void Worker::set_reference_drafter(std::shared_ptr<const DraftModel> drafter, ui
   std::lock_guard<std::mutex> lock(mu_);
   policy_->check_aux_layers(drafter->aux_layers());
   reference_ = {std::move(drafter), version};
+}
+
+bool Worker::has_staged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_policy_ != nullptr || staged_drafter_.model != nullptr;
 }
 
 void Worker::apply_staged() {

@@ -158,8 +158,13 @@ class Worker {
          std::shared_ptr<const DraftModel> drafter, uint64_t drafter_version,
          std::shared_ptr<messaging::RecordSender> sender);
 
-  bool offer_policy(const std::string& version_dir);
-  bool offer_drafter(const std::string& version_dir);
+  // why (optional): the reason of a rejection.
+  bool offer_policy(const std::string& version_dir, std::string* why = nullptr);
+  bool offer_drafter(const std::string& version_dir, std::string* why = nullptr);
+  // Swaps the staged versions in now. Call it between batches from the thread that calls
+  // generate() (a serving daemon applies an offer while idle instead of at its next batch).
+  void apply_staged();
+  bool has_staged() const;
   // A fixed drafter for kReference batches (rebound to each new policy like the serving one).
   void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
 
@@ -196,7 +201,6 @@ class Worker {
   void install_drafter(Drafter d);                        // mu_ held: d becomes the serving drafter
   int64_t full_depth() const { return options_.engine.spec.steps; }
   void adaptive_update(int64_t depth, const Run& run);
-  void apply_staged();                         // worker thread, between batches
   void watch_acceptance(const BatchReport& rep);  // worker thread, after a serving batch
 
   WorkerOptions options_;

@@ -1,0 +1,237 @@
+#include "app/serve_cmd.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "kernels/core/error.h"
+#include "kernels/core/stop_signals.h"
+#include "kernels/io/weight_version.h"
+#include "messaging/curve_keys.h"
+#include "messaging/metrics.h"
+#include "messaging/weight_link.h"
+#include "rollout/serve/rollout_service.h"
+
+#ifndef UPDRAFT_SOURCE_DIR
+#define UPDRAFT_SOURCE_DIR "."
+#endif
+
+namespace updraft {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The version a model directory carries: its manifest's (verified in full) when it is a
+// published version, else `given` (1 when not given).
+uint64_t version_of(const std::string& dir, const char* kind, uint64_t given) {
+  if (!fs::exists(fs::path(dir) / "manifest.json"))
+    return given == 0 ? 1 : given;
+  const WeightVersion v = verify_version(dir, kind);
+  UPD_REQUIRE(given == 0 || given == v.version)
+      << dir << " is " << kind << " version " << v.version << " by its manifest, not " << given;
+  return v.version;
+}
+
+std::string subscriber_metrics(const messaging::WeightSubscriber& sub) {
+  const messaging::WeightSubscriberStats s = sub.stats();
+  std::ostringstream os;
+  const std::pair<const char*, uint64_t> rows[] = {{"updraft_weights_announcements_total", s.announcements},
+                                                   {"updraft_weights_delivered_total", s.delivered},
+                                                   {"updraft_weights_fetched_bytes_total", s.fetched_bytes},
+                                                   {"updraft_weights_failures_total", s.failures}};
+  for (const auto& [name, v] : rows)
+    messaging::prometheus_series(os, name, "counter", "weight link (subscriber)", "", static_cast<double>(v));
+  return os.str();
+}
+
+}  // namespace
+
+void add_serve_options(CLI::App& cmd, ServeArgs& a) {
+  cmd.add_option("--model", a.model, "policy: a Hugging Face directory or a published policy version (default: the built-in small policy)");
+  cmd.add_option("--drafter", a.drafter, "EAGLE-3 drafter directory or published drafter version (default with the built-in policy: its drafter)");
+  cmd.add_flag("--no-drafter", a.no_drafter, "decode plainly until a drafter version arrives");
+  cmd.add_option("--policy-version", a.policy_version, "version the policy carries (default: its manifest's, else 1)");
+  cmd.add_option("--drafter-version", a.drafter_version, "version the drafter carries (default: its manifest's, else 1)");
+  cmd.add_option("--host", a.host, "HTTP address to bind (loopback unless --allow-remote)")->capture_default_str();
+  cmd.add_option("--port", a.port, "HTTP port (0: any free port, see --port-file)")->capture_default_str();
+  cmd.add_option("--port-file", a.port_file, "write the bound port here once listening");
+  cmd.add_option("--api-key", a.api_key, "require `Authorization: Bearer KEY` (all routes but GET /health)")
+      ->envname("UPDRAFT_API_KEY");
+  cmd.add_flag("--allow-remote", a.allow_remote, "allow a non-loopback --host (needs --api-key)");
+  cmd.add_option("--max-connections", a.max_connections, "HTTP connections served at once")->capture_default_str();
+  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "policy KV cache per batch")->capture_default_str();
+  cmd.add_option("--max-running", a.max_running, "sequences decoded at once in a batch")->capture_default_str();
+  cmd.add_option("--spec-steps", a.spec_steps, "draft depth per speculation round")->capture_default_str();
+  cmd.add_option("--spec-top-k", a.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
+  cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size (0 = the depth, a chain)")->capture_default_str();
+  cmd.add_flag("!--no-adaptive", a.adaptive, "always speculate (default: decode plainly while that is faster)");
+  cmd.add_option("--rollback-margin", a.rollback_margin, "roll a new drafter back when its tau falls by more than this share")
+      ->capture_default_str();
+  cmd.add_option("--rollback-rounds", a.rollback_rounds, "speculation rounds watched after a drafter swap")
+      ->capture_default_str();
+  cmd.add_option("--max-batch-prompts", a.max_batch_prompts, "prompts per serving batch")->capture_default_str();
+  cmd.add_option("--max-queued-prompts", a.max_queued_prompts, "prompts waiting beyond which requests get 503")
+      ->capture_default_str();
+  cmd.add_option("--batch-wait-ms", a.batch_wait_ms, "wait this long for more requests before a batch starts")
+      ->capture_default_str();
+  cmd.add_option("--send", a.send, "stream each completion's training record to the buffer at this endpoint");
+  cmd.add_option("--worker-id", a.worker_id, "records: the worker id they carry")->capture_default_str();
+  cmd.add_option("--record-rate", a.record_rate, "share of completions streamed as records")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd.add_option("--record-max-tokens", a.record_max_tokens, "positions per record (0: no cap, else at least 2)")
+      ->capture_default_str();
+  cmd.add_option("--curve-key", a.curve_key_file, "CURVE: this worker's key file (records and weight link)");
+  cmd.add_option("--curve-server", a.curve_server_file, "records over CURVE: the buffer's public key file");
+  cmd.add_option("--drain-seconds", a.drain_seconds, "at stop, wait this long for records to be acknowledged")
+      ->capture_default_str();
+  cmd.add_option("--weights-pub", a.weights_pub, "weight link: the publisher's PUB endpoint (trainer or RL loop)");
+  cmd.add_option("--weights-req", a.weights_req, "weight link: the publisher's request endpoint");
+  cmd.add_option("--weights-dir", a.weights_dir, "where fetched versions go (default: serve-weights-<worker id>)");
+  cmd.add_option("--weights-curve-server", a.weights_curve_server_file, "weight link over CURVE: the publisher's public key file");
+  cmd.add_flag("--fetch-weights", a.fetch_weights, "fetch versions as chunks even when the announced path is readable");
+}
+
+int run_serve(const ServeArgs& a) {
+  StopSignals signals;  // first: a SIGTERM while loading still stops cleanly
+  UPD_REQUIRE(a.port >= 0 && a.port <= 65535) << "--port must be in [0, 65535]";
+  UPD_REQUIRE(a.weights_pub.empty() == a.weights_req.empty()) << "give both --weights-pub and --weights-req, or neither";
+  UPD_REQUIRE(a.send.empty() || a.curve_key_file.empty() || !a.curve_server_file.empty())
+      << "records over CURVE need --curve-server (the buffer's public key)";
+  UPD_REQUIRE(a.weights_curve_server_file.empty() || !a.curve_key_file.empty())
+      << "--weights-curve-server needs --curve-key";
+  const fs::path shipped = fs::path(UPDRAFT_SOURCE_DIR) / "models";
+  std::string model = a.model, drafter_dir = a.drafter;
+  if (model.empty()) {
+    model = (shipped / "small").string();
+    UPD_REQUIRE(fs::exists(fs::path(model) / "config.json")) << "no built-in policy at " << model << "; give --model";
+    if (drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
+      drafter_dir = (shipped / "small-eagle3").string();
+  }
+  if (a.no_drafter)
+    drafter_dir.clear();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t pv = version_of(model, "policy", a.policy_version);
+  auto policy = std::make_shared<const PolicyModel>(PolicyModel::load(model));
+  std::shared_ptr<const DraftModel> draft;
+  uint64_t dv = 0;
+  if (!drafter_dir.empty()) {
+    dv = version_of(drafter_dir, "drafter", a.drafter_version);
+    draft = std::make_shared<const DraftModel>(DraftModel::load(drafter_dir, policy->draft_target()));
+  }
+  std::shared_ptr<const Tokenizer> tok;
+  if (fs::exists(fs::path(model) / "tokenizer.json"))
+    tok = std::make_shared<const Tokenizer>(Tokenizer::load(model));
+  const auto& c = policy->config();
+  spdlog::info("serve: policy v{} {} ({} layers, hidden {}, vocab {}), drafter {} in {:.2f} s", pv, model, c.num_layers,
+               c.hidden_size, c.vocab_size, draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  std::shared_ptr<messaging::RecordSender> sender;
+  if (!a.send.empty()) {
+    messaging::SenderOptions so;
+    so.endpoint = a.send;
+    so.worker = a.worker_id;
+    if (!a.curve_key_file.empty())
+      so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);
+    sender = std::make_shared<messaging::RecordSender>(so);
+  }
+  WorkerOptions wo;
+  wo.id = a.worker_id;
+  wo.engine.kv_cache_bytes = a.kv_cache_mb << 20;
+  wo.engine.max_batch = a.max_running;
+  wo.engine.spec = SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps};
+  wo.adaptive.enabled = a.adaptive && draft != nullptr;
+  wo.record_rate = a.record_rate;
+  wo.record_max_tokens = a.record_max_tokens;
+  wo.rollback_margin = a.rollback_margin;
+  wo.rollback_rounds = a.rollback_rounds;
+  Worker worker(wo, policy, pv, draft, dv, sender);
+
+  std::unique_ptr<messaging::WeightSubscriber> follower;
+  if (!a.weights_pub.empty()) {
+    messaging::WeightSubscriberOptions wso;
+    wso.pub_endpoint = a.weights_pub;
+    wso.request_endpoint = a.weights_req;
+    wso.prefer_transfer = a.fetch_weights;
+    wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = pv;
+    wso.min_version[static_cast<int>(messaging::WeightKind::kDrafter)] = dv;
+    wso.local_root = a.weights_dir.empty() ? "serve-weights-" + std::to_string(a.worker_id) : a.weights_dir;
+    if (!a.weights_curve_server_file.empty())
+      wso.curve = messaging::curve_client_from_files(a.curve_key_file, a.weights_curve_server_file);
+    wso.on_version = [&worker](messaging::WeightKind kind, uint64_t version, const std::string& dir) {
+      const bool ok = kind == messaging::WeightKind::kPolicy ? worker.offer_policy(dir) : worker.offer_drafter(dir);
+      if (ok)
+        spdlog::info("serve: {} v{} staged from the weight link ({})",
+                     kind == messaging::WeightKind::kPolicy ? "policy" : "drafter", version, dir);
+    };
+    follower = std::make_unique<messaging::WeightSubscriber>(wso);
+  }
+
+  RolloutServiceOptions ro;
+  ro.model_name = fs::path(model).filename().string();
+  ro.model_path = model;
+  ro.max_batch_prompts = a.max_batch_prompts;
+  ro.max_queued_prompts = a.max_queued_prompts;
+  ro.batch_wait = std::chrono::microseconds(static_cast<int64_t>(a.batch_wait_ms * 1000));
+  if (follower)
+    ro.extra_metrics = [&follower] { return subscriber_metrics(*follower); };
+  ro.extra_info = [&a, &wo] {
+    return nlohmann::json{{"spec_steps", wo.engine.spec.steps},
+                          {"spec_top_k", wo.engine.spec.top_k},
+                          {"spec_draft_tokens", wo.engine.spec.draft_tokens},
+                          {"adaptive", wo.adaptive.enabled},
+                          {"worker_id", a.worker_id},
+                          {"send", a.send},
+                          {"weights_pub", a.weights_pub}};
+  };
+  RolloutService service(ro, worker, c, tok, sender);
+
+  http::ServerOptions ho;
+  ho.host = a.host;
+  ho.port = static_cast<uint16_t>(a.port);
+  ho.allow_remote = a.allow_remote;
+  ho.bearer_token = a.api_key;
+  ho.max_connections = a.max_connections;
+  http::Server server(ho, [&service](const http::Request& r) { return service.handle(r); });
+  if (!a.port_file.empty()) {
+    const std::string tmp = a.port_file + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << server.port() << "\n";
+      UPD_REQUIRE(f.good()) << "cannot write " << tmp;
+    }
+    fs::rename(tmp, a.port_file);
+  }
+  spdlog::info("serve: listening on http://{}:{}{}{}", a.host, server.port(), a.api_key.empty() ? "" : " (bearer token)",
+               sender ? ", records to " + a.send : "");
+
+  while (!signals.requested())
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+  spdlog::info("serve: stopping (signal): finishing the running batch");
+  service.shutdown();
+  server.stop();
+  follower.reset();
+  const RolloutServiceStats st = service.stats();
+  bool drained = true;
+  if (sender) {
+    drained = sender->flush(std::chrono::milliseconds(static_cast<int64_t>(a.drain_seconds * 1000)));
+    const auto& m = sender->metrics();
+    spdlog::info("serve: records {} submitted, {} acknowledged, {} shed{}", m.records_submitted.load(),
+                 m.records_acked.load(), m.records_shed.load(), drained ? "" : " (not all acknowledged in time)");
+  }
+  spdlog::info("serve: stopped: {} requests, {} completions, {} tokens in {} batches, policy v{}, drafter v{}",
+               st.requests, st.completions, st.generated_tokens, st.batches, worker.policy_version(),
+               worker.drafter_version());
+  return drained ? 0 : 1;
+}
+
+}  // namespace updraft

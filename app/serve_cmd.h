@@ -1,0 +1,52 @@
+// `updraft serve`: a rollout worker as a long-running daemon (design.md §3, §11). It loads a
+// policy and its EAGLE-3 drafter (default: the built-in small policy and drafter), serves the
+// SGLang-shaped HTTP API (rollout/serve/rollout_service.h), streams the training records of its
+// completions to a buffer (--send), and follows the weight link (--weights-pub/--weights-req):
+// drafter versions a trainer announces and policy versions an RL loop announces are validated
+// beside the serving ones and hot-swapped in, as are versions posted to
+// /update_weights_from_disk. Stops on SIGINT/SIGTERM: the running batch is finished and
+// answered, queued requests get 503, records still unacknowledged are waited for (up to
+// --drain-seconds).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace updraft {
+
+struct ServeArgs {
+  std::string model, drafter;  // empty: the built-in ones (a drafter only with the built-in policy)
+  bool no_drafter = false;
+  uint64_t policy_version = 0, drafter_version = 0;  // 0: the manifest's when a version dir, else 1
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string port_file;  // written once listening (the port, for --port 0)
+  std::string api_key;    // bearer token; also from UPDRAFT_API_KEY
+  bool allow_remote = false;
+  int max_connections = 64;
+  // Engine and speculation.
+  int64_t kv_cache_mb = 256, max_running = 64;
+  int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;
+  bool adaptive = true;
+  double rollback_margin = 0.2;
+  int64_t rollback_rounds = 64;
+  // Batching of requests.
+  int64_t max_batch_prompts = 256, max_queued_prompts = 4096;
+  double batch_wait_ms = 5;
+  // Records.
+  std::string send;
+  uint32_t worker_id = 1;
+  double record_rate = 1.0;
+  int64_t record_max_tokens = 0;
+  std::string curve_key_file, curve_server_file;
+  double drain_seconds = 30;
+  // Weight link.
+  std::string weights_pub, weights_req, weights_dir, weights_curve_server_file;
+  bool fetch_weights = false;
+};
+
+void add_serve_options(CLI::App& cmd, ServeArgs& a);
+int run_serve(const ServeArgs& a);
+
+}  // namespace updraft

@@ -1,0 +1,506 @@
+#include "rollout/serve/http.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kernels/core/error.h"
+
+namespace updraft::http {
+namespace {
+
+bool is_tchar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+    return true;
+  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
+}
+
+std::string lower(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z')
+      c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
+std::string_view trim_ows(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+    v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t'))
+    v.remove_suffix(1);
+  return v;
+}
+
+ParseResult bad(int status, std::string reason) {
+  ParseResult r;
+  r.kind = ParseResult::kBad;
+  r.status = status;
+  r.reason = std::move(reason);
+  return r;
+}
+
+bool has_token(const std::string& list, const char* token) {  // comma-separated, case-insensitive
+  const std::string l = lower(list);
+  size_t start = 0;
+  while (start <= l.size()) {
+    size_t end = l.find(',', start);
+    if (end == std::string::npos)
+      end = l.size();
+    if (trim_ows(std::string_view(l).substr(start, end - start)) == token)
+      return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+bool send_all(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+Response error_response(int status, const std::string& reason) {
+  Response r;
+  r.status = status;
+  std::string escaped;
+  for (char c : reason) {  // the reason is ours, but may quote client bytes
+    if (c == '"' || c == '\\')
+      escaped += '\\';
+    if (static_cast<unsigned char>(c) < 0x20)
+      c = ' ';
+    escaped += c;
+  }
+  r.body = "{\"error\":\"" + escaped + "\"}";
+  return r;
+}
+
+bool is_loopback(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+}  // namespace
+
+std::string Request::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 422: return "Unprocessable Content";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+  }
+}
+
+std::string serialize(const Response& r, bool keep_alive) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + status_text(r.status) + "\r\n";
+  out += "Content-Type: " + r.content_type + "\r\n";
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  for (const auto& [k, v] : r.headers)
+    out += k + ": " + v + "\r\n";
+  if (r.status == 401)
+    out += "WWW-Authenticate: Bearer\r\n";
+  out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  out += r.body;
+  return out;
+}
+
+ParseResult parse_request(std::string_view data, const Limits& limits, Request* out) {
+  // Empty lines before the request line are ignored (RFC 9112 §2.2).
+  size_t lead = 0;
+  while (data.size() - lead >= 2 && data[lead] == '\r' && data[lead + 1] == '\n')
+    lead += 2;
+  if (lead > 8)
+    return bad(400, "empty lines before the request line");
+  const std::string_view d = data.substr(lead);
+  const size_t window = std::min(d.size(), limits.max_header_bytes);
+  const size_t end = d.substr(0, window).find("\r\n\r\n");
+  if (end == std::string_view::npos) {
+    if (d.size() >= limits.max_header_bytes)
+      return bad(431, "header section longer than " + std::to_string(limits.max_header_bytes) + " bytes");
+    return {};
+  }
+  const std::string_view head = d.substr(0, end + 2);  // lines, each ending in CRLF
+  Request req;
+  size_t pos = 0;
+  bool first = true;
+  bool have_length = false;
+  size_t content_length = 0;
+  while (pos < head.size()) {
+    const size_t eol = head.find("\r\n", pos);
+    const std::string_view line = head.substr(pos, eol - pos);
+    pos = eol + 2;
+    for (char c : line)
+      if (c == '\r' || c == '\n' || c == '\0')
+        return bad(400, "bare CR, LF or NUL in the header section");
+    if (first) {
+      first = false;
+      const size_t sp1 = line.find(' ');
+      const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+      if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
+        return bad(400, "malformed request line");
+      const std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
+                             version = line.substr(sp2 + 1);
+      if (method.empty())
+        return bad(400, "empty method");
+      for (char c : method)
+        if (!is_tchar(c))
+          return bad(400, "method is not a token");
+      if (target.empty() || target[0] != '/')
+        return bad(400, "request target must be an absolute path");
+      for (char c : target)
+        if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+          return bad(400, "request target has a control or non-ASCII byte");
+      if (version != "HTTP/1.1" && version != "HTTP/1.0")
+        return bad(505, "only HTTP/1.0 and HTTP/1.1 are served");
+      req.method = std::string(method);
+      req.target = std::string(target);
+      const size_t q = target.find('?');
+      req.path = std::string(target.substr(0, q));
+      req.query = q == std::string_view::npos ? "" : std::string(target.substr(q + 1));
+      req.keep_alive = version == "HTTP/1.1";
+      continue;
+    }
+    if (line.empty())
+      break;
+    if (line[0] == ' ' || line[0] == '\t')
+      return bad(400, "obsolete header line folding");
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0)
+      return bad(400, "header line without a field name");
+    for (size_t i = 0; i < colon; ++i)
+      if (!is_tchar(line[i]))
+        return bad(400, "header field name is not a token");
+    const std::string name = lower(std::string(line.substr(0, colon)));
+    const std::string value(trim_ows(line.substr(colon + 1)));
+    if (name == "content-length") {
+      if (have_length)
+        return bad(400, "more than one Content-Length");
+      if (value.empty() || value.size() > 19)
+        return bad(400, "bad Content-Length");
+      size_t v = 0;
+      for (char c : value) {
+        if (c < '0' || c > '9')
+          return bad(400, "bad Content-Length");
+        v = v * 10 + static_cast<size_t>(c - '0');
+      }
+      have_length = true;
+      content_length = v;
+    }
+    if (name == "transfer-encoding")
+      return bad(501, "Transfer-Encoding is not supported; send a Content-Length");
+    auto [it, inserted] = req.headers.emplace(name, value);
+    if (!inserted)
+      it->second += ", " + value;
+  }
+  if (content_length > limits.max_body_bytes)
+    return bad(413, "body of " + std::to_string(content_length) + " bytes is over the limit of " +
+                        std::to_string(limits.max_body_bytes));
+  const std::string connection = req.header("connection");
+  if (has_token(connection, "close"))
+    req.keep_alive = false;
+  else if (has_token(connection, "keep-alive"))
+    req.keep_alive = true;
+  req.expect_continue = has_token(req.header("expect"), "100-continue");
+  const size_t body_at = lead + end + 4;
+  if (data.size() - body_at < content_length) {
+    ParseResult r;
+    r.headers_done = true;
+    *out = std::move(req);
+    return r;
+  }
+  req.body = std::string(data.substr(body_at, content_length));
+  *out = std::move(req);
+  ParseResult r;
+  r.kind = ParseResult::kComplete;
+  r.consumed = body_at + content_length;
+  return r;
+}
+
+Server::Server(ServerOptions options, Handler handler) : options_(std::move(options)), handler_(std::move(handler)) {
+  UPD_REQUIRE(options_.max_connections > 0) << "http: max_connections must be positive";
+  in_addr addr{};
+  const std::string host = options_.host == "localhost" ? "127.0.0.1" : options_.host;
+  UPD_REQUIRE(::inet_pton(AF_INET, host.c_str(), &addr) == 1)
+      << "http: host '" << options_.host << "' is not an IPv4 address";
+  if (!is_loopback(addr)) {
+    UPD_REQUIRE(options_.allow_remote && !options_.bearer_token.empty())
+        << "http: binding " << options_.host
+        << " (not loopback) needs an API key: anyone who can reach the port could start generations";
+  }
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  UPD_REQUIRE(listen_fd_ >= 0) << "http: socket: " << std::strerror(errno);
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(options_.port);
+  sa.sin_addr = addr;
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(listen_fd_, 128) != 0) {
+    const int e = errno;
+    ::close(listen_fd_);
+    UPD_FAIL() << "http: cannot listen on " << options_.host << ":" << options_.port << ": " << std::strerror(e);
+  }
+  socklen_t len = sizeof sa;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  port_ = ntohs(sa.sin_port);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) {
+    ::close(listen_fd_);
+    UPD_FAIL() << "http: pipe: " << std::strerror(errno);
+  }
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+Server::~Server() { stop(); }
+
+ServerStats Server::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Server::stop() {
+  if (stopping_.exchange(true))
+    return;
+  const char b = 1;
+  [[maybe_unused]] ssize_t w = ::write(wake_[1], &b, 1);
+  if (acceptor_.joinable())
+    acceptor_.join();
+  ::close(listen_fd_);
+  drain_refused(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_)  // reads end (idle connections close); a running handler's answer is still sent
+      ::shutdown(c->fd, SHUT_RD);
+  }
+  reap(true);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+void Server::reap(bool all) {
+  std::list<std::unique_ptr<Conn>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (all || (*it)->done.load()) {
+        finished.push_back(std::move(*it));
+        it = conns_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : finished) {
+    c->thread.join();
+    ::close(c->fd);
+  }
+}
+
+void Server::accept_loop() {
+  while (!stopping_.load()) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    const int n = ::poll(fds, 2, refused_.empty() ? 1000 : 50);
+    reap(false);
+    drain_refused(false);
+    if (n <= 0 || stopping_.load() || !(fds[0].revents & POLLIN))
+      continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0)
+      continue;
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(conns_.size()) >= options_.max_connections) {
+      ++stats_.refused_connections;
+      send_all(fd, serialize(error_response(503, "too many connections"), false));
+      // Closing with the request unread would reset the connection before the client reads
+      // the 503: end our side, and close once the client has (or after a second).
+      ::shutdown(fd, SHUT_WR);
+      if (refused_.size() >= 64) {
+        ::close(refused_.front().first);
+        refused_.pop_front();
+      }
+      refused_.emplace_back(fd, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      continue;
+    }
+    ++stats_.connections;
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    Conn* raw = c.get();
+    conns_.push_back(std::move(c));
+    raw->thread = std::thread([this, raw] { serve(raw); });
+  }
+}
+
+void Server::drain_refused(bool all) {
+  const auto now = std::chrono::steady_clock::now();
+  char sink[4096];
+  for (auto it = refused_.begin(); it != refused_.end();) {
+    ssize_t n;
+    while ((n = ::recv(it->first, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+    }
+    const bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (all || closed || now >= it->second) {
+      ::close(it->first);
+      it = refused_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool Server::authorized(const Request& r) const {
+  if (options_.bearer_token.empty() || (r.method == "GET" && r.path == "/health"))
+    return true;
+  const std::string got = r.header("authorization");
+  const std::string want = "Bearer " + options_.bearer_token;
+  unsigned diff = got.size() == want.size() ? 0u : 1u;
+  for (size_t i = 0; i < want.size(); ++i)
+    diff |= static_cast<unsigned>(want[i] ^ (i < got.size() ? got[i] : 0));
+  return diff == 0;
+}
+
+void Server::serve(Conn* c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.open_connections;
+  }
+  std::string buf;
+  bool sent_continue = false;
+  char chunk[64 << 10];
+  while (!stopping_.load()) {
+    Request req;
+    const ParseResult p = parse_request(buf, options_.limits, &req);
+    if (p.kind == ParseResult::kBad) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.bad_requests;
+      }
+      send_all(c->fd, serialize(error_response(p.status, p.reason), false));
+      break;
+    }
+    if (p.kind == ParseResult::kIncomplete) {
+      if (p.headers_done && req.expect_continue && !sent_continue) {
+        sent_continue = true;
+        if (!send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n"))
+          break;
+      }
+      pollfd pfd{c->fd, POLLIN, 0};
+      const int n = ::poll(&pfd, 1, static_cast<int>(options_.idle_timeout.count()));
+      if (n == 0 && !buf.empty())
+        send_all(c->fd, serialize(error_response(408, "request not completed in time"), false));
+      if (n <= 0)
+        break;
+      const ssize_t got = ::recv(c->fd, chunk, sizeof chunk, 0);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        break;
+      buf.append(chunk, static_cast<size_t>(got));
+      continue;
+    }
+    buf.erase(0, p.consumed);
+    sent_continue = false;
+    Response resp;
+    if (!authorized(req)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.unauthorized;
+      resp = error_response(401, "missing or wrong bearer token");
+    } else {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.requests;
+      }
+      try {
+        resp = handler_(req);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.handler_errors;
+        resp = error_response(500, e.what());
+      }
+    }
+    const bool keep = req.keep_alive && !stopping_.load();
+    if (!send_all(c->fd, serialize(resp, keep)) || !keep)
+      break;
+  }
+  ::shutdown(c->fd, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_.open_connections;
+  }
+  c->done.store(true);
+}
+
+std::pair<int, std::string> request(uint16_t port, const std::string& method, const std::string& target,
+                                    const std::string& body,
+                                    const std::vector<std::pair<std::string, std::string>>& headers,
+                                    std::chrono::milliseconds timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  UPD_REQUIRE(fd >= 0) << "http client: socket: " << std::strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  UPD_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0)
+      << "http client: connect to port " << port << ": " << std::strerror(errno);
+  std::string out = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (const auto& [k, v] : headers)
+    out += k + ": " + v + "\r\n";
+  if (!body.empty() || method == "POST")
+    out += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  out += "\r\n" + body;
+  UPD_REQUIRE(send_all(fd, out)) << "http client: send failed: " << std::strerror(errno);
+  std::string in;
+  char chunk[64 << 10];
+  for (;;) {
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    UPD_REQUIRE(n >= 0) << "http client: no response in time from port " << port;
+    if (n == 0)
+      break;
+    in.append(chunk, static_cast<size_t>(n));
+  }
+  UPD_REQUIRE(in.size() >= 12 && in.compare(0, 5, "HTTP/") == 0) << "http client: no HTTP response";
+  const int status = std::atoi(in.c_str() + 9);
+  const size_t body_at = in.find("\r\n\r\n");
+  UPD_REQUIRE(body_at != std::string::npos) << "http client: truncated response";
+  return {status, in.substr(body_at + 4)};
+}
+
+}  // namespace updraft::http

@@ -1,0 +1,307 @@
+// The HTTP/1.1 subset of rollout/serve/http.h: the parser on well-formed, split, pipelined and
+// hostile input (plus a seeded mutation fuzz), and the server over real sockets: routing to the
+// handler, keep-alive, bearer tokens, the connection cap, the loopback rule and idle timeouts.
+#include "rollout/serve/http.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "kernels/core/error.h"
+
+namespace updraft::http {
+namespace {
+
+ParseResult parse(const std::string& s, Request* r, Limits l = {}) { return parse_request(s, l, r); }
+
+TEST(HttpParse, ACompleteRequestWithABody) {
+  const std::string s = "POST /generate?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nX-Two: a\r\nx-two: b\r\n\r\nbody";
+  Request r;
+  const ParseResult p = parse(s, &r);
+  ASSERT_EQ(p.kind, ParseResult::kComplete) << p.reason;
+  EXPECT_EQ(p.consumed, s.size());
+  EXPECT_EQ(r.method, "POST");
+  EXPECT_EQ(r.path, "/generate");
+  EXPECT_EQ(r.query, "x=1");
+  EXPECT_EQ(r.body, "body");
+  EXPECT_EQ(r.header("host"), "a");
+  EXPECT_EQ(r.header("x-two"), "a, b");
+  EXPECT_TRUE(r.keep_alive);
+}
+
+TEST(HttpParse, EveryPrefixIsIncompleteAndPipelinedRequestsSplit) {
+  const std::string one = "POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+  const std::string two = "GET /b HTTP/1.0\r\n\r\n";
+  for (size_t n = 0; n < one.size(); ++n) {
+    Request r;
+    EXPECT_EQ(parse(one.substr(0, n), &r).kind, ParseResult::kIncomplete) << n;
+  }
+  Request r;
+  ParseResult p = parse(one + two, &r);
+  ASSERT_EQ(p.kind, ParseResult::kComplete);
+  EXPECT_EQ(p.consumed, one.size());
+  EXPECT_EQ(r.body, "abc");
+  p = parse(two, &r);
+  ASSERT_EQ(p.kind, ParseResult::kComplete);
+  EXPECT_EQ(r.path, "/b");
+  EXPECT_FALSE(r.keep_alive);  // HTTP/1.0 without keep-alive
+}
+
+TEST(HttpParse, ConnectionAndExpectFields) {
+  Request r;
+  ASSERT_EQ(parse("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n", &r).kind, ParseResult::kComplete);
+  EXPECT_FALSE(r.keep_alive);
+  ASSERT_EQ(parse("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r).kind, ParseResult::kComplete);
+  EXPECT_TRUE(r.keep_alive);
+  const ParseResult p = parse("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nab", &r);
+  EXPECT_EQ(p.kind, ParseResult::kIncomplete);
+  EXPECT_TRUE(p.headers_done);
+  EXPECT_TRUE(r.expect_continue);
+}
+
+TEST(HttpParse, HostileInputIsRefusedWithTheRightStatus) {
+  const std::pair<std::string, int> cases[] = {
+      {"GET /a HTTP/2.0\r\n\r\n", 505},
+      {"GET a HTTP/1.1\r\n\r\n", 400},
+      {"GET  /a HTTP/1.1\r\n\r\n", 400},
+      {"G(T /a HTTP/1.1\r\n\r\n", 400},
+      {"GET /a\x01 HTTP/1.1\r\n\r\n", 400},
+      {"GET /a HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400},             // obsolete folding
+      {"GET /a HTTP/1.1\r\nA b: c\r\n\r\n", 400},                 // name not a token
+      {"GET /a HTTP/1.1\r\n: c\r\n\r\n", 400},
+      {"GET /a HTTP/1.1\r\nA: b\nC: d\r\n\r\n", 400},             // bare LF
+      {"POST /a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400},
+      {"POST /a HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400},
+      {"POST /a HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400},
+      {"POST /a HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
+      {"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
+  };
+  for (const auto& [text, status] : cases) {
+    Request r;
+    const ParseResult p = parse(text, &r);
+    EXPECT_EQ(p.kind, ParseResult::kBad) << text;
+    EXPECT_EQ(p.status, status) << text << ": " << p.reason;
+  }
+}
+
+TEST(HttpParse, LimitsAreCheckedBeforeBuffering) {
+  Limits l;
+  l.max_header_bytes = 64;
+  l.max_body_bytes = 10;
+  Request r;
+  // An endless header section is refused once it passes the limit, without its end.
+  ParseResult p = parse("GET /a HTTP/1.1\r\nX: " + std::string(100, 'a'), &r, l);
+  EXPECT_EQ(p.kind, ParseResult::kBad);
+  EXPECT_EQ(p.status, 431);
+  // A body over the limit is refused from its Content-Length, before it arrives.
+  p = parse("POST /a HTTP/1.1\r\nContent-Length: 11\r\n\r\n", &r, l);
+  EXPECT_EQ(p.kind, ParseResult::kBad);
+  EXPECT_EQ(p.status, 413);
+  EXPECT_EQ(parse("POST /a HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789", &r, l).kind, ParseResult::kComplete);
+}
+
+// Mutations of valid requests: the parser never reads out of bounds (ASan/UBSan builds), never
+// consumes more than it was given, and a complete parse has a body of the stated length.
+TEST(HttpParse, SeededMutationFuzz) {
+  const std::string seeds[] = {"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+                               "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                               "\r\n\r\nPOST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}"};
+  std::mt19937 rng(1234);
+  int complete = 0, bad_count = 0;
+  for (int it = 0; it < 20000; ++it) {
+    std::string s = seeds[static_cast<size_t>(it) % 3];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const size_t at = rng() % s.size();
+      switch (rng() % 4) {
+        case 0: s[at] = static_cast<char>(rng() % 256); break;
+        case 1: s.erase(at, 1 + rng() % 3); break;
+        case 2: s.insert(at, 1, "\r\n: 0a"[rng() % 6]); break;
+        default: s = s.substr(0, at); break;
+      }
+    }
+    Request r;
+    Limits l;
+    l.max_header_bytes = 96;
+    const ParseResult p = parse_request(s, l, &r);
+    if (p.kind == ParseResult::kComplete) {
+      ++complete;
+      ASSERT_LE(p.consumed, s.size());
+      ASSERT_EQ(r.body.size(), r.header("content-length").empty() ? 0u : std::stoul(r.header("content-length")));
+    } else if (p.kind == ParseResult::kBad) {
+      ++bad_count;
+      ASSERT_GE(p.status, 400);
+      ASSERT_FALSE(p.reason.empty());
+    }
+  }
+  EXPECT_GT(complete, 100);  // the fuzz reaches both outcomes
+  EXPECT_GT(bad_count, 100);
+}
+
+Response echo(const Request& r) {
+  Response out;
+  out.body = r.method + " " + r.path + " " + r.body;
+  if (r.path == "/throw")
+    throw std::runtime_error("handler failed");
+  if (r.path == "/slow")
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return out;
+}
+
+ServerOptions local() {
+  ServerOptions o;
+  o.port = 0;
+  return o;
+}
+
+TEST(HttpServer, RoutesToTheHandlerAndTurnsItsExceptionsInto500) {
+  Server s(local(), echo);
+  auto [status, body] = request(s.port(), "POST", "/x", "hello");
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body, "POST /x hello");
+  std::tie(status, body) = request(s.port(), "GET", "/throw");
+  EXPECT_EQ(status, 500);
+  EXPECT_NE(body.find("handler failed"), std::string::npos);
+  EXPECT_EQ(s.stats().handler_errors, 1u);
+}
+
+// Raw socket helpers: keep-alive and pipelining need one connection for several requests.
+int connect_to(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::string read_until_closed(int fd) {
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    in.append(buf, static_cast<size_t>(n));
+  return in;
+}
+
+TEST(HttpServer, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
+  Server s(local(), echo);
+  const int fd = connect_to(s.port());
+  const std::string reqs =
+      "POST /one HTTP/1.1\r\nContent-Length: 1\r\n\r\nAPOST /two HTTP/1.1\r\nContent-Length: 1\r\n\r\nB"
+      "GET /three HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, reqs.data(), reqs.size(), 0), static_cast<ssize_t>(reqs.size()));
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  const size_t a = in.find("POST /one A"), b = in.find("POST /two B"), c = in.find("GET /three ");
+  ASSERT_NE(a, std::string::npos) << in;
+  ASSERT_NE(b, std::string::npos) << in;
+  ASSERT_NE(c, std::string::npos) << in;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_NE(in.find("Connection: close"), std::string::npos);
+}
+
+TEST(HttpServer, ExpectContinueIsAnsweredBeforeTheBody) {
+  Server s(local(), echo);
+  const int fd = connect_to(s.port());
+  const std::string head = "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n";
+  ::send(fd, head.data(), head.size(), 0);
+  char buf[64];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), "HTTP/1.1 100 Continue\r\n\r\n");
+  ::send(fd, "ok", 2, 0);
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  EXPECT_NE(in.find("POST /e ok"), std::string::npos) << in;
+}
+
+TEST(HttpServer, BadRequestsGetTheirStatusAndTheConnectionCloses) {
+  Server s(local(), echo);
+  const int fd = connect_to(s.port());
+  const std::string bad = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ::send(fd, bad.data(), bad.size(), 0);
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  EXPECT_EQ(in.rfind("HTTP/1.1 501 ", 0), 0u) << in;
+  EXPECT_EQ(s.stats().bad_requests, 1u);
+}
+
+TEST(HttpServer, BearerTokenGuardsEverythingButHealth) {
+  ServerOptions o = local();
+  o.bearer_token = "s3cret";
+  Server s(o, echo);
+  EXPECT_EQ(request(s.port(), "POST", "/generate", "{}").first, 401);
+  EXPECT_EQ(request(s.port(), "POST", "/generate", "{}", {{"Authorization", "Bearer s3cre"}}).first, 401);
+  EXPECT_EQ(request(s.port(), "POST", "/generate", "{}", {{"Authorization", "Bearer s3cret!"}}).first, 401);
+  EXPECT_EQ(request(s.port(), "POST", "/generate", "{}", {{"Authorization", "Bearer s3cret"}}).first, 200);
+  EXPECT_EQ(request(s.port(), "GET", "/health").first, 200);
+  EXPECT_EQ(request(s.port(), "POST", "/health").first, 401);
+  EXPECT_EQ(s.stats().unauthorized, 4u);
+}
+
+TEST(HttpServer, NonLoopbackNeedsAllowRemoteAndAToken) {
+  ServerOptions o = local();
+  o.host = "0.0.0.0";
+  EXPECT_THROW(Server(o, echo), Error);
+  o.allow_remote = true;
+  EXPECT_THROW(Server(o, echo), Error);  // still no token
+  o.bearer_token = "t";
+  Server s(o, echo);
+  EXPECT_EQ(request(s.port(), "GET", "/health").first, 200);
+  o = local();
+  o.host = "example.org";
+  EXPECT_THROW(Server(o, echo), Error);
+}
+
+TEST(HttpServer, ConnectionsBeyondTheCapAreRefusedWith503) {
+  ServerOptions o = local();
+  o.max_connections = 2;
+  Server s(o, echo);
+  const int a = connect_to(s.port()), b = connect_to(s.port());
+  // Both held open (no request yet); wait until the server has taken them.
+  for (int i = 0; i < 100 && s.stats().open_connections < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(request(s.port(), "GET", "/x").first, 503);
+  EXPECT_EQ(s.stats().refused_connections, 1u);
+  ::close(a);
+  ::close(b);
+  for (int i = 0; i < 200 && s.stats().open_connections > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(request(s.port(), "GET", "/x").first, 200);
+}
+
+TEST(HttpServer, IdleConnectionsAreClosedAndAHalfRequestGets408) {
+  ServerOptions o = local();
+  o.idle_timeout = std::chrono::milliseconds(200);
+  Server s(o, echo);
+  const int fd = connect_to(s.port());
+  const std::string half = "POST /x HTTP/1.1\r\nContent-Length: 5\r\n\r\nab";
+  ::send(fd, half.data(), half.size(), 0);
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  EXPECT_EQ(in.rfind("HTTP/1.1 408 ", 0), 0u) << in;
+}
+
+TEST(HttpServer, StopWaitsForARunningHandler) {
+  auto s = std::make_unique<Server>(local(), echo);
+  std::atomic<int> status{0};
+  std::thread t([&] { status = request(s->port(), "GET", "/slow").first; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  s->stop();
+  t.join();
+  EXPECT_EQ(status.load(), 200);  // answered, then closed
+  EXPECT_THROW(request(s->port(), "GET", "/x"), Error);
+}
+
+}  // namespace
+}  // namespace updraft::http

@@ -1,0 +1,311 @@
+// The rollout service behind `updraft serve` (rollout/serve/rollout_service.h): greedy
+// generation through the API equals plain decoding, bad requests are refused by reason with
+// nothing generated, concurrent requests share a batch, pause holds them, seeds behave,
+// weight versions posted to /update_weights_from_disk are validated and hot-swapped (bad ones
+// leave the serving version), a request the KV cache cannot hold fails alone, and shutdown
+// answers what is queued.
+#include "rollout/serve/rollout_service.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "tests/trainer/online_fixture.h"
+
+namespace updraft {
+namespace {
+
+using namespace testing_online;
+using nlohmann::json;
+
+struct Bed {
+  TempDir dir{"serve"};
+  train::TrainableLlama m = make_policy(4);
+  WeightVersion p1 = publish_policy(m, dir.str() + "/v", 1);
+  std::shared_ptr<const PolicyModel> policy = std::make_shared<const PolicyModel>(PolicyModel::load(p1.dir));
+  std::unique_ptr<Worker> worker;
+  std::unique_ptr<RolloutService> service;
+
+  explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20) {
+    WorkerOptions o;
+    o.engine.spec = SpecSettings{3, 1, 3};
+    o.engine.kv_cache_bytes = kv_cache_bytes;
+    worker = std::make_unique<Worker>(o, policy, 1, std::make_shared<const DraftModel>(fresh_draft(*policy, 1)), 1,
+                                      nullptr);
+    RolloutServiceOptions so;
+    so.batch_wait = std::chrono::microseconds(0);
+    service = std::make_unique<RolloutService>(so, *worker, policy->config(), nullptr, nullptr);
+  }
+  std::pair<int, json> call(const std::string& method, const std::string& path, const json& body = json()) {
+    http::Request r;
+    r.method = method;
+    r.path = path;
+    r.body = body.is_null() ? "" : body.dump();
+    const http::Response resp = service->handle(r);
+    const json j = json::parse(resp.body, nullptr, false);
+    return {resp.status, j.is_discarded() ? json(resp.body) : j};
+  }
+  std::string publish_draft(uint64_t v, uint64_t seed) {
+    const DraftModel d = fresh_draft(*policy, seed);
+    return publish_version(dir.str() + "/v", "drafter", v, [&](const std::string& x) { d.save(x); }).dir;
+  }
+  // Waits until `n` prompts are queued (requests sent from other threads while paused).
+  void wait_queued(int64_t n) {
+    for (int i = 0; i < 500 && service->stats().queued_prompts < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_EQ(service->stats().queued_prompts, n);
+  }
+};
+
+json greedy_body(const std::vector<std::vector<int32_t>>& ps, int64_t max_new) {
+  return {{"input_ids", ps},
+          {"sampling_params", {{"temperature", 0}, {"max_new_tokens", max_new}, {"ignore_eos", true}}},
+          {"return_logprob", true}};
+}
+
+TEST(RolloutService, GreedyGenerateOverHttpEqualsPlainDecoding) {
+  Bed b;
+  const auto ps = prompts(3, 11);
+  Engine plain(*b.policy);
+  for (const GenRequest& r : greedy_requests(ps, 12))
+    plain.submit(r);
+  auto want = plain.run();
+  std::sort(want.begin(), want.end(), [](const GenResult& x, const GenResult& y) { return x.id < y.id; });
+
+  http::ServerOptions ho;
+  ho.port = 0;
+  http::Server server(ho, [&](const http::Request& r) { return b.service->handle(r); });
+  const auto [status, text] = http::request(server.port(), "POST", "/generate", greedy_body(ps, 12).dump());
+  ASSERT_EQ(status, 200) << text;
+  const json out = json::parse(text);
+  ASSERT_TRUE(out.is_array());
+  ASSERT_EQ(out.size(), 3u);
+  int64_t rounds = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i]["output_ids"].get<std::vector<int32_t>>(), want[i].tokens) << i;
+    const json& meta = out[i]["meta_info"];
+    EXPECT_EQ(meta["finish_reason"], json({{"type", "length"}, {"length", 12}}));
+    EXPECT_EQ(meta["prompt_tokens"], 5);
+    EXPECT_EQ(meta["completion_tokens"], 12);
+    EXPECT_EQ(meta["weight_version"], "1");
+    EXPECT_EQ(meta["policy_version"], 1);
+    EXPECT_EQ(meta["drafter_version"], 1);
+    ASSERT_EQ(meta["output_token_logprobs"].size(), 12u);
+    for (size_t t = 0; t < 12; ++t) {
+      EXPECT_EQ(meta["output_token_logprobs"][t][1], want[i].tokens[t]);
+      EXPECT_NEAR(meta["output_token_logprobs"][t][0].get<double>(), want[i].logprobs[t], 1e-4);
+    }
+    rounds += meta["spec_verify_ct"].get<int64_t>();
+  }
+  EXPECT_GT(rounds, 0);  // speculated (the worker's first batches always do)
+  // A single prompt answers an object, not a list.
+  const auto [s1, one] = b.call(
+      "POST", "/generate",
+      {{"input_ids", ps[0]}, {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 12}, {"ignore_eos", true}}}});
+  ASSERT_EQ(s1, 200) << one;
+  ASSERT_TRUE(one.is_object());
+  EXPECT_EQ(one["output_ids"].get<std::vector<int32_t>>(), want[0].tokens);
+  EXPECT_FALSE(one["meta_info"].contains("output_token_logprobs"));
+}
+
+TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
+  Bed b;
+  const json ok_ids = json::array({1, 2, 3});
+  struct Case {
+    std::string method, path;
+    json body;
+    int status;
+    std::string says;
+  };
+  const Case cases[] = {
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"frequency_penalty", 0.5}}}}, 400,
+       "sampling_params.frequency_penalty is not supported"},
+      {"POST", "/generate", {{"input_ids", {1, 100000}}}, 400, "outside the vocabulary"},
+      {"POST", "/generate", {{"input_ids", {1, 2.5}}}, 400, "integer token ids"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"stream", true}}, 400, "stream is not supported"},
+      {"POST", "/generate", {{"text", "hello"}}, 400, "tokenizer"},
+      {"POST", "/generate", {{"text", "a"}, {"input_ids", ok_ids}}, 400, "exactly one of input_ids and text"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"lora_path", "x"}}, 400, "body.lora_path is not supported"},
+      {"POST", "/generate", {{"input_ids", {ok_ids, ok_ids}}, {"sampling_params", json::array({json::object()})}},
+       400, "one entry per prompt"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"top_k", -2}}}}, 400, "top_k"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"temperature", "hot"}}}}, 400, "bad field"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", 100000}}}}, 400,
+       "exceeds the model's context"},
+      {"POST", "/generate", json::array({1}), 400, "JSON object"},
+      {"GET", "/generate", json(), 405, "use POST"},
+      {"POST", "/health", json(), 405, "use GET"},
+      {"GET", "/nope", json(), 404, "no route /nope"},
+      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"n", 2}}, 400, "n must be 1"},
+      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"logprobs", 5}}, 400, "alternatives"},
+      {"POST", "/update_weights_from_disk", {{"is_draft_model", true}}, 400, "model_path is required"},
+  };
+  for (const Case& c : cases) {
+    const auto [status, out] = b.call(c.method, c.path, c.body);
+    EXPECT_EQ(status, c.status) << c.path << " " << c.body.dump() << " -> " << out.dump();
+    EXPECT_NE(out.dump().find(c.says), std::string::npos) << c.body.dump() << " -> " << out.dump();
+  }
+  http::Request raw;
+  raw.method = "POST";
+  raw.path = "/generate";
+  raw.body = "{not json";
+  EXPECT_EQ(b.service->handle(raw).status, 400);
+  EXPECT_EQ(b.service->stats().completions, 0);
+  EXPECT_EQ(b.service->stats().batches, 0);
+  EXPECT_EQ(b.worker->metrics().by_version.size(), 0u);
+}
+
+TEST(RolloutService, ConcurrentRequestsShareABatchWhilePauseHoldsThem) {
+  Bed b;
+  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  const auto ps = prompts(3, 5);
+  std::vector<std::thread> clients;
+  std::vector<int> statuses(3, 0);
+  for (size_t i = 0; i < 3; ++i)
+    clients.emplace_back([&, i] { statuses[i] = b.call("POST", "/generate", greedy_body({ps[i]}, 6)).first; });
+  b.wait_queued(3);
+  EXPECT_EQ(b.service->stats().batches, 0);
+  EXPECT_TRUE(b.service->stats().paused);
+  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
+  for (auto& t : clients)
+    t.join();
+  EXPECT_EQ(statuses, std::vector<int>({200, 200, 200}));
+  EXPECT_EQ(b.service->stats().batches, 1);
+  EXPECT_EQ(b.service->stats().completions, 3);
+}
+
+TEST(RolloutService, UnseededSampledRequestsDifferAndSeededOnesRepeat) {
+  Bed b;
+  const json prompt = json::array({4, 8, 15, 16, 23});
+  auto gen = [&](const json& sp) {
+    const auto [status, out] = b.call("POST", "/generate", {{"input_ids", prompt}, {"sampling_params", sp}});
+    EXPECT_EQ(status, 200) << out;
+    return out["output_ids"].get<std::vector<int32_t>>();
+  };
+  const json unseeded = {{"temperature", 1}, {"max_new_tokens", 16}, {"ignore_eos", true}};
+  EXPECT_NE(gen(unseeded), gen(unseeded));  // each batch's engine would repeat its default seeds
+  json seeded = unseeded;
+  seeded["sampling_seed"] = 7;
+  EXPECT_EQ(gen(seeded), gen(seeded));
+}
+
+TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
+  Bed b;
+  auto update = [&](const std::string& path, bool draft, json version = json()) {
+    json body = {{"model_path", path}, {"is_draft_model", draft}};
+    if (!version.is_null())
+      body["weight_version"] = version;
+    return b.call("POST", "/update_weights_from_disk", body);
+  };
+  const std::string d2 = b.publish_draft(2, 2);
+  auto [s, out] = update(d2, true);
+  ASSERT_EQ(s, 200) << out;
+  EXPECT_EQ(out["success"], true);
+  EXPECT_EQ(out["drafter_version"], 2);
+  EXPECT_EQ(b.call("GET", "/get_weight_version").second["drafter_version"], 2);
+
+  // Damaged: refused with the reason, v2 still serving.
+  const std::string d3 = b.publish_draft(3, 3);
+  {
+    std::fstream f(d3 + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    f.put('\x7f');
+  }
+  std::tie(s, out) = update(d3, true);
+  EXPECT_EQ(s, 400);
+  EXPECT_EQ(out["success"], false);
+  EXPECT_NE(out["message"].get<std::string>().find("sha256"), std::string::npos) << out;
+  std::tie(s, out) = update(b.publish_draft(4, 4), true, "5");
+  EXPECT_EQ(s, 400);
+  EXPECT_NE(out["message"].get<std::string>().find("does not match"), std::string::npos) << out;
+  std::tie(s, out) = update(d2, true);  // not newer
+  EXPECT_EQ(s, 400);
+  EXPECT_EQ(b.worker->drafter_version(), 2u);
+
+  // A policy version while paused: applied at once (no batch running), labelled from then on.
+  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  const WeightVersion p2 = publish_policy(make_policy(5), b.dir.str() + "/v", 2);
+  std::tie(s, out) = update(p2.dir, false, 2);
+  ASSERT_EQ(s, 200) << out;
+  EXPECT_EQ(out["policy_version"], 2);
+  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
+  std::tie(s, out) = b.call("POST", "/generate", greedy_body({prompts(1, 3)[0]}, 4));
+  ASSERT_EQ(s, 200) << out;
+  EXPECT_EQ(out[0]["meta_info"]["policy_version"], 2);
+  EXPECT_EQ(out[0]["meta_info"]["drafter_version"], 2);
+  EXPECT_EQ(out[0]["meta_info"]["weight_version"], "2");
+  const std::string metrics = b.service->handle({"GET", "/metrics", "/metrics"}).body;
+  EXPECT_NE(metrics.find("updraft_worker_generated_tokens_total{policy_version=\"2\",drafter_version=\"2\"} 4"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 2"), std::string::npos) << metrics;
+}
+
+TEST(RolloutService, ARequestTheCacheCannotHoldFailsAloneInItsBatch) {
+  // A KV cache of 3 blocks (48 positions): 5 + 4 tokens fit, 5 + 100 do not (context: 128).
+  int64_t bytes = 1024;
+  {
+    Bed probe;
+    while (KvCache::blocks_for_bytes(probe.policy->kv_shape(), 16, bytes) < 3)
+      bytes += 1024;
+  }
+  Bed b(bytes);
+  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  const auto ps = prompts(2, 9);
+  std::pair<int, json> good, bad;
+  std::thread t1([&] { good = b.call("POST", "/generate", greedy_body({ps[0]}, 4)); });
+  b.wait_queued(1);
+  std::thread t2([&] { bad = b.call("POST", "/generate", greedy_body({ps[1]}, 100)); });
+  b.wait_queued(2);
+  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(good.first, 200) << good.second;
+  EXPECT_EQ(good.second[0]["output_ids"].size(), 4u);
+  EXPECT_EQ(bad.first, 400);
+  EXPECT_NE(bad.second.dump().find("KV blocks"), std::string::npos) << bad.second;
+}
+
+TEST(RolloutService, ShutdownAnswersQueuedRequestsWith503) {
+  Bed b;
+  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  int status = 0;
+  std::thread t([&] { status = b.call("POST", "/generate", greedy_body({prompts(1, 2)[0]}, 4)).first; });
+  b.wait_queued(1);
+  b.service->shutdown();
+  t.join();
+  EXPECT_EQ(status, 503);
+  EXPECT_EQ(b.call("GET", "/health").first, 503);
+  EXPECT_EQ(b.call("POST", "/generate", greedy_body({prompts(1, 2)[0]}, 4)).first, 503);
+}
+
+TEST(RolloutService, CompletionsAndInformationRoutes) {
+  Bed b;
+  auto [s, out] = b.call("POST", "/v1/completions",
+                         {{"prompt", {json::array({1, 2, 3}), json::array({4, 5})}},
+                          {"max_tokens", 5},
+                          {"temperature", 0},
+                          {"logprobs", 0}});
+  ASSERT_EQ(s, 200) << out;
+  EXPECT_EQ(out["object"], "text_completion");
+  ASSERT_EQ(out["choices"].size(), 2u);
+  EXPECT_EQ(out["choices"][1]["index"], 1);
+  const size_t n1 = out["choices"][1]["token_ids"].size();
+  EXPECT_GE(n1, 1u);
+  EXPECT_LE(n1, 5u);
+  EXPECT_EQ(out["choices"][1]["logprobs"]["token_logprobs"].size(), n1);
+  EXPECT_EQ(out["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(out["usage"]["completion_tokens"], out["choices"][0]["token_ids"].size() + n1);
+  EXPECT_EQ(out["updraft"]["drafter_version"], 1);
+  std::tie(s, out) = b.call("GET", "/get_server_info");
+  EXPECT_EQ(s, 200);
+  EXPECT_EQ(out["vocab_size"], b.policy->config().vocab_size);
+  EXPECT_EQ(b.call("GET", "/v1/models").second["data"][0]["object"], "model");
+  EXPECT_EQ(b.call("GET", "/get_model_info").second["is_generation"], true);
+  EXPECT_EQ(b.call("POST", "/flush_cache").first, 200);
+  EXPECT_EQ(b.call("GET", "/health").second["status"], "ok");
+}
+
+}  // namespace
+}  // namespace updraft
