@@ -155,34 +155,15 @@ int run_serve(const ServeArgs& a) {
   wo.rollback_rounds = a.rollback_rounds;
   Worker worker(wo, policy, pv, draft, dv, sender);
 
-  std::unique_ptr<messaging::WeightSubscriber> follower;
-  if (!a.weights_pub.empty()) {
-    messaging::WeightSubscriberOptions wso;
-    wso.pub_endpoint = a.weights_pub;
-    wso.request_endpoint = a.weights_req;
-    wso.prefer_transfer = a.fetch_weights;
-    wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = pv;
-    wso.min_version[static_cast<int>(messaging::WeightKind::kDrafter)] = dv;
-    wso.local_root = a.weights_dir.empty() ? "serve-weights-" + std::to_string(a.worker_id) : a.weights_dir;
-    if (!a.weights_curve_server_file.empty())
-      wso.curve = messaging::curve_client_from_files(a.curve_key_file, a.weights_curve_server_file);
-    wso.on_version = [&worker](messaging::WeightKind kind, uint64_t version, const std::string& dir) {
-      const bool ok = kind == messaging::WeightKind::kPolicy ? worker.offer_policy(dir) : worker.offer_drafter(dir);
-      if (ok)
-        spdlog::info("serve: {} v{} staged from the weight link ({})",
-                     kind == messaging::WeightKind::kPolicy ? "policy" : "drafter", version, dir);
-    };
-    follower = std::make_unique<messaging::WeightSubscriber>(wso);
-  }
-
   RolloutServiceOptions ro;
   ro.model_name = fs::path(model).filename().string();
   ro.model_path = model;
   ro.max_batch_prompts = a.max_batch_prompts;
   ro.max_queued_prompts = a.max_queued_prompts;
   ro.batch_wait = std::chrono::microseconds(static_cast<int64_t>(a.batch_wait_ms * 1000));
-  if (follower)
-    ro.extra_metrics = [&follower] { return subscriber_metrics(*follower); };
+  std::unique_ptr<messaging::WeightSubscriber> follower;  // set below; the service reads it for /metrics
+  if (!a.weights_pub.empty())
+    ro.extra_metrics = [&follower] { return follower ? subscriber_metrics(*follower) : std::string(); };
   ro.extra_info = [&a, &wo] {
     return nlohmann::json{{"spec_steps", wo.engine.spec.steps},
                           {"spec_top_k", wo.engine.spec.top_k},
@@ -193,6 +174,31 @@ int run_serve(const ServeArgs& a) {
                           {"weights_pub", a.weights_pub}};
   };
   RolloutService service(ro, worker, c, tok, sender);
+  struct StopFollowerFirst {  // on every way out, the subscriber (which calls the service) goes first
+    std::unique_ptr<messaging::WeightSubscriber>& f;
+    ~StopFollowerFirst() { f.reset(); }
+  } stop_follower_first{follower};
+
+  if (!a.weights_pub.empty()) {
+    messaging::WeightSubscriberOptions wso;
+    wso.pub_endpoint = a.weights_pub;
+    wso.request_endpoint = a.weights_req;
+    wso.prefer_transfer = a.fetch_weights;
+    wso.min_version[static_cast<int>(messaging::WeightKind::kPolicy)] = pv;
+    wso.min_version[static_cast<int>(messaging::WeightKind::kDrafter)] = dv;
+    wso.local_root = a.weights_dir.empty() ? "serve-weights-" + std::to_string(a.worker_id) : a.weights_dir;
+    if (!a.weights_curve_server_file.empty())
+      wso.curve = messaging::curve_client_from_files(a.curve_key_file, a.weights_curve_server_file);
+    wso.on_version = [&worker, &service](messaging::WeightKind kind, uint64_t version, const std::string& dir) {
+      const bool ok = kind == messaging::WeightKind::kPolicy ? worker.offer_policy(dir) : worker.offer_drafter(dir);
+      if (!ok)
+        return;
+      spdlog::info("serve: {} v{} staged from the weight link ({})",
+                   kind == messaging::WeightKind::kPolicy ? "policy" : "drafter", version, dir);
+      service.apply_staged_when_idle();
+    };
+    follower = std::make_unique<messaging::WeightSubscriber>(wso);
+  }
 
   http::ServerOptions ho;
   ho.host = a.host;

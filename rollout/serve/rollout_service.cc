@@ -34,7 +34,25 @@ http::Response json_response(int status, const json& j) {
   return r;
 }
 
-http::Response error(int status, const std::string& why) { return json_response(status, {{"error", why}}); }
+// An Error's message without the source location the error macros put first ("x.cc:12: "): an
+// API client needs the reason, not our file names.
+std::string reason(const std::string& what) {
+  const size_t sep = what.find(": ");
+  if (sep == std::string::npos)
+    return what;
+  const std::string head = what.substr(0, sep);
+  const size_t colon = head.rfind(':');
+  if (colon == std::string::npos || colon + 1 == head.size() || head.find(' ') != std::string::npos)
+    return what;
+  for (size_t i = colon + 1; i < head.size(); ++i)
+    if (head[i] < '0' || head[i] > '9')
+      return what;
+  return what.substr(sep + 2);
+}
+
+http::Response error(int status, const std::string& why) {
+  return json_response(status, {{"error", reason(why)}});
+}
 
 void check_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
   UPD_REQUIRE(obj.is_object()) << where << " must be a JSON object";
@@ -111,6 +129,14 @@ RolloutService::RolloutService(RolloutServiceOptions options, Worker& worker, co
 }
 
 RolloutService::~RolloutService() { shutdown(); }
+
+void RolloutService::apply_staged_when_idle() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    apply_requested_ = true;
+  }
+  cv_.notify_all();
+}
 
 RolloutServiceStats RolloutService::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -224,10 +250,6 @@ void RolloutService::loop() {
       for (const auto& j : group)
         all.insert(all.end(), j->reqs.begin(), j->reqs.end());
       BatchReport rep = worker_.generate(all, GenMode::kServing);
-      size_t at = 0;
-      for (const auto& j : group)
-        for (size_t i = 0; i < j->reqs.size(); ++i)
-          j->out.push_back(std::move(rep.completions[at++]));
       int64_t queued = 0;
       bool record_error = false;
       if (sender_) {
@@ -238,6 +260,10 @@ void RolloutService::loop() {
           spdlog::warn("serve: records of a batch not streamed: {}", e.what());
         }
       }
+      size_t at = 0;  // after the records: they are made from the completions
+      for (const auto& j : group)
+        for (size_t i = 0; i < j->reqs.size(); ++i)
+          j->out.push_back(std::move(rep.completions[at++]));
       std::lock_guard<std::mutex> g(mu_);
       ++stats_.batches;
       stats_.completions += static_cast<int64_t>(all.size());
@@ -542,7 +568,7 @@ http::Response RolloutService::update_weights(const json& body) {
   try {
     version = verify_version(path, kind, VerifyLevel::kSizes).version;
   } catch (const Error& e) {
-    return json_response(400, {{"success", false}, {"message", e.what()}});
+    return json_response(400, {{"success", false}, {"message", reason(e.what())}});
   }
   if (body.contains("weight_version") && !body["weight_version"].is_null()) {
     const json& wv = body["weight_version"];
@@ -555,10 +581,9 @@ http::Response RolloutService::update_weights(const json& body) {
   std::string why;
   const bool ok = draft ? worker_.offer_drafter(path, &why) : worker_.offer_policy(path, &why);
   if (!ok)
-    return json_response(400, {{"success", false}, {"message", why}});
+    return json_response(400, {{"success", false}, {"message", reason(why)}});
+  apply_staged_when_idle();
   std::unique_lock<std::mutex> lock(mu_);
-  apply_requested_ = true;
-  cv_.notify_all();
   idle_cv_.wait(lock, [&] {
     return stopping_ || (draft ? worker_.drafter_version() : worker_.policy_version()) >= version;
   });

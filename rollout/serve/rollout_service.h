@@ -106,6 +106,9 @@ class RolloutService {
   RolloutService& operator=(const RolloutService&) = delete;
 
   http::Response handle(const http::Request& req);
+  // Versions staged on the worker from elsewhere (a weight subscriber's offers) swap in at the
+  // next batch; this asks for them at once when no batch is running.
+  void apply_staged_when_idle();
   void shutdown();
   RolloutServiceStats stats() const;
 

@@ -145,6 +145,7 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
     const auto [status, out] = b.call(c.method, c.path, c.body);
     EXPECT_EQ(status, c.status) << c.path << " " << c.body.dump() << " -> " << out.dump();
     EXPECT_NE(out.dump().find(c.says), std::string::npos) << c.body.dump() << " -> " << out.dump();
+    EXPECT_EQ(out.dump().find(".cc:"), std::string::npos) << "a source location in " << out.dump();
   }
   http::Request raw;
   raw.method = "POST";
