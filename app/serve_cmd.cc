@@ -61,7 +61,7 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
   cmd.add_option("--host", a.host, "HTTP address to bind (loopback unless --allow-remote)")->capture_default_str();
   cmd.add_option("--port", a.port, "HTTP port (0: any free port, see --port-file)")->capture_default_str();
   cmd.add_option("--port-file", a.port_file, "write the bound port here once listening");
-  cmd.add_option("--api-key", a.api_key, "require `Authorization: Bearer KEY` (all routes but GET /health)")
+  cmd.add_option("--api-key", a.api_key, "require `Authorization: Bearer KEY` (all routes but GET /health and /dashboard)")
       ->envname("UPDRAFT_API_KEY");
   cmd.add_flag("--allow-remote", a.allow_remote, "allow a non-loopback --host (needs --api-key)");
   cmd.add_option("--max-connections", a.max_connections, "HTTP connections served at once")->capture_default_str();
@@ -205,6 +205,7 @@ int run_serve(const ServeArgs& a) {
   ho.port = static_cast<uint16_t>(a.port);
   ho.allow_remote = a.allow_remote;
   ho.bearer_token = a.api_key;
+  ho.public_paths = {"/health", "/dashboard"};  // the page holds no data; it asks with the key
   ho.max_connections = a.max_connections;
   http::Server server(ho, [&service](const http::Request& r) { return service.handle(r); });
   if (!a.port_file.empty()) {

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -377,7 +378,10 @@ void Server::drain_refused(bool all) {
 }
 
 bool Server::authorized(const Request& r) const {
-  if (options_.bearer_token.empty() || (r.method == "GET" && r.path == "/health"))
+  if (options_.bearer_token.empty())
+    return true;
+  if (r.method == "GET" &&
+      std::find(options_.public_paths.begin(), options_.public_paths.end(), r.path) != options_.public_paths.end())
     return true;
   const std::string got = r.header("authorization");
   const std::string want = "Bearer " + options_.bearer_token;

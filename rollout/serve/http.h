@@ -15,7 +15,7 @@
 //
 // Server. Binds host:port (port 0: any free port, see port()); loopback only unless
 // allow_remote, and then only with a bearer token (a request API that starts generations must
-// not be open to the network). With a token, every request but `GET /health` must carry
+// not be open to the network). With a token, every request but a GET of public_paths must carry
 // "Authorization: Bearer <token>" (compared in constant time), else 401. One thread accepts,
 // one thread serves each connection, at most max_connections at once (the next is answered
 // 503 and closed); a connection idle for idle_timeout is closed. The handler runs on the
@@ -88,6 +88,7 @@ struct ServerOptions {
   uint16_t port = 30000;  // 0: any free port
   bool allow_remote = false;  // bind a non-loopback address (requires bearer_token)
   std::string bearer_token;   // empty: no authorization
+  std::vector<std::string> public_paths = {"/health"};  // GET without the token (no data behind them)
   int max_connections = 64;
   std::chrono::milliseconds idle_timeout{60000};
   Limits limits;

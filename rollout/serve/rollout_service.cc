@@ -10,6 +10,7 @@
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
 #include "messaging/metrics.h"
+#include "rollout/serve/dashboard.h"
 
 namespace updraft {
 
@@ -265,6 +266,7 @@ void RolloutService::loop() {
         for (size_t i = 0; i < j->reqs.size(); ++i)
           j->out.push_back(std::move(rep.completions[at++]));
       std::lock_guard<std::mutex> g(mu_);
+      record_batch(rep);
       ++stats_.batches;
       stats_.completions += static_cast<int64_t>(all.size());
       stats_.generated_tokens += rep.generated_tokens;
@@ -303,6 +305,24 @@ void RolloutService::loop() {
     running_batch_ = false;
     idle_cv_.notify_all();
   }
+}
+
+void RolloutService::record_batch(const BatchReport& rep) {
+  const double t = std::chrono::duration<double>(std::chrono::system_clock::now() - started_).count();
+  json p = {{"t", t},
+            {"policy_version", rep.policy_version},
+            {"drafter_version", rep.drafter_version},
+            {"replaced_drafter_version", rep.replaced_drafter_version},
+            {"completions", rep.completions.size()},
+            {"tokens", rep.generated_tokens},
+            {"seconds", rep.generate_seconds},
+            {"tokens_per_second", rep.tokens_per_second()},
+            {"rounds", rep.spec.rounds},
+            {"tau", rep.spec.rounds > 0 ? json(rep.spec.tau()) : json()},
+            {"mean_depth", rep.mean_depth}};
+  history_.push_back(std::move(p));
+  while (history_.size() > options_.max_history)
+    history_.pop_front();
 }
 
 http::Response RolloutService::handle(const http::Request& req) {
@@ -346,6 +366,19 @@ http::Response RolloutService::handle(const http::Request& req) {
                                                           {"object", "model"},
                                                           {"owned_by", "updraft"}}})}});
       return json_response(200, server_info());
+    }
+    if (p == "/dashboard" || p == "/dashboard/data") {
+      if (!get)
+        return error(405, "use GET");
+      if (p == "/dashboard/data") {
+        std::lock_guard<std::mutex> lock(mu_);
+        return json_response(200, {{"model", options_.model_name},
+                                   {"batches", json(std::vector<json>(history_.begin(), history_.end()))}});
+      }
+      http::Response r;
+      r.content_type = "text/html; charset=utf-8";
+      r.body = dashboard_html();
+      return r;
     }
     if (p == "/flush_cache") {
       if (!get && !post)

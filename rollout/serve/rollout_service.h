@@ -37,6 +37,11 @@
 //   GET|POST /flush_cache     no KV cache outlives a batch here (each batch runs its own engine),
 //                             so there is nothing to flush; answers success saying so.
 //   GET /health, /get_model_info, /get_server_info, /get_weight_version, /v1/models,
+//   GET /dashboard            the drift dashboard: one self-contained HTML page (no external
+//                             resources) plotting τ and tokens/s per serving batch over time, by
+//                             drafter version, with policy-update and drafter-swap markers; it
+//                             polls GET /dashboard/data (the last max_history batches as JSON).
+//                             With an API key, open it as /dashboard#key=KEY.
 //   GET /metrics              Prometheus text: requests, queue, batches, the worker's tokens,
 //                             rounds and accepted tokens by (policy_version, drafter_version),
 //                             acceptance by draft position, swaps, rejections and rollbacks, the
@@ -87,6 +92,7 @@ struct RolloutServiceOptions {
   std::function<std::string()> extra_metrics;
   // Extra fields for /get_server_info, may be empty.
   std::function<nlohmann::json()> extra_info;
+  size_t max_history = 2000;  // serving batches kept for /dashboard/data
 };
 
 struct RolloutServiceStats {
@@ -124,6 +130,7 @@ class RolloutService {
   // refused.
   std::vector<Completion> run_job(std::vector<GenRequest> reqs, int* status, std::string* error);
   void loop();
+  void record_batch(const BatchReport& rep);  // mu_ held
 
   RolloutServiceOptions options_;
   Worker& worker_;
@@ -139,6 +146,7 @@ class RolloutService {
   bool stopping_ = false, paused_ = false, running_batch_ = false, apply_requested_ = false;
   std::atomic<uint64_t> next_id_{1};  // response ids
   RolloutServiceStats stats_;
+  std::deque<nlohmann::json> history_;  // one point per serving batch, oldest first
   std::thread thread_;
 };
 

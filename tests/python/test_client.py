@@ -131,6 +131,29 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.client.get_weight_version()["drafter_version"], 2)
 
 
+    @unittest.skipUnless(shutil.which("node"), "node is not installed")
+    def test_zzz_dashboard_page_renders_the_batches(self):
+        import urllib.request
+        with urllib.request.urlopen(self.server.url + "/dashboard", timeout=10) as r:
+            page = r.read().decode()
+        script = page[page.index("<script>") + len("<script>"):page.index("</script>")]
+        data = self.client._request("GET", "/dashboard/data")
+        paths = [os.path.join(self.work, "page.js"), os.path.join(self.work, "data.json")]
+        with open(paths[0], "w") as f:
+            f.write(script)
+        with open(paths[1], "w") as f:
+            json.dump(data, f)
+        harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard_harness.js")
+        out = json.loads(subprocess.check_output(["node", harness, *paths], timeout=60))
+        n = len(data["batches"])
+        self.assertGreater(n, 2)
+        self.assertIn(f"{n} batches; serving policy v1, drafter v2", out["status"])
+        self.assertEqual(out["tps_points"], n)  # every batch has a throughput point
+        self.assertEqual(out["tau_points"], sum(1 for b in data["batches"] if b["tau"] is not None))
+        self.assertGreaterEqual(out["markers"], 1)  # the swap to drafter v2
+        self.assertIn("<td>v1</td><td>v2</td>", out["table"])
+
+
 class ApiKeyTest(unittest.TestCase):
     def test_the_api_key_is_required_except_for_health(self):
         work = tempfile.mkdtemp(prefix="updraft_client_key_")
@@ -141,6 +164,14 @@ class ApiKeyTest(unittest.TestCase):
                 Client(server.url).get_weight_version()
             self.assertEqual(e.exception.status, 401)
             self.assertEqual(Client(server.url, api_key="k3y").get_weight_version()["policy_version"], 1)
+            # The dashboard page needs no key (it holds no data); its data does.
+            import urllib.request
+            with urllib.request.urlopen(server.url + "/dashboard", timeout=10) as page:
+                self.assertIn("drift dashboard", page.read().decode())
+            with self.assertRaises(UpdraftError) as e:
+                Client(server.url)._request("GET", "/dashboard/data")
+            self.assertEqual(e.exception.status, 401)
+            self.assertIn("batches", Client(server.url, api_key="k3y")._request("GET", "/dashboard/data"))
         finally:
             self.assertEqual(server.stop(), 0)
             shutil.rmtree(work, ignore_errors=True)

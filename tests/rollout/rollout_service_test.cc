@@ -299,12 +299,26 @@ TEST(RolloutService, CompletionsAndInformationRoutes) {
   EXPECT_EQ(out["usage"]["prompt_tokens"], 5);
   EXPECT_EQ(out["usage"]["completion_tokens"], out["choices"][0]["token_ids"].size() + n1);
   EXPECT_EQ(out["updraft"]["drafter_version"], 1);
+  const json usage = out["usage"];
   std::tie(s, out) = b.call("GET", "/get_server_info");
   EXPECT_EQ(s, 200);
   EXPECT_EQ(out["vocab_size"], b.policy->config().vocab_size);
   EXPECT_EQ(b.call("GET", "/v1/models").second["data"][0]["object"], "model");
   EXPECT_EQ(b.call("GET", "/get_model_info").second["is_generation"], true);
   EXPECT_EQ(b.call("POST", "/flush_cache").first, 200);
+  // The dashboard: one point per serving batch (the completions request's), and its page.
+  const json dash = b.call("GET", "/dashboard/data").second;
+  ASSERT_EQ(dash["batches"].size(), 1u) << dash;
+  const json& point = dash["batches"][0];
+  EXPECT_EQ(point["policy_version"], 1);
+  EXPECT_EQ(point["drafter_version"], 1);
+  EXPECT_EQ(point["completions"], 2);
+  EXPECT_EQ(point["tokens"], usage["completion_tokens"]);
+  EXPECT_GT(point["tokens_per_second"].get<double>(), 0);
+  const http::Response page = b.service->handle({"GET", "/dashboard", "/dashboard"});
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("fetch(\"/dashboard/data\""), std::string::npos);
+  EXPECT_EQ(page.body.find("http://"), page.body.find("http://www.w3.org/2000/svg"));  // nothing external
   EXPECT_EQ(b.call("GET", "/health").second["status"], "ok");
 }
 
