@@ -55,29 +55,41 @@ while c.get_weight_version()["drafter_version"] < 2:
     c.generate(input_ids=[[k % 500, k * 3 % 500, 7, 9] for k in range(first, first + 8)],
                sampling_params={"temperature": 1, "max_new_tokens": 24, "sampling_seed": first})
     first += 8
-    time.sleep(1)
-out = c.generate(input_ids=[[3, 1, 4, 1, 5], [2, 7, 1, 8]], sampling_params={"temperature": 1, "max_new_tokens": 16})
-assert all(o["meta_info"]["drafter_version"] == 2 for o in out), out
-m = c.metrics()
-for want in ["updraft_worker_drafter_swaps_total 1", "updraft_weights_delivered_total 1",
-             "updraft_worker_drafter_version 2"]:
-    assert want in m, want + " not in metrics:\n" + m
-print([l.split()[1] for l in m.splitlines() if l.startswith("updraft_serve_completions_total ")][0])
-print([l.split()[1] for l in m.splitlines() if l.startswith("updraft_serve_requests_total ")][0])' >"$work/swap.out" 2>&1 ||
-  fail "hot-swap: $(cat "$work/swap.out")"
-n=$(sed -n 1p "$work/swap.out") requests=$(sed -n 2p "$work/swap.out")
+    time.sleep(1)' >"$work/wait.out" 2>&1 || fail "hot-swap: $(cat "$work/wait.out")"
 grep -q "promoted v2" "$work/train.log" || fail "trainer did not promote v2"
-grep -q "drafter v2 staged from the weight link" "$work/serve.log" || fail "serve did not log the staged drafter"
+kill -TERM "$train_pid"  # no newer drafter from here on (it may have promoted more than v2)
+wait "$train_pid" || fail "trainer exited with $? on SIGTERM"
+last=$(sed -n 's/.*stopped by signal: .* serving drafter v\([0-9]*\)$/\1/p' "$work/train.log")
+[ -n "$last" ] || fail "no stop line from the trainer"
+# The worker serves v2 or a newer one the trainer announced before it stopped; its completions,
+# metrics and logs agree on which, and every delivered version was swapped in once.
+client "
+v, since = c.get_weight_version()['drafter_version'], time.monotonic()
+while time.monotonic() - since < 1:  # settled: an announcement in flight at the stop has landed
+    time.sleep(0.1)
+    if c.get_weight_version()['drafter_version'] != v:
+        v, since = c.get_weight_version()['drafter_version'], time.monotonic()
+assert 2 <= v <= $last, v
+out = c.generate(input_ids=[[3, 1, 4, 1, 5], [2, 7, 1, 8]], sampling_params={'temperature': 1, 'max_new_tokens': 16})
+assert all(o['meta_info']['drafter_version'] == v for o in out), out
+m = c.metrics()
+value = lambda name: [l.split()[1] for l in m.splitlines() if l.startswith(name + ' ')][0]
+assert value('updraft_worker_drafter_version') == str(v), m
+assert value('updraft_worker_drafter_swaps_total') == value('updraft_weights_delivered_total') != '0', m
+print(value('updraft_serve_completions_total'))
+print(value('updraft_serve_requests_total'))
+print(v)" >"$work/swap.out" 2>&1 || fail "hot-swap: $(cat "$work/swap.out")"
+v=$(sed -n 3p "$work/swap.out")
+grep -q "drafter v$v staged from the weight link" "$work/serve.log" || fail "serve did not log the staged drafter v$v"
+n=$(sed -n 1p "$work/swap.out") requests=$(sed -n 2p "$work/swap.out")
 
 kill -TERM "$serve_pid"
 wait "$serve_pid" || fail "serve exited with $? on SIGTERM"
 grep -q "records $n submitted, $n acknowledged, 0 shed" "$work/serve.log" || fail "records not all acknowledged ($n)"
 grep -q "serve: stopped: $requests requests, $n completions" "$work/serve.log" || fail "no clean stop line"
-kill -TERM "$train_pid"
-wait "$train_pid" || fail "trainer exited with $? on SIGTERM"
 kill -TERM "$buffer_pid"
 wait "$buffer_pid" || fail "buffer exited with $?"
 pids=()
 out=$("$bin" inspect buffer "$work/buf")
 grep -qE "^  records +: $n$" <<<"$out" || fail "expected $n stored records: $out"
-echo "serve, buffer and trainer as processes: $n records stored, drafter v2 promoted, announced and serving"
+echo "serve, buffer and trainer as processes: $n records stored, drafters v2..v$v promoted, announced and serving"
