@@ -37,12 +37,15 @@ struct Bed {
     so.batch_wait = std::chrono::microseconds(0);
     service = std::make_unique<RolloutService>(so, *worker, policy->config(), nullptr, nullptr);
   }
-  std::pair<int, json> call(const std::string& method, const std::string& path, const json& body = json()) {
+  http::Response raw(const std::string& method, const std::string& path, const std::string& body = "") {
     http::Request r;
     r.method = method;
     r.path = path;
-    r.body = body.is_null() ? "" : body.dump();
-    const http::Response resp = service->handle(r);
+    r.body = body;
+    return service->handle(r);
+  }
+  std::pair<int, json> call(const std::string& method, const std::string& path, const json& body = json()) {
+    const http::Response resp = raw(method, path, body.is_null() ? "" : body.dump());
     const json j = json::parse(resp.body, nullptr, false);
     return {resp.status, j.is_discarded() ? json(resp.body) : j};
   }
@@ -147,11 +150,7 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
     EXPECT_NE(out.dump().find(c.says), std::string::npos) << c.body.dump() << " -> " << out.dump();
     EXPECT_EQ(out.dump().find(".cc:"), std::string::npos) << "a source location in " << out.dump();
   }
-  http::Request raw;
-  raw.method = "POST";
-  raw.path = "/generate";
-  raw.body = "{not json";
-  EXPECT_EQ(b.service->handle(raw).status, 400);
+  EXPECT_EQ(b.raw("POST", "/generate", "{not json").status, 400);
   EXPECT_EQ(b.service->stats().completions, 0);
   EXPECT_EQ(b.service->stats().batches, 0);
   EXPECT_EQ(b.worker->metrics().by_version.size(), 0u);
@@ -236,7 +235,7 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
   EXPECT_EQ(out[0]["meta_info"]["policy_version"], 2);
   EXPECT_EQ(out[0]["meta_info"]["drafter_version"], 2);
   EXPECT_EQ(out[0]["meta_info"]["weight_version"], "2");
-  const std::string metrics = b.service->handle({"GET", "/metrics", "/metrics"}).body;
+  const std::string metrics = b.raw("GET", "/metrics").body;
   EXPECT_NE(metrics.find("updraft_worker_generated_tokens_total{policy_version=\"2\",drafter_version=\"2\"} 4"),
             std::string::npos)
       << metrics;
@@ -315,7 +314,7 @@ TEST(RolloutService, CompletionsAndInformationRoutes) {
   EXPECT_EQ(point["completions"], 2);
   EXPECT_EQ(point["tokens"], usage["completion_tokens"]);
   EXPECT_GT(point["tokens_per_second"].get<double>(), 0);
-  const http::Response page = b.service->handle({"GET", "/dashboard", "/dashboard"});
+  const http::Response page = b.raw("GET", "/dashboard");
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
   EXPECT_NE(page.body.find("fetch(\"/dashboard/data\""), std::string::npos);
   EXPECT_EQ(page.body.find("http://"), page.body.find("http://www.w3.org/2000/svg"));  // nothing external
