@@ -121,11 +121,6 @@ void Worker::set_reference_drafter(std::shared_ptr<const DraftModel> drafter, ui
   reference_ = {std::move(drafter), version};
 }
 
-bool Worker::has_staged() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return staged_policy_ != nullptr || staged_drafter_.model != nullptr;
-}
-
 void Worker::apply_staged() {
   std::lock_guard<std::mutex> lock(mu_);
   if (staged_policy_) {

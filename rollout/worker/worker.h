@@ -164,7 +164,6 @@ class Worker {
   // Swaps the staged versions in now. Call it between batches from the thread that calls
   // generate() (a serving daemon applies an offer while idle instead of at its next batch).
   void apply_staged();
-  bool has_staged() const;
   // A fixed drafter for kReference batches (rebound to each new policy like the serving one).
   void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
 
