@@ -13,10 +13,10 @@
 
 #include "messaging/curve_keys.h"
 #include "messaging/record_sender.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/tokenizer.h"
-#include "trainer/capture.h"
-#include "trainer/online/record_convert.h"
+#include "rollout/capture/capture.h"
+#include "rollout/capture/record_convert.h"
 
 namespace updraft {
 namespace {
@@ -52,10 +52,10 @@ bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) 
   for (const GenResult& g : results) {
     if (g.tokens.empty() || !g.aux.defined())
       continue;
-    messaging::RecordData r = train::to_record(train::sample_of(g, a.policy_version));
+    messaging::RecordData r = to_record(sample_of(g, a.policy_version));
     r.worker = a.worker_id;
     r.drafter_version = a.drafter_version;
-    r.rounds = train::round_stats(g.rounds);
+    r.rounds = round_stats(g.rounds);
     submitted += sender.submit(std::move(r)) ? 1 : 0;
   }
   const bool drained = sender.flush(std::chrono::milliseconds(static_cast<int64_t>(a.send_timeout_s * 1000)));

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "messaging/curve_keys.h"
 #include "messaging/metrics.h"
 #include "messaging/weight_link.h"
+#include "app/worker_role.h"
 #include "rollout/serve/rollout_service.h"
 
 #ifndef UPDRAFT_SOURCE_DIR
@@ -55,7 +57,7 @@ std::string subscriber_metrics(const messaging::WeightSubscriber& sub) {
 void add_serve_options(CLI::App& cmd, ServeArgs& a) {
   cmd.add_option("--model", a.model, "policy: a Hugging Face directory or a published policy version (default: the built-in small policy)");
   cmd.add_option("--drafter", a.drafter, "EAGLE-3 drafter directory or published drafter version (default with the built-in policy: its drafter)");
-  cmd.add_flag("--no-drafter", a.no_drafter, "decode plainly until a drafter version arrives");
+  cmd.add_flag("--no-drafter", a.no_drafter, "start without a drafter: decode plainly until a drafter version arrives");
   cmd.add_option("--policy-version", a.policy_version, "version the policy carries (default: its manifest's, else 1)");
   cmd.add_option("--drafter-version", a.drafter_version, "version the drafter carries (default: its manifest's, else 1)");
   cmd.add_option("--host", a.host, "HTTP address to bind (loopback unless --allow-remote)")->capture_default_str();
@@ -65,20 +67,21 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->envname("UPDRAFT_API_KEY");
   cmd.add_flag("--allow-remote", a.allow_remote, "allow a non-loopback --host (needs --api-key)");
   cmd.add_option("--max-connections", a.max_connections, "HTTP connections served at once")->capture_default_str();
-  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "policy KV cache per batch")->capture_default_str();
-  cmd.add_option("--max-running", a.max_running, "sequences decoded at once in a batch")->capture_default_str();
-  cmd.add_option("--spec-steps", a.spec_steps, "draft depth per speculation round")->capture_default_str();
+  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "the engine's policy KV cache")->capture_default_str();
+  cmd.add_option("--max-running", a.max_running, "sequences decoded at once")->capture_default_str();
+  cmd.add_option("--spec-steps", a.spec_steps, "draft depth per speculation round (0: never speculate)")
+      ->capture_default_str();
   cmd.add_option("--spec-top-k", a.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size (0 = the depth, a chain)")->capture_default_str();
-  cmd.add_flag("!--no-adaptive", a.adaptive, "always speculate (default: decode plainly while that is faster)");
+  cmd.add_flag("!--no-adaptive", a.adaptive,
+               "always speculate at the full depth (default: each step picks the depth, plain included, that is "
+               "fastest for the live batch)");
   cmd.add_option("--rollback-margin", a.rollback_margin, "roll a new drafter back when its tau falls by more than this share")
       ->capture_default_str();
   cmd.add_option("--rollback-rounds", a.rollback_rounds, "speculation rounds watched after a drafter swap")
       ->capture_default_str();
-  cmd.add_option("--max-batch-prompts", a.max_batch_prompts, "prompts per serving batch")->capture_default_str();
-  cmd.add_option("--max-queued-prompts", a.max_queued_prompts, "prompts waiting beyond which requests get 503")
-      ->capture_default_str();
-  cmd.add_option("--batch-wait-ms", a.batch_wait_ms, "wait this long for more requests before a batch starts")
+  cmd.add_option("--max-inflight-prompts", a.max_inflight_prompts,
+                 "prompts in flight beyond which requests get 503 (a larger request gets 413)")
       ->capture_default_str();
   cmd.add_option("--send", a.send, "stream each completion's training record to the buffer at this endpoint");
   cmd.add_option("--worker-id", a.worker_id, "records: the worker id they carry")->capture_default_str();
@@ -106,6 +109,8 @@ int run_serve(const ServeArgs& a) {
       << "records over CURVE need --curve-server (the buffer's public key)";
   UPD_REQUIRE(a.weights_curve_server_file.empty() || !a.curve_key_file.empty())
       << "--weights-curve-server needs --curve-key";
+  UPD_REQUIRE(a.spec_steps >= 0) << "--spec-steps must be >= 0 (0: never speculate)";
+  const bool speculate = a.spec_steps > 0;
   const fs::path shipped = fs::path(UPDRAFT_SOURCE_DIR) / "models";
   std::string model = a.model, drafter_dir = a.drafter;
   if (model.empty()) {
@@ -114,7 +119,7 @@ int run_serve(const ServeArgs& a) {
     if (drafter_dir.empty() && fs::exists(shipped / "small-eagle3" / "config.json"))
       drafter_dir = (shipped / "small-eagle3").string();
   }
-  if (a.no_drafter)
+  if (a.no_drafter || !speculate)
     drafter_dir.clear();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -147,25 +152,33 @@ int run_serve(const ServeArgs& a) {
   wo.id = a.worker_id;
   wo.engine.kv_cache_bytes = a.kv_cache_mb << 20;
   wo.engine.max_batch = a.max_running;
-  wo.engine.spec = SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps};
-  wo.adaptive.enabled = a.adaptive && draft != nullptr;
+  wo.speculate = speculate;
+  if (speculate)
+    wo.engine.spec =
+        SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1};
+  wo.adaptive.enabled = a.adaptive && speculate;
   wo.record_rate = a.record_rate;
   wo.record_max_tokens = a.record_max_tokens;
   wo.rollback_margin = a.rollback_margin;
   wo.rollback_rounds = a.rollback_rounds;
+  wo.scorer = teacher_forced_scorer();
+  std::atomic<RolloutService*> dashboard{nullptr};
+  wo.on_window = [&dashboard](const WindowReport& w) {
+    if (RolloutService* s = dashboard.load())
+      s->record_window(w);
+  };
   Worker worker(wo, policy, pv, draft, dv, sender);
 
   RolloutServiceOptions ro;
   ro.model_name = fs::path(model).filename().string();
   ro.model_path = model;
-  ro.max_batch_prompts = a.max_batch_prompts;
-  ro.max_queued_prompts = a.max_queued_prompts;
-  ro.batch_wait = std::chrono::microseconds(static_cast<int64_t>(a.batch_wait_ms * 1000));
+  ro.max_inflight_prompts = a.max_inflight_prompts;
   std::unique_ptr<messaging::WeightSubscriber> follower;  // set below; the service reads it for /metrics
   if (!a.weights_pub.empty())
     ro.extra_metrics = [&follower] { return follower ? subscriber_metrics(*follower) : std::string(); };
   ro.extra_info = [&a, &wo] {
-    return nlohmann::json{{"spec_steps", wo.engine.spec.steps},
+    return nlohmann::json{{"speculate", wo.speculate},
+                          {"spec_steps", wo.speculate ? wo.engine.spec.steps : 0},
                           {"spec_top_k", wo.engine.spec.top_k},
                           {"spec_draft_tokens", wo.engine.spec.draft_tokens},
                           {"adaptive", wo.adaptive.enabled},
@@ -174,6 +187,7 @@ int run_serve(const ServeArgs& a) {
                           {"weights_pub", a.weights_pub}};
   };
   RolloutService service(ro, worker, c, tok, sender);
+  dashboard = &service;
   struct StopFollowerFirst {  // on every way out, the subscriber (which calls the service) goes first
     std::unique_ptr<messaging::WeightSubscriber>& f;
     ~StopFollowerFirst() { f.reset(); }
@@ -189,15 +203,9 @@ int run_serve(const ServeArgs& a) {
     wso.local_root = a.weights_dir.empty() ? "serve-weights-" + std::to_string(a.worker_id) : a.weights_dir;
     if (!a.weights_curve_server_file.empty())
       wso.curve = messaging::curve_client_from_files(a.curve_key_file, a.weights_curve_server_file);
-    wso.on_version = [&worker, &service](messaging::WeightKind kind, uint64_t version, const std::string& dir) {
-      const bool ok = kind == messaging::WeightKind::kPolicy ? worker.offer_policy(dir) : worker.offer_drafter(dir);
-      if (!ok)
-        return;
-      spdlog::info("serve: {} v{} staged from the weight link ({})",
-                   kind == messaging::WeightKind::kPolicy ? "policy" : "drafter", version, dir);
-      service.apply_staged_when_idle();
-    };
-    follower = std::make_unique<messaging::WeightSubscriber>(wso);
+    if (!speculate)
+      wso.kinds = {messaging::WeightKind::kPolicy};
+    follower = follow_weight_link(worker, std::move(wso));
   }
 
   http::ServerOptions ho;
@@ -223,10 +231,11 @@ int run_serve(const ServeArgs& a) {
   while (!signals.requested())
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-  spdlog::info("serve: stopping (signal): finishing the running batch");
+  spdlog::info("serve: stopping (signal): finishing the running requests");
+  follower.reset();
   service.shutdown();
   server.stop();
-  follower.reset();
+  dashboard = nullptr;
   const RolloutServiceStats st = service.stats();
   bool drained = true;
   if (sender) {
@@ -235,8 +244,8 @@ int run_serve(const ServeArgs& a) {
     spdlog::info("serve: records {} submitted, {} acknowledged, {} shed{}", m.records_submitted.load(),
                  m.records_acked.load(), m.records_shed.load(), drained ? "" : " (not all acknowledged in time)");
   }
-  spdlog::info("serve: stopped: {} requests, {} completions, {} tokens in {} batches, policy v{}, drafter v{}",
-               st.requests, st.completions, st.generated_tokens, st.batches, worker.policy_version(),
+  spdlog::info("serve: stopped: {} requests, {} completions, {} tokens in {} engine steps, policy v{}, drafter v{}",
+               st.requests, st.completions, st.generated_tokens, worker.metrics().steps, worker.policy_version(),
                worker.drafter_version());
   return drained ? 0 : 1;
 }

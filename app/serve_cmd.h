@@ -4,9 +4,10 @@
 // completions to a buffer (--send), and follows the weight link (--weights-pub/--weights-req):
 // drafter versions a trainer announces and policy versions an RL loop announces are validated
 // beside the serving ones and hot-swapped in, as are versions posted to
-// /update_weights_from_disk. Stops on SIGINT/SIGTERM: the running batch is finished and
-// answered, queued requests get 503, records still unacknowledged are waited for (up to
-// --drain-seconds).
+// /update_weights_from_disk. Without a drafter (--no-drafter) it decodes plainly until a drafter
+// version arrives; with --spec-steps 0 it never speculates. Stops on SIGINT/SIGTERM: running
+// requests are finished and answered, those not yet running get 503, records still
+// unacknowledged are waited for (up to --drain-seconds).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -31,9 +32,7 @@ struct ServeArgs {
   bool adaptive = true;
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
-  // Batching of requests.
-  int64_t max_batch_prompts = 256, max_queued_prompts = 4096;
-  double batch_wait_ms = 5;
+  int64_t max_inflight_prompts = 4096;
   // Records.
   std::string send;
   uint32_t worker_id = 1;

@@ -13,7 +13,7 @@
 
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
 
 using namespace updraft;

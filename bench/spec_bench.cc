@@ -28,7 +28,7 @@
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
 #include "drafter/random_draft.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
 #include "rollout/tokenizer.h"
 #include "trainer/corpus.h"

@@ -29,7 +29,8 @@ namespace updraft {
 struct SpecSettings {
   int64_t steps = 4, top_k = 1, draft_tokens = 5;
   bool chain() const { return top_k == 1; }
-  // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size.
+  // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size, and a
+  // chain keeps every draft (draft_tokens = steps + 1).
   void validate() const;
   int64_t pool_size() const { return top_k + (steps - 1) * top_k * top_k; }
   // Draft KV entries a round appends temporarily (the frontier of every level but the last).

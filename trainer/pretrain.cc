@@ -10,7 +10,7 @@
 
 #include "kernels/io/atomic_file.h"
 #include "kernels/ops/sampling.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/tokenizer.h"
 #include "trainer/adamw.h"
 #include "trainer/bpe_train.h"

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/tokenizer.h"
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 #include "trainer/corpus.h"
 
 namespace updraft::train {

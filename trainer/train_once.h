@@ -1,6 +1,6 @@
 // `updraft train --once`: in-domain initialisation of an EAGLE-3 drafter for a policy (design.md
 // §9): generate rollouts of the policy on corpus prompts, capture the drafter's training data
-// from them (trainer/capture.h), choose the draft vocabulary from the response tokens, train with
+// from them (rollout/capture/capture.h), choose the draft vocabulary from the response tokens, train with
 // TTT (trainer/draft_train.h) and save the drafter in the EAGLE format. Then measure it: greedy
 // speculative decoding against plain decoding on held-out prompts, side by side, written to
 // OUT/train_report.json with the training figures.

@@ -22,8 +22,9 @@
 #include "messaging/weight_link.h"
 #include "messaging/zmq_util.h"
 #include "rollout/tokenizer.h"
+#include "app/worker_role.h"
 #include "rollout/worker/worker.h"
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 #include "trainer/corpus.h"
 #include "trainer/draft_train.h"
 #include "trainer/grpo.h"
@@ -136,7 +137,6 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   std::vector<std::thread> threads;
   for (size_t w = 0; w < W; ++w)
     threads.emplace_back([&, w] {
-      omp_set_num_threads(threads_per_worker);
       try {
         if (!parts[w].empty())
           ph.batches[w] = workers[w]->generate(parts[w], mode);
@@ -162,27 +162,13 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   return ph;
 }
 
-// Records of a serving phase, captured by each worker in parallel; returns wall seconds.
-double stream_phase(std::vector<std::unique_ptr<Worker>>& workers, const Phase& ph, int threads_per_worker) {
-  const auto t0 = Clock::now();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(workers.size());
-  for (size_t w = 0; w < workers.size(); ++w)
-    threads.emplace_back([&, w] {
-      omp_set_num_threads(threads_per_worker);
-      try {
-        if (!ph.batches[w].completions.empty())
-          workers[w]->stream_records(ph.batches[w]);
-      } catch (...) {
-        errors[w] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
-  return since(t0);
+// Seconds the workers spent turning completions into records (inside generation), the most
+// of any worker: they ran in parallel.
+double record_seconds(const std::vector<std::unique_ptr<Worker>>& workers) {
+  double most = 0;
+  for (const auto& w : workers)
+    most = std::max(most, w->metrics().records.seconds);
+  return most;
 }
 
 struct Measured {
@@ -191,9 +177,13 @@ struct Measured {
   double seconds = 0;
 };
 
+// One engine run over reqs (the drafter at the full settings, or with adaptive depth).
 Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& reqs,
-                 const EngineOptions& eo) {
+                 const EngineOptions& eo, bool adaptive = false) {
   Engine e(policy, eo, drafter);
+  AdaptiveDepth chooser(eo.spec);
+  if (adaptive)
+    e.set_depth_chooser(&chooser);
   for (GenRequest r : reqs) {
     r.speculate = drafter != nullptr;
     e.submit(std::move(r));
@@ -320,7 +310,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   const int cores = std::max(1, omp_get_max_threads());
   const int threads_per_worker = std::max(1, cores / static_cast<int>(o.workers));
   EngineOptions eo;
-  eo.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps};
+  eo.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps + 1};
   eo.max_batch = o.worker_batch > 0 ? o.worker_batch : o.prompts_per_step * o.group;
   std::vector<std::shared_ptr<messaging::RecordSender>> senders;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -333,7 +323,9 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     WorkerOptions wo;
     wo.id = static_cast<uint32_t>(w + 1);
     wo.engine = eo;
+    wo.threads = threads_per_worker;
     wo.adaptive.enabled = o.adaptive_spec;
+    wo.scorer = teacher_forced_scorer();
     wo.record_rate = o.record_rate;
     wo.record_max_tokens = o.record_max_tokens;
     workers.push_back(std::make_unique<Worker>(wo, policy0, 1, draft0, 1, senders.back()));
@@ -356,15 +348,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     wso.min_version[0] = wso.min_version[1] = 1;  // the initial versions are loaded already
     wso.prefer_transfer = o.fetch_weights;
     wso.local_root = (fs::path(o.out_dir) / ("worker-" + std::to_string(w + 1) + "-weights")).string();
-    Worker* worker = workers[w].get();
-    wso.on_version = [worker](messaging::WeightKind kind, uint64_t, const std::string& dir) {
-      if (kind == messaging::WeightKind::kPolicy)
-        worker->offer_policy(dir);
-      else
-        worker->offer_drafter(dir);
-    };
     fs::remove_all(wso.local_root);
-    subscribers.push_back(std::make_unique<messaging::WeightSubscriber>(wso));
+    subscribers.push_back(follow_weight_link(*workers[w], wso));
   }
 
   // The online trainer; promoted drafters are announced to every worker.
@@ -425,6 +410,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
 
     // Generation: the trainer is paused; the three runs see the same policy version. Their order
     // rotates every step, so that no mode always runs first after the update (cold caches).
+    const double record_s0 = record_seconds(workers);
     Phase online, frozen, plain;
     const GenMode modes[3] = {GenMode::kServing, GenMode::kReference, GenMode::kPlain};
     Phase* phases[3] = {&online, &frozen, &plain};
@@ -435,7 +421,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.policy_version = online.batches[0].policy_version;
     rec.drafter_version = online.drafter_version;
     rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;
-    rec.tau_online = online.spec.tau();
+    rec.tau_online = online.spec.tau_at(eo.spec.steps);  // estimated at the full depth, whatever ran
     int64_t speculated = 0;
     double depth_sum = 0;
     for (const BatchReport& b : online.batches) {
@@ -453,7 +439,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.tps_online = online.tokens / online.seconds;
     rec.tps_frozen = frozen.tokens / frozen.seconds;
     rec.tps_plain = plain.tokens / plain.seconds;
-    rec.capture_s = stream_phase(workers, online, threads_per_worker);
+    rec.capture_s = record_seconds(workers) - record_s0;
 
     // Rewards and the GRPO update on the online run's rollouts.
     std::vector<train::GrpoSample> gs;
@@ -549,11 +535,12 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   EngineOptions meo = eo;
   meo.max_batch = static_cast<int64_t>(final_reqs.size());
   const Measured m_online = measure(*current_policy, &online_final, final_reqs, meo);
+  const Measured m_adaptive = measure(*current_policy, &online_final, final_reqs, meo, o.adaptive_spec);
   const Measured m_plain = measure(*current_policy, nullptr, final_reqs, meo);
   sum.final_online_tau = m_online.spec.tau();
   sum.final_frozen_tau = measure(*current_policy, &frozen_final, final_reqs, meo).spec.tau();
   sum.full_batch = meo.max_batch;
-  sum.full_batch_online_tps = m_online.tokens / std::max(m_online.seconds, 1e-9);
+  sum.full_batch_online_tps = m_adaptive.tokens / std::max(m_adaptive.seconds, 1e-9);
   sum.full_batch_plain_tps = m_plain.tokens / std::max(m_plain.seconds, 1e-9);
   if (o.offline_compare) {
     std::vector<corpus::Sample> off_samples =
@@ -572,15 +559,15 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     Engine e(*current_policy, peo, nullptr);
     for (GenRequest r : off_reqs)
       e.submit(std::move(r));
-    std::vector<train::Rollout> rollouts;
+    std::vector<Rollout> rollouts;
     for (const GenResult& g : e.run())
       if (!g.tokens.empty())
         rollouts.push_back({g.prompt, g.tokens});
-    train::CaptureOptions co;
+    CaptureOptions co;
     co.aux_layers = draft0->aux_layers();
-    std::vector<train::TttSample> data = train::capture_samples(*current_policy, rollouts, co, 0);
+    std::vector<TttSample> data = capture_samples(*current_policy, rollouts, co, 0);
     const size_t n_held = std::max<size_t>(1, data.size() / 10);
-    train::InMemoryDataset held(std::vector<train::TttSample>(data.end() - static_cast<std::ptrdiff_t>(n_held), data.end()));
+    train::InMemoryDataset held(std::vector<TttSample>(data.end() - static_cast<std::ptrdiff_t>(n_held), data.end()));
     data.resize(data.size() - n_held);
     train::InMemoryDataset train_set(std::move(data));
     // The initial drafter trained on the final policy's rollouts, as many optimiser steps as the
@@ -611,8 +598,8 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     sum.policy_swaps += m.policy_swaps;
     sum.rejected += m.rejected_drafter + m.rejected_policy;
     sum.rollbacks += m.rollbacks;
-    sum.completions_unrecorded += m.completions_unrecorded;
-    sum.record_chunks += m.record_chunks;
+    sum.completions_unrecorded += m.records.unrecorded;
+    sum.record_chunks += m.records.chunks;
   }
   sum.records_stored = static_cast<int64_t>(server->metrics().records_stored.load());
   sum.seconds = since(t_start);

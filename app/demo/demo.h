@@ -56,7 +56,7 @@ struct DemoOptions {
   int64_t workers = 2;
   int64_t worker_batch = 1;  // sequences each worker's engine decodes at once; 0: its whole share
   bool adaptive_spec = true;  // workers fall back to plain decoding while speculation does not pay
-  int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps (a chain)
+  int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
   int64_t trainer_steps_per_round = 10;
   double trainer_share = 4.0;
   double trainer_lr = 3e-4;

@@ -23,6 +23,10 @@ int64_t KvCache::blocks_for_bytes(const KvCacheShape& s, int64_t block_size, int
   return per_block > 0 ? bytes / per_block : 0;
 }
 
+int64_t KvCache::bytes() const {
+  return 2 * shape_.layers * num_blocks_ * block_size_ * shape_.kv_heads * shape_.head_dim * dtype_size(shape_.dtype);
+}
+
 bool KvCache::reserve(SeqKv& seq, int64_t length) {
   const int64_t need = blocks_needed(length) - static_cast<int64_t>(seq.blocks.size());
   if (need <= 0)

@@ -41,6 +41,7 @@ class KvCache {
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t bytes() const;  // of the K and V tensors of every layer
   int64_t blocks_needed(int64_t length) const { return (length + block_size_ - 1) / block_size_; }
   ops::PagedKv layer(int64_t l) const { return {k_[l], v_[l], block_size_}; }
 

@@ -81,8 +81,19 @@ class Client:
         return self._request("GET", "/get_weight_version")
 
     # -- control and information -------------------------------------------------------------
-    def pause_generation(self):
-        return self._request("POST", "/pause_generation", {})
+    def pause_generation(self, mode="abort"):
+        """Stops the engine's steps. mode (as SGLang): "abort" ends every request in flight (each
+        answered with what it had), "retract" frees their KV (recomputed on continue), "in_place"
+        keeps it."""
+        return self._request("POST", "/pause_generation", {"mode": mode})
+
+    def abort_request(self, rid=None, abort_all=False):
+        """Ends the request(s) with this rid (a batch's rid ends all of its prompts), or all."""
+        body = {"abort_all": True} if abort_all else {"rid": rid}
+        return self._request("POST", "/abort_request", body)
+
+    def get_load(self):
+        return self._request("GET", "/get_load")
 
     def continue_generation(self):
         return self._request("POST", "/continue_generation", {})

@@ -13,8 +13,8 @@ table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;paddi
 </style></head><body>
 <h1>updraft &mdash; drift dashboard <span id="model" class="muted"></span></h1>
 <div id="status" class="muted">loading&hellip;</div>
-<h2>&tau; per serving batch</h2><svg id="tau" width="900" height="260"></svg>
-<h2>generated tokens/s per serving batch</h2><svg id="tps" width="900" height="200"></svg>
+<h2>&tau; per window of serving steps</h2><svg id="tau" width="900" height="260"></svg>
+<h2>generated tokens/s per window of serving steps</h2><svg id="tps" width="900" height="200"></svg>
 <div class="muted">dashed red: policy update; dashed blue: drafter swap; colour: drafter version</div>
 <h2>by version</h2><table id="table"></table>
 <script>
@@ -56,12 +56,13 @@ function plot(svg, pts, field, markers) {
   }
 }
 function render(data) {
-  const pts = data.batches;
+  const pts = data.windows;
   document.getElementById("model").textContent = data.model;
   const markers = [];
   for (let i = 1; i < pts.length; i++) {
-    if (pts[i].policy_version !== pts[i - 1].policy_version) markers.push({t: pts[i].t, colour: "#d62728"});
-    if (pts[i].drafter_version !== pts[i - 1].drafter_version || pts[i].replaced_drafter_version)
+    if (pts[i].policy_version !== pts[i - 1].policy_version || pts[i].policy_swapped)
+      markers.push({t: pts[i].t, colour: "#d62728"});
+    if (pts[i].drafter_version !== pts[i - 1].drafter_version || pts[i].drafter_swapped)
       markers.push({t: pts[i].t, colour: "#1f77b4"});
   }
   plot(document.getElementById("tau"), pts, "tau", markers);
@@ -69,23 +70,23 @@ function render(data) {
   const groups = {};
   for (const p of pts) {
     const k = p.policy_version + "/" + p.drafter_version;
-    const g = groups[k] = groups[k] || {policy: p.policy_version, drafter: p.drafter_version, batches: 0, rounds: 0,
+    const g = groups[k] = groups[k] || {policy: p.policy_version, drafter: p.drafter_version, windows: 0, rounds: 0,
                                         accepted: 0, tokens: 0, seconds: 0};
-    g.batches++; g.tokens += p.tokens; g.seconds += p.seconds;
+    g.windows++; g.tokens += p.tokens; g.seconds += p.seconds;
     if (p.tau !== null) { g.rounds += p.rounds; g.accepted += (p.tau - 1) * p.rounds; }
   }
-  let html = "<tr><th>policy</th><th>drafter</th><th>batches</th><th>&tau;</th><th>tokens/s</th></tr>";
+  let html = "<tr><th>policy</th><th>drafter</th><th>windows</th><th>&tau;</th><th>tokens/s</th></tr>";
   for (const k in groups) {
     const g = groups[k];
-    html += "<tr><td>v" + g.policy + "</td><td>v" + g.drafter + "</td><td>" + g.batches + "</td><td>" +
+    html += "<tr><td>v" + g.policy + "</td><td>v" + g.drafter + "</td><td>" + g.windows + "</td><td>" +
             (g.rounds ? (1 + g.accepted / g.rounds).toFixed(2) : "&ndash;") + "</td><td>" +
             (g.seconds ? (g.tokens / g.seconds).toFixed(1) : "&ndash;") + "</td></tr>";
   }
   document.getElementById("table").innerHTML = html;
   const last = pts[pts.length - 1];
   document.getElementById("status").textContent = pts.length ?
-    pts.length + " batches; serving policy v" + last.policy_version + ", drafter v" + last.drafter_version +
-    "; updated " + new Date().toLocaleTimeString() : "no serving batch yet";
+    pts.length + " windows; serving policy v" + last.policy_version + ", drafter v" + last.drafter_version +
+    "; updated " + new Date().toLocaleTimeString() : "no serving step yet";
 }
 async function tick() {
   try {

@@ -1,134 +1,119 @@
-// A rollout worker: generates completions with the serving policy and drafter versions, turns
-// them into training records (aux states + teacher top-k) streamed to the buffer, and
-// hot-swaps new versions of either model.
+// A rollout worker: one long-lived engine thread that generates completions with the serving
+// policy and drafter versions, streams the drafter's training records to the buffer, and
+// hot-swaps new versions of either model (design.md §3, §5).
 //
-// Hot-swap contract (design.md §6):
-//  * offer_policy / offer_drafter (any thread) load the new version BESIDE the serving one and
-//    validate it: manifest and sha256 of every file (kernels/io/weight_version.h), the model's
-//    header, names, shapes and dtypes (its loader), version order (strictly newer than the
-//    serving and staged ones), and for a drafter that it fits the policy. A rejected offer
-//    leaves everything as it was, is logged and counted (rejected_policy / rejected_drafter).
-//  * An accepted version is staged; the worker thread swaps it in at its next batch boundary,
-//    and a drafter also between the engine's steps of a serving batch (swap_mid_batch, at most
-//    once per batch): Engine::swap_drafter rebuilds the draft cache of every sequence in flight
-//    over its committed tokens and re-proposes its next tree, so the new drafter serves from the
-//    next speculation round. A policy swaps only between batches (a completion comes from one
-//    policy version), and a drafter staged together with a policy waits for it (it was loaded
-//    against that policy's embedding table). A new policy rebinds the serving drafters to its
-//    embedding table. The old version is freed when the last run using it is done (shared
-//    ownership).
-//  * After a drafter swap the worker watches acceptance: once `rollback_rounds` speculative
-//    rounds have run on the new drafter, it compares the new drafter's live τ with the previous
-//    one's on its last batch. Above (1 − rollback_margin) × the previous one's, the new drafter
-//    stays. Below, the alarm is confirmed on the same requests when the batch captured aux
-//    states: both drafters' chain acceptance estimated teacher-forced on its completions (a
-//    change of prompts moves live τ without any fault of the drafter). Still below the bar, the
-//    previous drafter is restored (logged, counted), and that version is never taken again.
-//    The live bar is the previous drafter's most recent batch: a drafter swapped in right after
-//    a batch of unusually hard requests meets a low bar, and a damaged one can pass it; it then
-//    serves until the next version (the trainer promotes only candidates that beat its serving
-//    drafter on held-out records). Confirming every swap on the same completions would close
-//    that gap at about the cost of decoding them again, on every swap.
-//  * Every completion carries the policy and drafter versions it was generated with (after a
-//    mid-batch swap: the drafter serving when it finished); the worker's metrics are labelled
-//    by both, and a batch's acceptance is split at a mid-batch swap (BatchReport::spec counts
-//    the new drafter's rounds, spec_replaced the old one's).
+// Requests. submit() (any thread) validates a request and hands it to the engine thread, which
+// puts it into the engine at its next step; requests from any number of callers are batched
+// continuously by one engine (rollout/engine/engine.h) and each finishes on its own: its
+// completion callback runs on the engine thread (keep it short), and GenRequest::on_tokens
+// streams its tokens as they are accepted. abort() ends a request at the next step (its KV
+// freed; completion with finish reason "abort"). generate() submits a batch and waits for it.
 //
-// Adaptive speculation (WorkerOptions::adaptive, serving batches only): speculate only as far as
-// it pays. A stale or still-learning drafter with low acceptance makes speculative decoding
-// slower than plain decoding (anchors.md), and a chain's later positions, rarely accepted, cost
-// a draft step each and verify rows, so each serving batch runs at the chain depth (0: plain;
-// 1..steps with a chain, only the full settings with a tree) with the highest predicted
-// throughput: acceptance per draft position and seconds per round of each depth, measured on
-// the worker's own runs (rollout/worker/adaptive_spec.h). Every probe_every-th request of a
-// batch (at least one) always runs the full settings, as its own engine run when the rest does
-// not, so the drafter's acceptance at every position stays measured and a drafter that has
-// improved is noticed at the next batch (until plain decoding has been measured, the probes are
-// decoded plainly instead and the rest at the full settings). Requests not at the full settings are captured like the
-// others (same records). The estimates assume the worker's batches have a similar shape (one
-// batch size); per-batch-size buckets are not kept. BatchReport::spec (the live acceptance the
-// rollback watch reads, and τ everywhere else) counts only requests at the full settings;
-// shortened chains are in spec_shortened.
+// Modes. kServing: the serving drafter (or none), adaptive speculation, records. kReference: a
+// fixed reference drafter at the full settings (a frozen copy to compare against). kPlain: plain
+// decoding. Each mode has its own engine (created on first use); the comparison modes exist for
+// benchmarks and the demo.
 //
-// Modes of generate(): kServing (speculative with the serving drafter), kReference (speculative
-// with a fixed reference drafter, e.g. a frozen copy to compare against), kPlain (no drafter).
-// stream_records() turns a batch into training records and submits them to the sender: the
-// aux states and teacher top-k the engine captured while generating (serving batches with a
-// sender and in_engine_capture), else one policy forward over each sequence
-// (trainer/capture.h). It never waits for the buffer (RecordSender's bounded queue sheds).
-// Thread safety: generate() from one thread; offers and metrics() from any thread.
+// Plain serving is first-class: a worker without a drafter (or with `speculate` off) decodes
+// plainly and still captures records; a drafter offered later (weight link, disk update) is
+// taken between steps, requests in flight included.
+//
+// Hot-swap (rollout/worker/versions.h validates and stages): a drafter is swapped in between
+// two engine steps (Engine::set_drafter rebuilds the pairs of the sequences in flight); a policy
+// once no sequence is running: admission pauses while the running ones finish (a completion
+// comes from one policy version), then the policy and every drafter rebound to it go in. A
+// version staged before a request is submitted serves that request. Every completion carries the
+// policy and drafter versions it was generated with (the drafter serving when it finished);
+// metrics attribute each step's tokens, time and rounds to the versions serving in that step.
+// After a drafter swap, rollout/worker/rollback.h decides whether it stays.
+//
+// Adaptive speculation (options.adaptive): rollout/spec/adaptive.h chooses every step's depth for
+// the live batch; its model is in metrics().adaptive.
+//
+// Records (serving mode, with a sender): rollout/worker/recorder.h; capture happens in the engine
+// while generating (no extra pass).
+//
+// stop() (and the destructor): new submissions are refused, requests not yet running complete
+// with error "shutting down", running ones finish, then the engine thread exits.
+// Thread safety: every public method is safe from any thread, except that callbacks run on the
+// engine thread and must not call stop() or generate() there.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "drafter/draft_model.h"
 #include "messaging/record_sender.h"
-#include "rollout/engine.h"
-#include "rollout/policy_model.h"
-#include "rollout/worker/adaptive_spec.h"
-#include "trainer/capture.h"
+#include "rollout/engine/engine.h"
+#include "rollout/spec/adaptive.h"
+#include "rollout/worker/recorder.h"
+#include "rollout/worker/rollback.h"
+#include "rollout/worker/versions.h"
 
 namespace updraft {
-
-struct AdaptiveSpecOptions {
-  bool enabled = false;
-  int64_t probe_every = 4;  // one request in probe_every always runs the full settings
-  double ema = 0.5;         // weight of the newest run in each estimate (reach, cost)
-  bool shorter_chains = true;  // with a chain, also consider depths 1..steps-1 (else: all or plain)
-  int64_t fixed_depth = -1;    // 0..steps: the non-probe requests always run at it (measurements, tests)
-};
-
-struct WorkerOptions {
-  uint32_t id = 0;
-  AdaptiveSpecOptions adaptive;
-  EngineOptions engine;
-  train::CaptureOptions capture;
-  bool in_engine_capture = true;  // serving batches carry their records' data (no extra pass)
-  // Record volume: the share of serving completions that become records (evenly spread over the
-  // worker's completions, deterministic), and the positions per record (longer completions are
-  // split, trainer/capture.h split_sample; 0: no cap). Completions not recorded are not captured.
-  double record_rate = 1.0;
-  int64_t record_max_tokens = 0;
-  double rollback_margin = 0.2;
-  int64_t rollback_rounds = 64;
-  bool swap_mid_batch = true;  // a staged drafter also swaps in between a serving batch's steps
-  // Called on the worker thread after each engine step in which requests finished: requests
-  // finished and in the batch (progress of long batches; may offer versions).
-  std::function<void(int64_t finished, int64_t total)> on_progress;
-};
 
 enum class GenMode { kServing, kReference, kPlain };
 const char* gen_mode_name(GenMode m);
 
 struct Completion {
   GenResult result;
-  uint64_t policy_version = 0, drafter_version = 0;  // drafter 0 for plain decoding; serving when it finished
-  bool record = true;  // stream_records makes records of it (WorkerOptions::record_rate)
+  uint64_t policy_version = 0, drafter_version = 0;  // drafter 0: none (plain decoding)
+  GenMode mode = GenMode::kServing;
+  bool record = false;  // the worker made records of it
+  std::string error;    // non-empty: the request failed in the worker (e.g. "shutting down")
+};
+using CompletionCallback = std::function<void(Completion)>;
+
+struct AdaptiveSpecOptions {
+  bool enabled = false;
+  AdaptiveOptions model;
+};
+
+// One point of the drift dashboard: a window of serving steps (at least window_seconds of engine
+// time, or until the engine goes idle or a version changes).
+struct WindowReport {
+  double t = 0;        // seconds since the worker started, at the window's end
+  double seconds = 0;  // engine time in the window
+  int64_t steps = 0, tokens = 0, completions = 0;
+  uint64_t policy_version = 0, drafter_version = 0;
+  SpecStats spec;
+  double mean_depth = 0, mean_batch = 0;  // per step with decoding sequences
+  bool policy_swapped = false, drafter_swapped = false;  // at the window's start
+  double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+};
+
+struct WorkerOptions {
+  uint32_t id = 0;
+  EngineOptions engine;
+  bool speculate = true;  // false: never take a drafter (plain serving)
+  AdaptiveSpecOptions adaptive;
+  double record_rate = 1.0;
+  int64_t record_max_tokens = 0;
+  double rollback_margin = 0.2;
+  int64_t rollback_rounds = 64;
+  DrafterScorer scorer;  // confirms a rollback alarm on the same completions (optional)
+  int threads = 0;       // OpenMP threads of the engine thread (0: the process default)
+  double window_seconds = 1.0;
+  std::function<void(const WindowReport&)> on_window;  // engine thread
 };
 
 struct BatchReport {
   GenMode mode = GenMode::kServing;
   std::vector<Completion> completions;  // in request order
-  uint64_t policy_version = 0, drafter_version = 0;  // drafter: serving at the end of the batch
-  SpecStats spec;            // over the requests decoded at the full speculation settings
-  // A drafter swapped in mid-batch: the version it replaced and that one's rounds at the full
-  // settings (spec then counts the new drafter's only); 0 and empty without one.
-  uint64_t replaced_drafter_version = 0;
-  SpecStats spec_replaced;
-  SpecStats spec_shortened;  // over those adaptive speculation ran at a shorter chain
+  uint64_t policy_version = 0, drafter_version = 0;  // drafter: serving when the last one finished
+  SpecStats spec;                // the completions' rounds
   int64_t generated_tokens = 0;
-  double generate_seconds = 0;
-  int64_t speculated = 0;  // requests decoded speculatively at any depth (all but kPlain's unless adaptive)
-  int64_t depth = 0;       // chain depth of the non-probe requests (0: plain; steps: full settings)
-  int64_t at_full = 0;     // requests decoded at the full settings (probes included)
-  double mean_depth = 0;   // chain depth per request (0 for plain)
+  double generate_seconds = 0;   // wall time from the first submission to the last completion
+  int64_t speculated = 0;        // completions with at least one speculation round
+  double mean_depth = 0;         // mean speculation depth per decoding step of the completions
   double tokens_per_second() const { return generate_seconds > 0 ? generated_tokens / generate_seconds : 0.0; }
 };
 
@@ -138,86 +123,146 @@ struct WorkerMetrics {
     int64_t tokens = 0, completions = 0;
     double seconds = 0;
   };
-  std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving-mode totals
+  std::map<std::pair<uint64_t, uint64_t>, Cell> by_version;  // (policy, drafter) -> serving totals
   int64_t policy_swaps = 0, drafter_swaps = 0, rejected_policy = 0, rejected_drafter = 0, rollbacks = 0;
-  int64_t mid_batch_swaps = 0;  // drafter swaps between a batch's steps (also in drafter_swaps)
-  int64_t rollback_confirmations = 0;  // live alarms checked on the same completions (rolled back or not)
-  int64_t completions_unrecorded = 0;  // serving completions left out by record_rate
-  int64_t record_chunks = 0;           // records beyond one per completion (record_max_tokens)
-  // Adaptive speculation: predicted tokens/s at the full settings and plain (0: not measured yet),
-  // and serving batches by the depth of their non-probe requests ([0]: plain).
-  double spec_tps_estimate = 0, plain_tps_estimate = 0;
-  std::vector<int64_t> adaptive_depth_batches;
-  int64_t adaptive_plain_batches = 0;  // = adaptive_depth_batches[0]
+  int64_t mid_batch_swaps = 0;         // drafter swaps with sequences in flight (also in drafter_swaps)
+  int64_t rollback_confirmations = 0;  // rollback alarms checked on the same completions
+  RecorderStats records;
+  // The serving engine.
+  int64_t steps = 0, preemptions = 0, aborted = 0, running = 0, waiting = 0;
+  std::vector<int64_t> depth_steps;  // [d]: steps that ran at depth d
+  bool adaptive = false;
+  AdaptiveDepth::Snapshot adaptive_model;
 };
 
 class Worker {
  public:
-  // The initial versions are trusted (loaded by the caller); sender may be null (no records).
+  // The initial versions are trusted (loaded by the caller); drafter and sender may be null.
   Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
          std::shared_ptr<const DraftModel> drafter, uint64_t drafter_version,
          std::shared_ptr<messaging::RecordSender> sender);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 
-  // why (optional): the reason of a rejection.
+  // Throws Error for a bad request (Engine::validate, or larger than the whole KV cache) or
+  // while stopping. Returns the request's id (for abort()).
+  uint64_t submit(GenRequest req, CompletionCallback on_done, GenMode mode = GenMode::kServing);
+  // The checks submit() makes (Error naming the problem), for callers that validate a batch first.
+  void check(const GenRequest& req, GenMode mode = GenMode::kServing) const;
+  bool abort(uint64_t id);  // false when the request is unknown or already finished
+  // Submits every request and waits for all; Error if one fails in the worker.
+  BatchReport generate(const std::vector<GenRequest>& requests, GenMode mode);
+
   bool offer_policy(const std::string& version_dir, std::string* why = nullptr);
   bool offer_drafter(const std::string& version_dir, std::string* why = nullptr);
-  // Swaps the staged versions in now. Call it between batches from the thread that calls
-  // generate() (a serving daemon applies an offer while idle instead of at its next batch).
-  void apply_staged();
-  // A fixed drafter for kReference batches (rebound to each new policy like the serving one).
   void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
+  // Waits until the serving policy (or drafter) version is at least `version`; false on timeout
+  // or stop.
+  bool wait_serving(bool drafter, uint64_t version, std::chrono::milliseconds timeout);
 
-  BatchReport generate(const std::vector<GenRequest>& requests, GenMode mode);
-  // Submits the records of a batch this worker generated. Completions the engine did not
-  // capture need a forward of the policy they were generated with, which must still be the
-  // serving one (Error otherwise, and without a sender). Returns the records queued.
-  int64_t stream_records(const BatchReport& batch);
+  // Stepping stops until resume(); returns once no step is running and the mode has taken
+  // effect. kInPlace: requests keep their KV; kAbort: every request in flight ends now (finish
+  // reason "abort", answered with what it had); kRetract: running requests free their KV and
+  // are recomputed after resume().
+  enum class PauseMode { kInPlace, kAbort, kRetract };
+  void pause(PauseMode mode = PauseMode::kInPlace);
+  void resume();
+  struct FlushResult {
+    bool ok = false;
+    std::string message;
+  };
+  // With no request in flight: frees the comparison engines' KV caches and checks that every
+  // block of the serving engine is free. Refused while requests are in flight.
+  FlushResult flush_cache();
+  void stop();
 
+  struct Load {
+    int64_t running = 0, waiting = 0, queued = 0;  // queued: submitted, not yet in an engine
+    int64_t free_blocks = 0, total_blocks = 0;
+  };
+  Load load() const;
   uint64_t policy_version() const;
   uint64_t drafter_version() const;
   WorkerMetrics metrics() const;
 
  private:
-  struct Drafter {
-    std::shared_ptr<const DraftModel> model;
-    uint64_t version = 0;
+  struct Inbox {
+    uint64_t id;
+    GenMode mode;
+    GenRequest req;
+    CompletionCallback on_done;
   };
-  struct Run {
-    std::map<uint64_t, GenResult> done;         // by request index
-    std::map<uint64_t, uint64_t> drafter_of;    // by request index: drafter serving when it finished
-    int64_t tokens = 0;
-    double seconds = 0;  // the engine's steps only, not building the engine
-    bool swapped = false;  // a staged drafter was swapped in during this run
-    SpecStats spec;        // the rounds after the swap (all of them without one)
-    SpecStats spec_before;  // the rounds before it
+  struct Ticket {
+    uint64_t id = 0;
+    CompletionCallback on_done;
+    bool record = false;
+    std::string error;  // set when it is aborted because the worker stops
   };
-  // One engine run over requests[indices] at chain depth `depth` (0: plain; full_depth(): the
-  // engine's settings), capture as for the batch's mode. With may_swap, a staged drafter is
-  // swapped in between steps (`drafter` becomes it).
-  Run run_engine(const PolicyModel& policy, Drafter& drafter, bool may_swap, const std::vector<GenRequest>& requests,
-                 const std::vector<size_t>& indices, int64_t depth, bool capture, int64_t* finished);
-  bool swap_in_staged(Engine& engine, Drafter& drafter);  // worker thread, between steps
-  void install_drafter(Drafter d);                        // mu_ held: d becomes the serving drafter
-  int64_t full_depth() const { return options_.engine.spec.steps; }
-  void adaptive_update(int64_t depth, const Run& run);
-  void watch_acceptance(const BatchReport& rep);  // worker thread, after a serving batch
+  struct ModeEngine {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<AdaptiveDepth> chooser;
+    std::shared_ptr<const PolicyModel> policy;  // what the engine points at, kept alive
+    uint64_t policy_version = 0;
+    DrafterVersion drafter;
+    std::map<uint64_t, Ticket> tickets;  // by engine request id
+  };
+  // worker_loop.cc: the engine thread.
+  void loop();
+  ModeEngine& engine_for(GenMode mode);
+  void begin_shutdown();
+  void finish_unadmitted(Inbox& x, const std::string& why);
+  void admit(std::deque<Inbox>& in);
+  void abort_in_engine(uint64_t id);
+  void apply_versions();
+  void sync_drafter();  // the serving engine takes the drafter versions_ says should serve
+  void step(GenMode mode);
+  void account_step(const EngineStats& before, const EngineStats& after);
+  void deliver(GenMode mode, GenResult&& g);
+  void fail_all(GenMode mode, const std::string& why);
+  void watch_rollback();
+  void close_window(bool idle);
+  void do_flush();
+  void pause_action(PauseMode mode);
+  void deliver_aborted();
+  void publish_state();  // mu_ held
+  bool any_work() const;
+  bool any_running() const;
 
   WorkerOptions options_;
-  std::shared_ptr<messaging::RecordSender> sender_;
+  PolicyConfig config_;
+  int64_t kv_blocks_ = 0, block_size_ = 16;
+  Versions versions_;
+  Recorder recorder_;
+  RollbackWatch rollback_;
+  std::chrono::steady_clock::time_point started_;
+
+  // Engine thread only.
+  ModeEngine engines_[3];
+  WindowReport window_;
+  int64_t window_depth_steps_ = 0;
+  double window_depth_sum_ = 0, window_batch_sum_ = 0;
+  bool window_policy_swapped_ = false, window_drafter_swapped_ = false;
+  bool drafter_retry_when_idle_ = false;
+  bool pending_watch_ = false;  // a drafter replaced another one: watch it once it serves
+  bool shutting_ = false;
+
   mutable std::mutex mu_;
-  std::shared_ptr<const PolicyModel> policy_;
-  uint64_t policy_version_ = 0;
-  Drafter serving_, reference_, previous_;  // previous_: kept until the new one is confirmed
-  std::shared_ptr<const PolicyModel> staged_policy_;
-  uint64_t staged_policy_version_ = 0;
-  Drafter staged_drafter_;
-  std::set<uint64_t> banned_drafters_;
-  SpecStats watch_new_, last_of_previous_;  // acceptance since the swap; previous drafter's recent
-  bool watching_ = false;
+  std::condition_variable cv_;        // the engine thread waits on it
+  std::condition_variable state_cv_;  // pause, flush, wait_serving and stop wait on it
+  std::deque<Inbox> inbox_;
+  std::vector<uint64_t> aborts_;
+  std::map<uint64_t, std::pair<GenMode, uint64_t>> engine_ids_;  // worker id -> (mode, engine id)
+  uint64_t next_id_ = 1;
+  bool stopping_ = false, stopped_ = false, paused_ = false, in_step_ = false, wake_ = false;
+  bool flush_requested_ = false, flush_done_ = false;
+  PauseMode pause_mode_ = PauseMode::kInPlace;
+  uint64_t pause_requests_ = 0, pause_served_ = 0;
+  FlushResult flush_result_;
   WorkerMetrics metrics_;
-  AdaptiveSpec adaptive_;         // worker thread
-  uint64_t adaptive_order_ = 0;  // which of the probe and the rest runs first (alternates)
-  uint64_t completions_seen_ = 0;  // serving completions so far (record_rate; worker thread)
+  Load load_;
+  uint64_t serving_policy_version_ = 0, serving_drafter_version_ = 0;  // what the serving engine runs
+  std::thread thread_;
 };
 
 }  // namespace updraft

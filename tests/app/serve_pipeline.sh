@@ -22,7 +22,7 @@ records=ipc://$work/records.sock pub=ipc://$work/drafters.pub req=ipc://$work/dr
 "$bin" buffer --path "$work/buf" --endpoint "$records" --report-seconds 0 >"$work/buffer.log" 2>&1 &
 buffer_pid=$!; pids+=("$buffer_pid")
 "$bin" serve --model "$model" --drafter "$draft" --port 0 --port-file "$work/port" --send "$records" --worker-id 3 \
-  --weights-pub "$pub" --weights-req "$req" --weights-dir "$work/fetched" --batch-wait-ms 1 >"$work/serve.log" 2>&1 &
+  --weights-pub "$pub" --weights-req "$req" --weights-dir "$work/fetched" >"$work/serve.log" 2>&1 &
 serve_pid=$!; pids+=("$serve_pid")
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || fail "serve did not start"

@@ -48,7 +48,7 @@ class Server:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--model", MODEL, "--drafter", DRAFT, "--port", "0", "--port-file", self.port_file,
-             "--batch-wait-ms", "1", *args], stdout=self.log, stderr=subprocess.STDOUT, env=env)
+             *args], stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while not os.path.exists(self.port_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -110,6 +110,10 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(info["vocab_size"], 512)
         self.assertIn("updraft_serve_requests_total", self.client.metrics())
         self.assertTrue(self.client.flush_cache()["success"])
+        load = self.client.get_load()
+        self.assertEqual(load["num_running_reqs"], 0)
+        self.assertEqual(load["num_free_kv_blocks"], load["num_kv_blocks"])
+        self.assertEqual(self.client.abort_request(rid="nobody")["aborted"], 0)
 
     def test_zz_drafter_update_from_disk(self):  # runs last: it changes the serving drafter
         root = os.path.join(self.work, "versions")
@@ -132,7 +136,7 @@ class ClientTest(unittest.TestCase):
 
 
     @unittest.skipUnless(shutil.which("node"), "node is not installed")
-    def test_zzz_dashboard_page_renders_the_batches(self):
+    def test_zzz_dashboard_page_renders_the_windows(self):
         import urllib.request
         with urllib.request.urlopen(self.server.url + "/dashboard", timeout=10) as r:
             page = r.read().decode()
@@ -145,11 +149,11 @@ class ClientTest(unittest.TestCase):
             json.dump(data, f)
         harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard_harness.js")
         out = json.loads(subprocess.check_output(["node", harness, *paths], timeout=60))
-        n = len(data["batches"])
+        n = len(data["windows"])
         self.assertGreater(n, 2)
-        self.assertIn(f"{n} batches; serving policy v1, drafter v2", out["status"])
-        self.assertEqual(out["tps_points"], n)  # every batch has a throughput point
-        self.assertEqual(out["tau_points"], sum(1 for b in data["batches"] if b["tau"] is not None))
+        self.assertIn(f"{n} windows; serving policy v1, drafter v2", out["status"])
+        self.assertEqual(out["tps_points"], n)  # every window has a throughput point
+        self.assertEqual(out["tau_points"], sum(1 for b in data["windows"] if b["tau"] is not None))
         self.assertGreaterEqual(out["markers"], 1)  # the swap to drafter v2
         self.assertIn("<td>v1</td><td>v2</td>", out["table"])
 
@@ -171,7 +175,7 @@ class ApiKeyTest(unittest.TestCase):
             with self.assertRaises(UpdraftError) as e:
                 Client(server.url)._request("GET", "/dashboard/data")
             self.assertEqual(e.exception.status, 401)
-            self.assertIn("batches", Client(server.url, api_key="k3y")._request("GET", "/dashboard/data"))
+            self.assertIn("windows", Client(server.url, api_key="k3y")._request("GET", "/dashboard/data"))
         finally:
             self.assertEqual(server.stop(), 0)
             shutil.rmtree(work, ignore_errors=True)

@@ -1,7 +1,7 @@
 // The plain generation engine: greedy equals step-by-step argmax, seeded sampling does not
 // depend on what else is batched, logprobs follow the documented distribution, sampled tokens
 // follow the policy's distribution (chi-square), stop tokens and bad requests behave.
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -209,14 +209,20 @@ TEST_F(EngineTest, BadRequestsAreRejectedAndOthersUnaffected) {
   EXPECT_EQ(got[0].tokens.size(), 6u);
 }
 
-TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinish) {
+// Blocks are reserved as sequences grow, so more requests start than could hold their longest
+// length at once; when the cache runs out the youngest is preempted and later recomputed. Every
+// request still finishes with the tokens and logprobs of a solo run, and the blocks come back.
+TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinishByPreemption) {
   EngineOptions o;
   o.block_size = 4;
   o.kv_cache_bytes = 10 * (2 * cfg_.num_layers * 4 * cfg_.num_kv_heads * cfg_.head_dim * 4);  // 10 blocks
   Engine e(*model_, o);
   ASSERT_EQ(e.cache().num_blocks(), 10);
-  for (int i = 0; i < 12; ++i)
-    e.submit(req({static_cast<int32_t>(i + 1), 2, 3}, 0.f, 9));  // 12 tokens = 3 blocks each
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 12; ++i)  // 12 tokens = 3 blocks each at the end
+    reqs.push_back(req({static_cast<int32_t>(i + 1), 2, 3}, i % 2 ? 0.f : 0.8f, 9, 100 + i));
+  for (const GenRequest& r : reqs)
+    e.submit(r);
   int64_t max_running = 0;
   std::vector<GenResult> res;
   while (e.has_work()) {
@@ -224,9 +230,21 @@ TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinish) {
     max_running = std::max(max_running, e.running());
     res.insert(res.end(), d.begin(), d.end());
   }
-  EXPECT_EQ(res.size(), 12u);
-  EXPECT_LE(max_running, 3);
+  ASSERT_EQ(res.size(), 12u);
+  EXPECT_GT(max_running, 3) << "blocks are reserved as sequences grow, not for their longest length at once";
+  EXPECT_GT(e.stats().preemptions, 0) << "the cache should run out and preempt";
   EXPECT_EQ(e.cache().free_blocks(), 10);
+  std::sort(res.begin(), res.end(), [](const GenResult& x, const GenResult& y) { return x.id < y.id; });
+  int64_t preempted = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Engine solo(*model_);
+    solo.submit(reqs[i]);
+    const GenResult want = solo.run()[0];
+    EXPECT_EQ(res[i].tokens, want.tokens) << "request " << i;
+    EXPECT_EQ(res[i].logprobs, want.logprobs) << "request " << i;
+    preempted += res[i].preemptions;
+  }
+  EXPECT_EQ(preempted, e.stats().preemptions);
   EXPECT_THROW(e.submit(req({1, 2, 3}, 0.f, 60)), Error) << "larger than the whole cache";
 }
 

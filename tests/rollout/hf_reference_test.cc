@@ -14,7 +14,7 @@
 #include <fstream>
 
 #include "kernels/io/safetensors.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "tests/fixture_util.h"
 
 namespace updraft {

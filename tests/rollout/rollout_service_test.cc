@@ -1,6 +1,7 @@
 // The rollout service behind `updraft serve` (rollout/serve/rollout_service.h): greedy
 // generation through the API equals plain decoding, bad requests are refused by reason with
-// nothing generated, concurrent requests share a batch, pause holds them, seeds behave,
+// nothing generated, concurrent requests share engine steps, pause holds them, a request arriving
+// mid-run starts before the running ones finish, abort and flush do their work, seeds behave,
 // weight versions posted to /update_weights_from_disk are validated and hot-swapped (bad ones
 // leave the serving version), a request the KV cache cannot hold fails alone, and shutdown
 // answers what is queued.
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -27,15 +29,26 @@ struct Bed {
   std::unique_ptr<Worker> worker;
   std::unique_ptr<RolloutService> service;
 
-  explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20) {
+  std::shared_ptr<std::atomic<RolloutService*>> dashboard = std::make_shared<std::atomic<RolloutService*>>(nullptr);
+
+  explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20, int64_t max_inflight = 4096) {
     WorkerOptions o;
-    o.engine.spec = SpecSettings{3, 1, 3};
+    o.engine.spec = SpecSettings{3, 1, 4};
     o.engine.kv_cache_bytes = kv_cache_bytes;
+    o.on_window = [d = dashboard](const WindowReport& w) {
+      if (RolloutService* s = d->load())
+        s->record_window(w);
+    };
     worker = std::make_unique<Worker>(o, policy, 1, std::make_shared<const DraftModel>(fresh_draft(*policy, 1)), 1,
                                       nullptr);
     RolloutServiceOptions so;
-    so.batch_wait = std::chrono::microseconds(0);
+    so.max_inflight_prompts = max_inflight;
     service = std::make_unique<RolloutService>(so, *worker, policy->config(), nullptr, nullptr);
+    *dashboard = service.get();
+  }
+  ~Bed() {
+    *dashboard = nullptr;
+    service.reset();
   }
   http::Response raw(const std::string& method, const std::string& path, const std::string& body = "") {
     http::Request r;
@@ -53,11 +66,11 @@ struct Bed {
     const DraftModel d = fresh_draft(*policy, seed);
     return publish_version(dir.str() + "/v", "drafter", v, [&](const std::string& x) { d.save(x); }).dir;
   }
-  // Waits until `n` prompts are queued (requests sent from other threads while paused).
-  void wait_queued(int64_t n) {
-    for (int i = 0; i < 500 && service->stats().queued_prompts < n; ++i)
+  // Waits until `n` prompts are in flight (requests sent from other threads).
+  void wait_inflight(int64_t n) {
+    for (int i = 0; i < 500 && service->stats().inflight_prompts < n; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(service->stats().queued_prompts, n);
+    ASSERT_EQ(service->stats().inflight_prompts, n);
   }
 };
 
@@ -101,7 +114,7 @@ TEST(RolloutService, GreedyGenerateOverHttpEqualsPlainDecoding) {
     }
     rounds += meta["spec_verify_ct"].get<int64_t>();
   }
-  EXPECT_GT(rounds, 0);  // speculated (the worker's first batches always do)
+  EXPECT_GT(rounds, 0);  // speculated (nothing measured yet: full depth)
   // A single prompt answers an object, not a list.
   const auto [s1, one] = b.call(
       "POST", "/generate",
@@ -143,6 +156,9 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
       {"POST", "/v1/completions", {{"prompt", ok_ids}, {"n", 2}}, 400, "n must be 1"},
       {"POST", "/v1/completions", {{"prompt", ok_ids}, {"logprobs", 5}}, 400, "alternatives"},
       {"POST", "/update_weights_from_disk", {{"is_draft_model", true}}, 400, "model_path is required"},
+      {"POST", "/pause_generation", {{"mode", "later"}}, 400, "mode must be abort, in_place or retract"},
+      {"POST", "/abort_request", json::object(), 400, "give a rid"},
+      {"POST", "/generate", {{"input_ids", {ok_ids, ok_ids}}, {"rid", {"a"}}}, 400, "one string per prompt"},
   };
   for (const Case& c : cases) {
     const auto [status, out] = b.call(c.method, c.path, c.body);
@@ -152,27 +168,87 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
   }
   EXPECT_EQ(b.raw("POST", "/generate", "{not json").status, 400);
   EXPECT_EQ(b.service->stats().completions, 0);
-  EXPECT_EQ(b.service->stats().batches, 0);
+  EXPECT_EQ(b.worker->metrics().steps, 0);
   EXPECT_EQ(b.worker->metrics().by_version.size(), 0u);
+  // More prompts than may ever be in flight: 413 naming the limit, not a retry-inviting 503.
+  Bed small(int64_t{64} << 20, 2);
+  const auto [status, out] = small.call(
+      "POST", "/generate", {{"input_ids", {ok_ids, ok_ids, ok_ids}}, {"sampling_params", {{"max_new_tokens", 4}}}});
+  EXPECT_EQ(status, 413);
+  EXPECT_NE(out.dump().find("max_inflight_prompts (2)"), std::string::npos) << out;
 }
 
-TEST(RolloutService, ConcurrentRequestsShareABatchWhilePauseHoldsThem) {
+TEST(RolloutService, ConcurrentRequestsShareEngineStepsWhilePauseHoldsThem) {
   Bed b;
-  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);
   const auto ps = prompts(3, 5);
   std::vector<std::thread> clients;
-  std::vector<int> statuses(3, 0);
+  std::vector<std::pair<int, json>> out(3);
   for (size_t i = 0; i < 3; ++i)
-    clients.emplace_back([&, i] { statuses[i] = b.call("POST", "/generate", greedy_body({ps[i]}, 6)).first; });
-  b.wait_queued(3);
-  EXPECT_EQ(b.service->stats().batches, 0);
+    clients.emplace_back([&, i] { out[i] = b.call("POST", "/generate", greedy_body({ps[i]}, 6)); });
+  b.wait_inflight(3);
+  EXPECT_EQ(b.worker->metrics().steps, 0);
   EXPECT_TRUE(b.service->stats().paused);
   EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
   for (auto& t : clients)
     t.join();
-  EXPECT_EQ(statuses, std::vector<int>({200, 200, 200}));
-  EXPECT_EQ(b.service->stats().batches, 1);
+  for (const auto& [status, body] : out) {
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_EQ(body[0]["meta_info"]["engine_step_first_token"], 0) << "all three prefilled in the first step";
+  }
   EXPECT_EQ(b.service->stats().completions, 3);
+}
+
+// A request arriving while others run joins the engine at its next step and finishes first:
+// continuous batching across requests, checked on step indices rather than wall time.
+TEST(RolloutService, ARequestArrivingMidRunStartsBeforeTheRunningOnesFinish) {
+  Bed b;
+  const auto ps = prompts(3, 21);
+  std::pair<int, json> longs;
+  std::thread t([&] { longs = b.call("POST", "/generate", greedy_body({ps[0], ps[1]}, 60)); });
+  for (int i = 0; i < 500 && b.worker->metrics().steps < 5; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const auto [s, quick] = b.call("POST", "/generate", greedy_body({ps[2]}, 3));
+  t.join();
+  ASSERT_EQ(s, 200) << quick;
+  ASSERT_EQ(longs.first, 200) << longs.second;
+  const json& q = quick[0]["meta_info"];
+  EXPECT_GT(q["engine_step_submitted"].get<int64_t>(), 0) << "it arrived mid-run";
+  EXPECT_LE(q["engine_step_admitted"].get<int64_t>(), q["engine_step_submitted"].get<int64_t>() + 1);
+  for (const json& l : longs.second)
+    EXPECT_LT(q["engine_step_finished"].get<int64_t>(), l["meta_info"]["engine_step_finished"].get<int64_t>());
+}
+
+// /abort_request ends a running request at the next step (answered with what it had, finish
+// type abort) and frees its KV; /flush_cache refuses while requests are in flight, and works after.
+TEST(RolloutService, AbortRequestAndFlushCacheDoRealWork) {
+  Bed b;
+  const auto ps = prompts(2, 4);
+  json body = greedy_body({ps[0]}, 100);
+  body["rid"] = "slow";
+  std::pair<int, json> got;
+  std::thread t([&] { got = b.call("POST", "/generate", body); });
+  for (int i = 0; i < 500 && b.worker->metrics().steps < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const auto [fs, flushed] = b.call("POST", "/flush_cache");
+  EXPECT_EQ(fs, 400) << flushed;
+  EXPECT_NE(flushed["message"].get<std::string>().find("running"), std::string::npos) << flushed;
+  const json load = b.call("GET", "/get_load").second;
+  EXPECT_EQ(load["num_running_reqs"], 1) << load;
+  const auto [as, aborted] = b.call("POST", "/abort_request", {{"rid", "slow"}});
+  EXPECT_EQ(as, 200);
+  EXPECT_EQ(aborted["aborted"], 1);
+  t.join();
+  ASSERT_EQ(got.first, 200) << got.second;
+  const json& meta = got.second[0]["meta_info"];
+  EXPECT_EQ(meta["id"], "slow-0");  // a batch of one: rid-0 (aborted by its base rid)
+  EXPECT_EQ(meta["finish_reason"]["type"], "abort");
+  EXPECT_LT(got.second[0]["output_ids"].size(), 100u);
+  EXPECT_EQ(b.call("POST", "/abort_request", {{"rid", "slow"}}).second["aborted"], 0) << "already answered";
+  const auto [fs2, ok] = b.call("GET", "/flush_cache");
+  EXPECT_EQ(fs2, 200) << ok;
+  const json idle = b.call("GET", "/get_load").second;
+  EXPECT_EQ(idle["num_free_kv_blocks"], idle["num_kv_blocks"]);
 }
 
 TEST(RolloutService, UnseededSampledRequestsDifferAndSeededOnesRepeat) {
@@ -223,7 +299,7 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
   EXPECT_EQ(s, 400);
   EXPECT_EQ(b.worker->drafter_version(), 2u);
 
-  // A policy version while paused: applied at once (no batch running), labelled from then on.
+  // A policy version while paused: applied at once (nothing running), labelled from then on.
   EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
   const WeightVersion p2 = publish_policy(make_policy(5), b.dir.str() + "/v", 2);
   std::tie(s, out) = update(p2.dir, false, 2);
@@ -242,7 +318,7 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
   EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 2"), std::string::npos) << metrics;
 }
 
-TEST(RolloutService, ARequestTheCacheCannotHoldFailsAloneInItsBatch) {
+TEST(RolloutService, ARequestTheCacheCannotHoldFailsAlone) {
   // A KV cache of 3 blocks (48 positions): 5 + 4 tokens fit, 5 + 100 do not (context: 128).
   int64_t bytes = 1024;
   {
@@ -251,28 +327,26 @@ TEST(RolloutService, ARequestTheCacheCannotHoldFailsAloneInItsBatch) {
       bytes += 1024;
   }
   Bed b(bytes);
-  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);
   const auto ps = prompts(2, 9);
   std::pair<int, json> good, bad;
   std::thread t1([&] { good = b.call("POST", "/generate", greedy_body({ps[0]}, 4)); });
-  b.wait_queued(1);
-  std::thread t2([&] { bad = b.call("POST", "/generate", greedy_body({ps[1]}, 100)); });
-  b.wait_queued(2);
+  b.wait_inflight(1);
+  bad = b.call("POST", "/generate", greedy_body({ps[1]}, 100));
   EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
   t1.join();
-  t2.join();
   EXPECT_EQ(good.first, 200) << good.second;
   EXPECT_EQ(good.second[0]["output_ids"].size(), 4u);
-  EXPECT_EQ(bad.first, 400);
+  EXPECT_EQ(bad.first, 400) << bad.second;
   EXPECT_NE(bad.second.dump().find("KV blocks"), std::string::npos) << bad.second;
 }
 
 TEST(RolloutService, ShutdownAnswersQueuedRequestsWith503) {
   Bed b;
-  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
+  EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);
   int status = 0;
   std::thread t([&] { status = b.call("POST", "/generate", greedy_body({prompts(1, 2)[0]}, 4)).first; });
-  b.wait_queued(1);
+  b.wait_inflight(1);
   b.service->shutdown();
   t.join();
   EXPECT_EQ(status, 503);
@@ -305,15 +379,20 @@ TEST(RolloutService, CompletionsAndInformationRoutes) {
   EXPECT_EQ(b.call("GET", "/v1/models").second["data"][0]["object"], "model");
   EXPECT_EQ(b.call("GET", "/get_model_info").second["is_generation"], true);
   EXPECT_EQ(b.call("POST", "/flush_cache").first, 200);
-  // The dashboard: one point per serving batch (the completions request's), and its page.
+  // The dashboard: windows of serving steps (here one: the engine went idle after the request),
+  // and its page.
   const json dash = b.call("GET", "/dashboard/data").second;
-  ASSERT_EQ(dash["batches"].size(), 1u) << dash;
-  const json& point = dash["batches"][0];
-  EXPECT_EQ(point["policy_version"], 1);
-  EXPECT_EQ(point["drafter_version"], 1);
-  EXPECT_EQ(point["completions"], 2);
-  EXPECT_EQ(point["tokens"], usage["completion_tokens"]);
-  EXPECT_GT(point["tokens_per_second"].get<double>(), 0);
+  ASSERT_GE(dash["windows"].size(), 1u) << dash;
+  int64_t tokens = 0, completions = 0;
+  for (const json& w : dash["windows"]) {
+    EXPECT_EQ(w["policy_version"], 1);
+    EXPECT_EQ(w["drafter_version"], 1);
+    EXPECT_GT(w["tokens_per_second"].get<double>(), 0);
+    tokens += w["tokens"].get<int64_t>();
+    completions += w["completions"].get<int64_t>();
+  }
+  EXPECT_EQ(completions, 2);
+  EXPECT_EQ(tokens, usage["completion_tokens"]);
   const http::Response page = b.raw("GET", "/dashboard");
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
   EXPECT_NE(page.body.find("fetch(\"/dashboard/data\""), std::string::npos);

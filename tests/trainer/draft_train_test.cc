@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <random>
 
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
 #include "tests/rollout/test_models.h"
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 
 namespace updraft::train {
 namespace {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <random>
 
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/policy_model.h"
 #include "tests/rollout/test_models.h"
 

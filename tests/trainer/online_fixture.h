@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "kernels/io/weight_version.h"
-#include "rollout/engine.h"
+#include "rollout/engine/engine.h"
 #include "rollout/policy_model.h"
 #include "rollout/random_policy.h"
 #include "tests/rollout/test_models.h"
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 #include "trainer/draft_train.h"
 #include "trainer/llama_train.h"
 
@@ -75,23 +75,23 @@ inline std::vector<GenRequest> greedy_requests(const std::vector<std::vector<int
   return out;
 }
 
-inline std::vector<train::Rollout> rollouts(const PolicyModel& p, const std::vector<std::vector<int32_t>>& ps) {
+inline std::vector<Rollout> rollouts(const PolicyModel& p, const std::vector<std::vector<int32_t>>& ps) {
   Engine e(p);
   for (const GenRequest& r : greedy_requests(ps))
     e.submit(r);
   auto res = e.run();
   std::sort(res.begin(), res.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
-  std::vector<train::Rollout> out;
+  std::vector<Rollout> out;
   for (const auto& r : res)
     out.push_back({r.prompt, r.tokens});
   return out;
 }
 
-inline std::vector<train::TttSample> capture(const PolicyModel& p, const std::vector<train::Rollout>& r,
+inline std::vector<TttSample> capture(const PolicyModel& p, const std::vector<Rollout>& r,
                                              uint64_t version) {
-  train::CaptureOptions co;
+  CaptureOptions co;
   co.teacher_k = 8;
-  return train::capture_samples(p, r, co, version);
+  return capture_samples(p, r, co, version);
 }
 
 // An untrained draft (draft vocabulary = the whole vocabulary).
@@ -102,7 +102,7 @@ inline DraftModel fresh_draft(const PolicyModel& p, uint64_t seed) {
   return d.to_draft();
 }
 
-inline DraftModel trained_draft(const PolicyModel& p, const std::vector<train::TttSample>& samples, int64_t steps) {
+inline DraftModel trained_draft(const PolicyModel& p, const std::vector<TttSample>& samples, int64_t steps) {
   const PolicyConfig& c = p.config();
   train::TrainableDraft d(train::draft_config_for(c, c.vocab_size), VocabMap::identity(c.vocab_size),
                           p.draft_target(), p.lm_head(), 3);
@@ -117,7 +117,7 @@ inline DraftModel trained_draft(const PolicyModel& p, const std::vector<train::T
 
 inline SpecStats acceptance(const PolicyModel& p, const DraftModel& d, const std::vector<std::vector<int32_t>>& ps) {
   EngineOptions eo;
-  eo.spec = SpecSettings{4, 1, 4};
+  eo.spec = SpecSettings{4, 1, 5};
   Engine e(p, eo, &d);
   for (const GenRequest& r : greedy_requests(ps))
     e.submit(r);

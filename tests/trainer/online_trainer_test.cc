@@ -8,7 +8,7 @@
 #include "messaging/codec.h"
 #include "messaging/record_store.h"
 #include "tests/trainer/online_fixture.h"
-#include "trainer/online/record_convert.h"
+#include "rollout/capture/record_convert.h"
 
 namespace updraft::train {
 namespace {

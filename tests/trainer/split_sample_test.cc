@@ -1,10 +1,10 @@
-// split_sample (trainer/capture.h): a long sample cut into records of at most N positions keeps
+// split_sample (rollout/capture/capture.h): a long sample cut into records of at most N positions keeps
 // every response token exactly once, with its teacher row and the aux state of the position
 // that produced it, and each piece validates.
 #include <gtest/gtest.h>
 
 #include "kernels/core/error.h"
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 
 namespace updraft::train {
 namespace {

@@ -8,7 +8,7 @@
 #include "kernels/ops/sampling.h"
 #include "messaging/key.h"
 #include "trainer/draft_train.h"
-#include "trainer/online/record_convert.h"
+#include "rollout/capture/record_convert.h"
 #include "trainer/train_checkpoint.h"
 
 namespace updraft::train {

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "rollout/engine.h"
+#include "rollout/engine/request.h"
 #include "rollout/policy_model.h"
-#include "trainer/ttt_data.h"
+#include "rollout/capture/sample.h"
 
-namespace updraft::train {
+namespace updraft {
 
 struct Rollout {
   std::vector<int32_t> prompt, response;
@@ -41,4 +41,4 @@ TttSample sample_of(const GenResult& g, uint64_t policy_version);
 // position that produced it land in exactly one chunk; aux rows are copied.
 std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens);
 
-}  // namespace updraft::train
+}  // namespace updraft

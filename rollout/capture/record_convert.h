@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "messaging/record.h"
-#include "rollout/engine.h"
-#include "trainer/ttt_data.h"
+#include "rollout/engine/request.h"
+#include "rollout/capture/sample.h"
 
-namespace updraft::train {
+namespace updraft {
 
 // The record of a sample (worker, drafter version and rounds are the caller's to fill).
 messaging::RecordData to_record(const TttSample& s);
@@ -21,4 +21,4 @@ std::vector<messaging::RoundStats> round_stats(const std::vector<SpecRound>& rou
 // arrays do not match (records passed the buffer's validation, so this means a wrong policy).
 TttSample to_sample(const messaging::RecordData& r);
 
-}  // namespace updraft::train
+}  // namespace updraft

@@ -1,4 +1,4 @@
-#include "rollout/spec_verify.h"
+#include "rollout/spec/verifier.h"
 
 #include <cmath>
 

@@ -1,10 +1,10 @@
-#include "trainer/online/record_convert.h"
+#include "rollout/capture/record_convert.h"
 
 #include <cstring>
 
 #include "kernels/core/error.h"
 
-namespace updraft::train {
+namespace updraft {
 namespace {
 
 messaging::DType wire_dtype(DType d) {
@@ -80,4 +80,4 @@ TttSample to_sample(const messaging::RecordData& r) {
   return s;
 }
 
-}  // namespace updraft::train
+}  // namespace updraft

@@ -1,11 +1,11 @@
-#include "trainer/capture.h"
+#include "rollout/capture/capture.h"
 
 #include <algorithm>
 
 #include "kernels/core/error.h"
 #include "kernels/ops.h"
 
-namespace updraft::train {
+namespace updraft {
 
 std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vector<Rollout>& rollouts,
                                        const CaptureOptions& opts, uint64_t policy_version) {
@@ -127,4 +127,4 @@ std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens) {
   }
 }
 
-}  // namespace updraft::train
+}  // namespace updraft

@@ -1,0 +1,33 @@
+#include "app/worker_role.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "trainer/draft_train.h"
+
+namespace updraft {
+
+DrafterScorer teacher_forced_scorer() {
+  return [](const DraftModel& drafter, const PolicyModel& policy, const std::vector<TttSample>& samples,
+            int64_t depth) {
+    const train::InMemoryDataset data(samples);
+    train::TttOptions to;
+    to.steps = std::max<int64_t>(1, depth);
+    return train::estimated_chain_tau(
+        train::evaluate_drafter(train::TrainableDraft(drafter, policy.draft_target()), data, to));
+  };
+}
+
+std::unique_ptr<messaging::WeightSubscriber> follow_weight_link(Worker& worker,
+                                                                messaging::WeightSubscriberOptions opts) {
+  opts.on_version = [&worker](messaging::WeightKind kind, uint64_t version, const std::string& dir) {
+    const bool policy = kind == messaging::WeightKind::kPolicy;
+    std::string why;
+    if (policy ? worker.offer_policy(dir, &why) : worker.offer_drafter(dir, &why))
+      spdlog::info("worker: {} v{} staged from the weight link ({})", policy ? "policy" : "drafter", version, dir);
+  };
+  return std::make_unique<messaging::WeightSubscriber>(std::move(opts));
+}
+
+}  // namespace updraft

@@ -1,0 +1,94 @@
+#include "rollout/engine/commit.h"
+
+#include <algorithm>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+namespace {
+
+bool is_stop(const Seq& s, int32_t tok, const std::vector<int32_t>& eos) {
+  const auto& stops = s.req.params.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), tok) != stops.end())
+    return true;
+  return !s.req.params.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end();
+}
+
+// Appends emitted tokens until a stop or the length limit; how many were kept.
+size_t emit(Seq& s, const Verdict& v, const std::vector<int32_t>& eos) {
+  size_t k = 0;
+  while (k < v.tokens.size() && !s.finished()) {
+    s.result.tokens.push_back(v.tokens[k]);
+    s.result.logprobs.push_back(v.logprobs[k]);
+    if (is_stop(s, v.tokens[k], eos))
+      s.result.finish_reason = "stop";
+    else if (s.out_len() >= s.req.params.max_new_tokens)
+      s.result.finish_reason = "length";
+    ++k;
+  }
+  return k;
+}
+
+int32_t tree_depth(const DraftTree& t) {
+  return t.depth.empty() ? 0 : *std::max_element(t.depth.begin(), t.depth.end());
+}
+
+}  // namespace
+
+std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, KvCache& cache,
+                                     const CommitOptions& opts, EngineStats& stats) {
+  const int64_t V = opts.vocab;
+  std::vector<Committed> out(plan.entries.size());
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    Seq& s = *plan.entries[e].seq;
+    const EntryRows& at = run.at[e];
+    Committed& c = out[e];
+    c.first_pos = at.cached;
+    if (plan.entries[e].prefill > 0)
+      for (int64_t i = 0; i < at.rows; ++i)
+        c.rows.push_back(static_cast<int32_t>(at.first_row + i));
+    if (at.logits == 0)
+      continue;
+    const bool decode = plan.entries[e].prefill == 0;
+    const DraftTree tree = decode ? s.tree : DraftTree::single(s.token_at(at.cached + at.rows - 1));
+    UPD_CHECK(tree.size() == at.logits) << "verify: tree of " << tree.size() << " nodes, " << at.logits << " logit rows";
+    const SamplingParams& p = s.req.params;
+    const int64_t lr = at.first_logit;
+    const Verdict v =
+        p.temperature == 0
+            ? verify_greedy(tree, run.host_logits.data<float>() + lr * V, run.host_logp.data<float>() + lr * V, V)
+            : verify_sampled(tree, run.host_probs.data<float>() + lr * V, V, s.seed,
+                             static_cast<uint64_t>(s.out_len()), opts.accept_rule);
+    if (tree.size() > 1) {
+      const int32_t depth = tree_depth(tree);
+      const auto drafted = static_cast<int32_t>(tree.size() - 1), accepted = static_cast<int32_t>(v.nodes.size());
+      s.result.spec.add_round(drafted, accepted, depth);
+      s.result.rounds.push_back({drafted, accepted, depth});
+      stats.spec.add_round(drafted, accepted, depth);
+      s.last_tree = tree;
+    }
+    if (decode && tree.size() == 1)
+      ++s.result.plain_steps;
+    const size_t kept = emit(s, v, opts.eos_token_ids);
+    stats.generated_tokens += static_cast<int64_t>(kept);
+    if (tree.size() > 1 && kept < v.tokens.size()) {
+      ++s.result.spec.truncated;
+      ++stats.spec.truncated;
+    }
+    for (size_t i = 0; i < kept; ++i)
+      c.teacher_rows.push_back(static_cast<int32_t>(lr + (i == 0 ? 0 : v.nodes[i - 1])));
+    c.tokens.assign(v.tokens.begin(), v.tokens.begin() + static_cast<std::ptrdiff_t>(kept));
+    c.logprobs.assign(v.logprobs.begin(), v.logprobs.begin() + static_cast<std::ptrdiff_t>(kept));
+    if (decode) {  // keep the root and the accepted path in the policy's cache
+      std::vector<int64_t> keep = {0};
+      keep.insert(keep.end(), v.nodes.begin(), v.nodes.end());
+      cache.keep(s.kv, at.cached, keep);
+      for (int64_t node : keep)
+        c.rows.push_back(static_cast<int32_t>(at.first_row + node));
+    }
+    s.tree = DraftTree();
+  }
+  return out;
+}
+
+}  // namespace updraft

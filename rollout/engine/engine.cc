@@ -1,0 +1,299 @@
+#include "rollout/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "kernels/core/error.h"
+#include "kernels/ops.h"
+#include "rollout/capture/step_capture.h"
+#include "rollout/engine/commit.h"
+#include "rollout/spec/speculator.h"
+
+namespace updraft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+SchedulerLimits Engine::limits_of(const EngineOptions& o, bool drafter) {
+  SchedulerLimits l;
+  l.max_batch = o.max_batch;
+  l.prefill_chunk = o.prefill_chunk;
+  l.tree_rows = drafter ? o.spec.draft_tokens : 1;
+  l.draft_scratch = drafter ? o.spec.scratch_entries() : 0;
+  return l;
+}
+
+Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftModel* drafter)
+    : model_(&model),
+      opts_(opts),
+      cache_(model.kv_shape(), KvCache::blocks_for_bytes(model.kv_shape(), opts.block_size, opts.kv_cache_bytes),
+             opts.block_size),
+      scheduler_(limits_of(opts, false)) {
+  UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
+  UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
+      << "engine: capture_teacher_k and draft_backlog must be at least 1";
+  aux_layers_ = !opts.capture_aux_layers.empty() ? opts.capture_aux_layers
+                : drafter != nullptr           ? drafter->aux_layers()
+                                               : model.config().default_aux_layers();
+  scheduler_.set_caches(&cache_, nullptr);
+  if (drafter != nullptr) {
+    check_fits(model, *drafter, opts_.spec, aux_layers_);
+    attach(drafter, make_draft_cache(*drafter));
+  }
+}
+
+Engine::~Engine() = default;
+
+std::unique_ptr<KvCache> Engine::make_draft_cache(const DraftModel& d) const {
+  return std::make_unique<KvCache>(
+      d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), opts_.block_size, opts_.draft_kv_cache_bytes),
+      opts_.block_size);
+}
+
+void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
+  const SamplingParams& p = req.params;
+  UPD_REQUIRE(!req.prompt.empty()) << "empty prompt";
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    UPD_REQUIRE(req.prompt[i] >= 0 && req.prompt[i] < cfg.vocab_size)
+        << "prompt token " << i << " has id " << req.prompt[i] << ", outside the vocabulary [0, " << cfg.vocab_size
+        << ")";
+  UPD_REQUIRE(p.max_new_tokens >= 1) << "max_new_tokens must be at least 1 (got " << p.max_new_tokens << ")";
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + p.max_new_tokens;
+  UPD_REQUIRE(p.max_new_tokens <= cfg.max_position_embeddings && total <= cfg.max_position_embeddings)
+      << "prompt of " << req.prompt.size() << " tokens + max_new_tokens " << p.max_new_tokens
+      << " exceeds the model's context of " << cfg.max_position_embeddings << " tokens";
+  UPD_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0)
+      << "temperature must be a finite number >= 0 (got " << p.temperature << ")";
+  UPD_REQUIRE(p.top_k >= 0) << "top_k must be >= 0 (0 disables it; got " << p.top_k << ")";
+  UPD_REQUIRE(p.top_p > 0 && p.top_p <= 1) << "top_p must be in (0, 1] (got " << p.top_p << ")";
+  for (int32_t s : p.stop_token_ids)
+    UPD_REQUIRE(s >= 0 && s < cfg.vocab_size) << "stop token id " << s << " is outside the vocabulary";
+}
+
+uint64_t Engine::submit(GenRequest req) {
+  validate(req, model_->config());
+  if (req.capture)  // checked here: a model too shallow for the default layers can still decode
+    model_->check_aux_layers(aux_layers_);
+  // Alone in the cache it must fit at its longest, with a speculation round's tree: then it
+  // always finishes (the oldest running sequence is never preempted).
+  const int64_t len = static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens;
+  const int64_t need = cache_.blocks_needed(len + std::max<int64_t>(1, opts_.spec.draft_tokens));
+  UPD_REQUIRE(need <= cache_.num_blocks()) << "request needs " << need << " KV blocks but the whole cache has "
+                                           << cache_.num_blocks() << "; lower max_new_tokens or grow the cache";
+  auto s = std::make_unique<Seq>();
+  s->id = next_id_++;
+  s->seed = req.params.has_seed ? req.params.seed : ops::mix64(opts_.seed ^ ops::mix64(s->id));
+  s->result.id = s->id;
+  s->result.prompt = req.prompt;
+  s->result.submitted_step = stats_.steps;
+  s->req = std::move(req);
+  const uint64_t id = s->id;
+  scheduler_.add(std::move(s));
+  return id;
+}
+
+bool Engine::abort(uint64_t id) { return scheduler_.abort(id); }
+
+bool Engine::has_work() const { return !scheduler_.running().empty() || !scheduler_.waiting().empty(); }
+
+std::vector<GenResult> Engine::step() {
+  const auto t0 = Clock::now();
+  const int64_t index = stats_.steps;
+  const StepPlan plan = scheduler_.schedule(admission_open_, index);
+  if (plan.entries.empty())
+    return finish(index);
+  const int64_t depth = choose_depth(plan);
+  const Drafted drafted = draft(plan, depth);
+  RunOptions ro;
+  for (const StepEntry& e : plan.entries) {
+    ro.aux |= e.seq->spec || e.seq->req.capture;
+    ro.capture |= e.seq->req.capture;
+  }
+  ro.aux_layers = aux_layers_;
+  const RunOut run = run_policy(*model_, cache_, plan, ro);
+  const std::vector<Committed> committed =
+      verify_commit(plan, run, cache_, {model_->config().eos_token_ids, opts_.accept_rule, model_->config().vocab_size},
+                    stats_);
+  stats_.capture_seconds += capture_step(plan, committed, run, opts_.capture_teacher_k) +
+                            run.logp_only_for_capture_seconds;
+  keep_pairs_of(plan, committed, run);
+  stream(plan, committed, index);
+  account(plan, run, depth, drafted, seconds_since(t0));
+  return finish(index);
+}
+
+int64_t Engine::choose_depth(const StepPlan& plan) {
+  bool any = false;
+  for (const StepEntry& e : plan.entries)
+    any |= e.prefill == 0 && e.seq->spec;
+  if (drafter_ == nullptr || !any)
+    return 0;
+  return chooser_ != nullptr ? chooser_->choose(plan.decoding) : opts_.spec.steps;
+}
+
+Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
+  Drafted d;
+  if (drafter_ == nullptr)
+    return d;
+  std::vector<Seq*> absorb;
+  for (const StepEntry& e : plan.entries) {
+    Seq* s = e.seq;
+    if (!s->spec)
+      continue;
+    if (e.prefill == 0 && depth > 0)
+      d.proposers.push_back(s);
+    else if (s->pending() >= opts_.draft_backlog)
+      absorb.push_back(s);
+  }
+  if (d.proposers.empty() && absorb.empty())
+    return d;
+  const auto t0 = Clock::now();
+  draft_step(*drafter_, *draft_cache_, d.proposers, absorb,
+             depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
+  d.seconds = seconds_since(t0);
+  return d;
+}
+
+void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run) {
+  std::vector<Seq*> seqs;
+  std::vector<std::vector<int32_t>> rows, tokens;
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    Seq* s = plan.entries[e].seq;
+    if (!s->spec || s->finished() || drafter_ == nullptr)
+      continue;
+    const Committed& c = committed[e];
+    std::vector<int32_t> toks;
+    for (size_t i = 0; i < c.rows.size(); ++i) {
+      const int64_t next = c.first_pos + static_cast<int64_t>(i) + 1;
+      UPD_CHECK(next < s->prompt_len() + s->out_len()) << "engine: pair " << next - 1 << " has no next token";
+      toks.push_back(s->token_at(next));
+    }
+    seqs.push_back(s);
+    rows.push_back(c.rows);
+    tokens.push_back(std::move(toks));
+  }
+  if (!seqs.empty())
+    keep_pairs(seqs, rows, tokens, run.fo.aux);
+}
+
+void Engine::stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step) {
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    Seq& s = *plan.entries[e].seq;
+    const Committed& c = committed[e];
+    if (c.tokens.empty())
+      continue;
+    if (s.result.first_token_step < 0)
+      s.result.first_token_step = step;
+    if (s.req.on_tokens)
+      s.req.on_tokens(s.id, c.tokens, c.logprobs);
+  }
+}
+
+void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, const Drafted& drafted,
+                     double seconds) {
+  ++stats_.steps;
+  stats_.step_seconds += seconds;
+  stats_.prompt_tokens += plan.prefill_tokens;
+  stats_.preemptions = scheduler_.preemptions();
+  stats_.recomputed_tokens = scheduler_.recomputed_tokens();
+  const double share = seconds / static_cast<double>(plan.entries.size());
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    Seq& s = *plan.entries[e].seq;
+    s.result.step_seconds += share;
+    if (s.spec && plan.entries[e].prefill == 0 && depth > 0) {  // its rows' share of the forward verified
+      const double v = run.forward_seconds * static_cast<double>(run.at[e].rows) / static_cast<double>(run.rows);
+      s.result.spec.verify_seconds += v;
+      stats_.spec.verify_seconds += v;
+    }
+  }
+  stats_.spec.draft_seconds += drafted.seconds;
+  for (Seq* s : drafted.proposers)
+    s->result.spec.draft_seconds += drafted.seconds / static_cast<double>(drafted.proposers.size());
+  stats_.last_depth = depth;
+  stats_.last_decoding = plan.decoding;
+  if (plan.decoding == 0)
+    return;
+  if (stats_.depth_steps.size() <= static_cast<size_t>(depth))
+    stats_.depth_steps.resize(static_cast<size_t>(depth) + 1, 0);
+  ++stats_.depth_steps[static_cast<size_t>(depth)];
+  if (chooser_ != nullptr && drafter_ != nullptr) {
+    StepSample ss;
+    ss.batch = plan.decoding;
+    ss.depth = depth;
+    ss.seconds = seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
+    for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
+      const SpecRound& r = s->result.rounds.back();
+      ss.spec.add_round(r.drafted, r.accepted, r.depth);
+    }
+    chooser_->observe(ss);
+  }
+}
+
+std::vector<GenResult> Engine::finish(int64_t step) {
+  std::vector<GenResult> out;
+  const int64_t W = static_cast<int64_t>(aux_layers_.size()) * model_->config().hidden_size;
+  for (std::unique_ptr<Seq>& s : scheduler_.collect_finished()) {
+    s->result.finished_step = step;
+    if (s->result.finish_reason == "abort") {
+      ++stats_.aborted;
+    } else if (s->req.capture) {
+      const auto t0 = Clock::now();
+      finish_capture(*s, W);
+      stats_.capture_seconds += seconds_since(t0);
+    }
+    out.push_back(std::move(s->result));
+  }
+  return out;
+}
+
+std::vector<GenResult> Engine::run() {
+  std::vector<GenResult> all;
+  while (has_work()) {
+    UPD_CHECK(admission_open_ || running() > 0) << "engine: run() with admission closed and nothing running";
+    auto d = step();
+    all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
+  }
+  std::sort(all.begin(), all.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
+  return all;
+}
+
+std::vector<GenResult> Engine::flush_aborted() {
+  scheduler_.remove_aborted();
+  return finish(stats_.steps);
+}
+
+int64_t Engine::retract() {
+  const int64_t n = scheduler_.retract_all();
+  stats_.preemptions = scheduler_.preemptions();
+  stats_.recomputed_tokens = scheduler_.recomputed_tokens();
+  return n;
+}
+
+std::vector<uint64_t> Engine::running_ids() const {
+  std::vector<uint64_t> ids;
+  for (const auto& s : scheduler_.running())
+    ids.push_back(s->id);
+  return ids;
+}
+
+std::vector<uint64_t> Engine::waiting_ids() const {
+  std::vector<uint64_t> ids;
+  for (const auto& s : scheduler_.waiting())
+    ids.push_back(s->id);
+  return ids;
+}
+
+Engine::InFlight Engine::in_flight(uint64_t id) const {
+  for (const auto& s : scheduler_.running())
+    if (s->id == id)
+      return {s->kv.length, s->result.tokens, s->last_tree};
+  return {};
+}
+
+}  // namespace updraft

@@ -1,0 +1,105 @@
+// What a caller gives the engine (GenRequest) and gets back (GenResult), with the engine's
+// options and counters. The semantics of sampling, logprobs, stopping and capture are in
+// rollout/engine/engine.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "drafter/draft_tree.h"
+#include "kernels/core/tensor.h"
+#include "rollout/spec/spec_stats.h"
+#include "rollout/spec/verifier.h"
+
+namespace updraft {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  int64_t max_new_tokens = 128;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool has_seed = false;
+  uint64_t seed = 0;
+};
+
+// Streaming: the tokens a request emitted in one step, in order, with their logprobs. Called on
+// the engine's thread from inside Engine::step(); it must not call into the engine.
+using TokenCallback = std::function<void(uint64_t id, const std::vector<int32_t>& tokens,
+                                         const std::vector<float>& logprobs)>;
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  bool speculate = true;  // used while the engine has a drafter
+  bool capture = false;   // return the drafter's training data with the result
+  TokenCallback on_tokens;  // optional
+};
+
+// One speculation round of a request: draft tokens verified, how many were accepted, and the
+// depth of the tree they came from.
+struct SpecRound {
+  int32_t drafted = 0, accepted = 0, depth = 0;
+};
+
+struct GenResult {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string finish_reason;  // "stop", "length" or "abort"
+  SpecStats spec;
+  std::vector<SpecRound> rounds;  // every speculation round, in order (spec sums them)
+  // Capture (requests with capture only): aux [prompt + tokens, A*H] bf16; teacher top-k per
+  // output token, row-major [tokens, teacher_k].
+  Tensor aux;
+  int64_t teacher_k = 0;
+  std::vector<int32_t> teacher_ids;
+  std::vector<float> teacher_logprobs;
+  // Scheduling: engine step indices (EngineStats::steps at the time; -1: never) at which the
+  // request was submitted, first ran, emitted its first token and finished; how often it was
+  // preempted (its KV freed and later recomputed); its share of the steps' wall time (each
+  // step's time split equally among the sequences in it).
+  int64_t submitted_step = -1, admitted_step = -1, first_token_step = -1, finished_step = -1;
+  int64_t preemptions = 0;
+  int64_t plain_steps = 0;  // decoding steps that verified no drafts (plain, or depth 0)
+  double step_seconds = 0;
+};
+
+struct EngineOptions {
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  int64_t block_size = 16;
+  int64_t max_batch = 64;        // running sequences at most
+  int64_t prefill_chunk = 512;   // prompt (and recompute) tokens per step at most
+  uint64_t seed = 0;             // seeds requests that bring none
+  SpecSettings spec;             // the full speculation settings when a drafter is set
+  int64_t draft_kv_cache_bytes = int64_t{64} << 20;
+  AcceptRule accept_rule = AcceptRule::Exact;  // NoResidual only for the losslessness test's control
+  int64_t capture_teacher_k = 16;
+  // The aux layers the engine captures (HF hidden_states indices); empty: the drafter's when one
+  // is given at construction, else the config's default. Every drafter set later must read these.
+  std::vector<int64_t> capture_aux_layers;
+  // Committed pairs a sequence may hold for the drafter while it is not drafting (plain steps,
+  // prefill) before the drafter absorbs them anyway: bounds the memory of the backlog.
+  int64_t draft_backlog = 64;
+};
+
+struct EngineStats {
+  int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
+  SpecStats spec;
+  // Wall time of the work only capture does: the teacher's log_softmax (when no greedy row needs
+  // it anyway) and top-k, their and the aux states' copies to the host, gathering the rows of
+  // committed positions, and the bf16 conversion of a finished request's aux states.
+  double capture_seconds = 0;
+  int64_t drafter_swaps = 0;  // set_drafter() calls that succeeded with sequences in flight
+  double swap_seconds = 0;    // their wall time (rebuilding the draft caches)
+  int64_t preemptions = 0, recomputed_tokens = 0, aborted = 0;
+  std::vector<int64_t> depth_steps;  // [d]: steps with decoding sequences that ran at depth d
+  double step_seconds = 0;           // wall time of all steps
+  int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences
+};
+
+}  // namespace updraft

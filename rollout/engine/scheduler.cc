@@ -1,0 +1,175 @@
+#include "rollout/engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+
+Scheduler::Scheduler(const SchedulerLimits& limits) : limits_(limits) {
+  UPD_REQUIRE(limits.max_batch > 0 && limits.prefill_chunk > 0 && limits.tree_rows >= 1 && limits.draft_scratch >= 0)
+      << "scheduler: max_batch and prefill_chunk must be positive";
+}
+
+void Scheduler::set_caches(KvCache* cache, KvCache* draft_cache) {
+  cache_ = cache;
+  draft_cache_ = draft_cache;
+}
+
+void Scheduler::add(std::unique_ptr<Seq> s) { waiting_.push_back(std::move(s)); }
+
+Seq* Scheduler::find(uint64_t id) const {
+  for (const auto& s : running_)
+    if (s->id == id)
+      return s.get();
+  for (const auto& s : waiting_)
+    if (s->id == id)
+      return s.get();
+  return nullptr;
+}
+
+bool Scheduler::abort(uint64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if ((*it)->id == id) {
+      (*it)->result.finish_reason = "abort";
+      done_.push_back(std::move(*it));
+      waiting_.erase(it);
+      return true;
+    }
+  for (const auto& s : running_)
+    if (s->id == id && !s->finished()) {
+      s->abort_requested = true;
+      return true;
+    }
+  return false;
+}
+
+void Scheduler::release(Seq& s) {
+  cache_->release(s.kv);
+  if (draft_cache_ != nullptr && !s.dkv.blocks.empty())
+    draft_cache_->release(s.dkv);
+  s.dkv = SeqKv();
+}
+
+// A decoding sequence needs its step's rows; a prefilling one what its prefill target needs (a
+// drafter set while it prefilled has reserved only what it had then).
+bool Scheduler::grow(Seq& s, int64_t rows) {
+  const int64_t len = s.prefilling() ? s.prefill_target() : s.kv.length;
+  if (!cache_->reserve(s.kv, len + rows))
+    return false;
+  return !s.spec || draft_cache_ == nullptr || draft_cache_->reserve(s.dkv, len + limits_.draft_scratch);
+}
+
+bool Scheduler::may_speculate(const Seq& s, const KvCache& draft_cache, int64_t scratch) {
+  const int64_t longest = s.prompt_len() + s.req.params.max_new_tokens + scratch;
+  return s.req.speculate && draft_cache.blocks_needed(longest) <= draft_cache.num_blocks();
+}
+
+bool Scheduler::admit_one(Seq& s) {
+  s.spec = draft_cache_ != nullptr && may_speculate(s, *draft_cache_, limits_.draft_scratch);
+  const int64_t rows = s.spec ? limits_.tree_rows : 1;
+  const int64_t len = s.prefill_target() + rows;
+  // A watermark of free blocks (1% of the pool) keeps room for running sequences to grow, so a
+  // new admission does not cause an immediate preemption; a lone sequence needs none.
+  auto fits = [&](const KvCache& c, int64_t length) {
+    const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, c.num_blocks() / 100);
+    return c.free_blocks() - c.blocks_needed(length) >= watermark;
+  };
+  const int64_t dlen = s.prefill_target() + limits_.draft_scratch;
+  if (!fits(*cache_, len) || (s.spec && !fits(*draft_cache_, dlen)))
+    return false;
+  UPD_CHECK(cache_->reserve(s.kv, len)) << "scheduler: reservation failed after the free-block check";
+  if (s.spec)
+    UPD_CHECK(draft_cache_->reserve(s.dkv, dlen)) << "scheduler: draft reservation failed after the check";
+  return true;
+}
+
+void Scheduler::preempt(size_t index) {
+  std::unique_ptr<Seq> s = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  recomputed_ += s->kv.length;
+  release(*s);
+  s->drop_pending();
+  s->tree = DraftTree();
+  ++s->result.preemptions;
+  ++preemptions_;
+  waiting_.push_front(std::move(s));
+}
+
+void Scheduler::remove_aborted() {
+  for (size_t i = 0; i < running_.size();) {
+    if (!running_[i]->abort_requested) {
+      ++i;
+      continue;
+    }
+    release(*running_[i]);
+    running_[i]->result.finish_reason = "abort";
+    done_.push_back(std::move(running_[i]));
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+int64_t Scheduler::retract_all() {
+  const auto n = static_cast<int64_t>(running_.size());
+  while (!running_.empty())
+    preempt(running_.size() - 1);
+  return n;
+}
+
+StepPlan Scheduler::schedule(bool admit, int64_t step_index) {
+  UPD_CHECK(cache_ != nullptr) << "scheduler: no KV cache set";
+  remove_aborted();
+  // Running sequences grow by this step's rows, oldest first; the youngest give way.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const int64_t rows = running_[i]->spec ? limits_.tree_rows : 1;
+    while (!grow(*running_[i], rows)) {
+      const size_t victim = running_.size() - 1;
+      UPD_CHECK(victim > 0) << "scheduler: a lone sequence cannot grow (submit admits only requests that fit)";
+      preempt(victim);
+      if (victim == i)
+        break;
+    }
+  }
+  while (admit && !waiting_.empty() && static_cast<int64_t>(running_.size()) < limits_.max_batch) {
+    Seq& s = *waiting_.front();
+    if (!admit_one(s))
+      break;  // first come, first served: wait for blocks to free up
+    if (s.result.admitted_step < 0)
+      s.result.admitted_step = step_index;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  StepPlan plan;
+  int64_t budget = limits_.prefill_chunk;
+  for (const auto& sp : running_) {
+    Seq& s = *sp;
+    if (!s.prefilling()) {
+      plan.entries.push_back({&s, 0});
+      ++plan.decoding;
+      continue;
+    }
+    const int64_t n = std::min(s.prefill_target() - s.kv.length, budget);
+    if (n <= 0)
+      continue;
+    budget -= n;
+    plan.prefill_tokens += n;
+    plan.entries.push_back({&s, n});
+  }
+  return plan;
+}
+
+std::vector<std::unique_ptr<Seq>> Scheduler::collect_finished() {
+  for (size_t i = 0; i < running_.size();) {
+    if (!running_[i]->finished()) {
+      ++i;
+      continue;
+    }
+    release(*running_[i]);
+    done_.push_back(std::move(running_[i]));
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  return std::exchange(done_, {});
+}
+
+}  // namespace updraft

@@ -1,0 +1,94 @@
+// POST /v1/completions, the OpenAI-shaped route of the rollout service
+// (rollout/serve/rollout_service.h).
+#include "kernels/core/error.h"
+#include "rollout/serve/api_parse.h"
+#include "rollout/serve/rollout_service.h"
+
+namespace updraft {
+
+using nlohmann::json;
+
+http::Response RolloutService::completions(const json& body) {
+  api::check_keys(
+      body, {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "stop", "logprobs", "stream", "user"},
+      "body");
+  UPD_REQUIRE(body.contains("prompt")) << "prompt is required";
+  UPD_REQUIRE(body.value("n", 1) == 1) << "n must be 1 (send the prompt n times)";
+  UPD_REQUIRE(!body.value("stream", false)) << "stream is not supported";
+  UPD_REQUIRE(!body.contains("stop") || body["stop"].is_null() || (body["stop"].is_array() && body["stop"].empty()))
+      << "stop strings are not supported (use /generate with stop_token_ids)";
+  const json& pr = body["prompt"];
+  std::vector<std::vector<int32_t>> prompts;
+  auto text = [&](const json& t) {
+    UPD_REQUIRE(tokenizer_ != nullptr) << "a text prompt needs the model's tokenizer.json; send token ids";
+    return tokenizer_->encode(t.get<std::string>());
+  };
+  if (pr.is_string()) {
+    prompts.push_back(text(pr));
+  } else if (api::is_id_list(pr) && !pr.empty()) {
+    prompts.push_back(api::ids_of(pr, "prompt"));
+  } else {
+    UPD_REQUIRE(pr.is_array() && !pr.empty()) << "prompt must be text, token ids, or a list of either";
+    for (size_t i = 0; i < pr.size(); ++i)
+      prompts.push_back(pr[i].is_string() ? text(pr[i]) : api::ids_of(pr[i], "prompt[" + std::to_string(i) + "]"));
+  }
+  bool logprobs = false;
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    UPD_REQUIRE(body["logprobs"].get<int64_t>() == 0)
+        << "logprobs > 0 asks for alternatives, which are not computed; 0 returns the sampled tokens' logprobs";
+    logprobs = true;
+  }
+  std::vector<GenRequest> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt = std::move(prompts[i]);
+    SamplingParams& p = reqs[i].params;
+    p.max_new_tokens = body.value("max_tokens", int64_t{16});
+    p.temperature = body.value("temperature", 1.0f);
+    p.top_p = body.value("top_p", 1.0f);
+    if (body.contains("seed") && !body["seed"].is_null()) {
+      p.has_seed = true;
+      p.seed = body["seed"].get<uint64_t>() + i;
+    }
+  }
+  int status = 0;
+  std::string why;
+  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(prompts.size()), &status, &why);
+  if (status != 0)
+    return api::error(status, why);
+  json choices = json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const GenResult& g = out[i].result;
+    prompt_tokens += static_cast<int64_t>(g.prompt.size());
+    completion_tokens += static_cast<int64_t>(g.tokens.size());
+    json c = {{"index", i},
+              {"text", tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
+              {"token_ids", g.tokens},
+              {"finish_reason", g.finish_reason},
+              {"logprobs", nullptr}};
+    if (logprobs) {
+      json toks = json::array();
+      for (int32_t t : g.tokens)
+        toks.push_back(tokenizer_ ? tokenizer_->decode({t}, false) : std::to_string(t));
+      c["logprobs"] = {{"tokens", toks}, {"token_logprobs", g.logprobs}, {"top_logprobs", nullptr}};
+    }
+    choices.push_back(std::move(c));
+  }
+  return api::json_response(
+      200, {{"id", "cmpl-" + std::to_string(next_id_.fetch_add(1))},
+            {"object", "text_completion"},
+            {"created",
+             std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                 .count()},
+            {"model", options_.model_name},
+            {"choices", choices},
+            {"usage",
+             {{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens}}},
+            {"updraft",
+             {{"policy_version", out.empty() ? 0 : out[0].policy_version},
+              {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}});
+}
+
+}  // namespace updraft

@@ -1,0 +1,77 @@
+#include "rollout/worker/rollback.h"
+
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+
+RollbackWatch::RollbackWatch(const RollbackOptions& options, DrafterScorer scorer)
+    : opt_(options), scorer_(std::move(scorer)) {
+  UPD_REQUIRE(opt_.margin >= 0 && opt_.margin < 1 && opt_.rounds >= 1 && opt_.depth >= 1)
+      << "rollback: margin in [0, 1), rounds and depth at least 1";
+}
+
+void RollbackWatch::swapped() {
+  bar_ = recent_sum_;
+  recent_.clear();
+  recent_sum_ = SpecStats();
+  watched_ = SpecStats();
+  watching_ = true;
+}
+
+void RollbackWatch::add_rounds(const SpecStats& step) {
+  if (step.rounds == 0)
+    return;
+  if (watching_)
+    watched_.merge(step);
+  recent_.push_back(step);
+  recent_sum_.merge(step);
+  while (recent_.size() > 1 && recent_sum_.rounds - recent_.front().rounds >= 4 * opt_.rounds) {
+    recent_sum_.subtract(recent_.front());
+    recent_.pop_front();
+  }
+}
+
+void RollbackWatch::add_sample(TttSample s) {
+  if (s.response_length() < 2)
+    return;
+  samples_.push_back(std::move(s));
+  while (samples_.size() > opt_.max_samples)
+    samples_.pop_front();
+}
+
+RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const DraftModel& previous,
+                                             const PolicyModel& policy) {
+  if (!ready())
+    return Verdict::kWatching;
+  watching_ = false;
+  double tau_new = watched_.tau_at(opt_.depth), tau_old = bar_.tau_at(opt_.depth);
+  const bool alarm = bar_.rounds > 0 && tau_new < (1.0 - opt_.margin) * tau_old;
+  bool same = false;
+  if (alarm && scorer_ && !samples_.empty()) {
+    const std::vector<TttSample> data(samples_.begin(), samples_.end());
+    tau_new = scorer_(candidate, policy, data, opt_.depth);
+    tau_old = scorer_(previous, policy, data, opt_.depth);
+    same = true;
+    ++confirmations_;
+  }
+  last_new_ = tau_new;
+  last_old_ = tau_old;
+  const bool comparable = same || bar_.rounds > 0;
+  if (comparable && tau_new < (1.0 - opt_.margin) * tau_old) {
+    spdlog::warn("rollback: tau {:.2f} fell below {:.2f} (the previous drafter's {:.2f}, {})", tau_new,
+                 (1.0 - opt_.margin) * tau_old, tau_old,
+                 same ? "both estimated on the same completions" : "live, on different requests");
+    recent_.clear();
+    recent_sum_ = bar_;  // the restored drafter's rounds stay the bar for its next successor
+    recent_.push_back(bar_);
+    return Verdict::kRollBack;
+  }
+  if (comparable)
+    spdlog::info("rollback: new drafter kept: tau {:.2f} vs {:.2f} ({})", tau_new, tau_old,
+                 same ? "same completions" : "live");
+  return Verdict::kKeep;
+}
+
+}  // namespace updraft

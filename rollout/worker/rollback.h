@@ -1,0 +1,76 @@
+// Rollback watch: after a drafter swap, does the new drafter accept at least about as well as the
+// one it replaced? (design.md §9: "watch live acceptance after the swap and roll back if it falls")
+//
+// The serving drafter's most recent rounds (at least 4 x `rounds` of them, when it has served
+// that many) form the bar for its successor. After a swap the new drafter's rounds are collected until there are `rounds`; its
+// acceptance is then compared with the bar, both as estimated full-depth acceptance lengths
+// (SpecStats::tau_at: rounds of any depth count, so adaptive speculation's shorter chains do not
+// bias it). At or above (1 - margin) x the bar's, the new drafter stays. Below, the alarm is
+// confirmed on the same requests when a scorer and recent captured completions are at hand: both
+// drafters' acceptance estimated teacher-forced on the same completions (a change of prompts
+// moves live acceptance without any fault of the drafter), and that decides. The live bar is the
+// previous drafter's recent rounds, so a drafter swapped in right after unusually hard requests
+// meets a low bar; the trainer promotes only candidates that beat its serving drafter on held-out
+// records, which covers that gap; confirming every swap would cost a decode of the completions.
+//
+// The scorer is injected (the worker does not depend on the trainer): app/ gives one that runs
+// the trainer's teacher-forced evaluation.
+//
+// Thread safety: none; the worker's engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "drafter/draft_model.h"
+#include "rollout/capture/sample.h"
+#include "rollout/policy_model.h"
+#include "rollout/spec/spec_stats.h"
+
+namespace updraft {
+
+// Estimated acceptance length of `drafter` at chain depth `depth` on `samples`, teacher-forced.
+using DrafterScorer = std::function<double(const DraftModel& drafter, const PolicyModel& policy,
+                                           const std::vector<TttSample>& samples, int64_t depth)>;
+
+struct RollbackOptions {
+  double margin = 0.2;
+  int64_t rounds = 64;
+  int64_t depth = 4;           // the full speculation depth (tau_at)
+  size_t max_samples = 32;     // recent captured completions kept for a confirmation
+};
+
+class RollbackWatch {
+ public:
+  enum class Verdict { kWatching, kKeep, kRollBack };
+
+  RollbackWatch(const RollbackOptions& options, DrafterScorer scorer);
+
+  // A new drafter serves from now: its rounds are watched against the recent ones of its predecessor.
+  void swapped();
+  // The serving drafter's rounds of one step.
+  void add_rounds(const SpecStats& step);
+  // A recent captured completion of the serving policy (kept for confirmations).
+  void add_sample(TttSample s);
+  void policy_changed() { samples_.clear(); }
+  bool ready() const { return watching_ && watched_.rounds >= opt_.rounds; }
+  // When ready(): the verdict on `candidate` against `previous` (both serving `policy`).
+  Verdict decide(const DraftModel& candidate, const DraftModel& previous, const PolicyModel& policy);
+  int64_t confirmations() const { return confirmations_; }
+  double last_new_tau() const { return last_new_; }
+  double last_old_tau() const { return last_old_; }
+
+ private:
+  RollbackOptions opt_;
+  DrafterScorer scorer_;
+  std::deque<SpecStats> recent_;  // per step, the serving drafter's latest rounds
+  SpecStats recent_sum_, bar_, watched_;
+  bool watching_ = false;
+  std::deque<TttSample> samples_;
+  int64_t confirmations_ = 0;
+  double last_new_ = 0, last_old_ = 0;
+};
+
+}  // namespace updraft

@@ -1,0 +1,163 @@
+#include "rollout/worker/versions.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "kernels/core/error.h"
+#include "kernels/io/weight_version.h"
+
+namespace updraft {
+
+Versions::Versions(uint32_t worker_id, PolicyVersion policy, DrafterVersion drafter)
+    : id_(worker_id), policy_(std::move(policy)), drafter_(std::move(drafter)) {
+  UPD_REQUIRE(policy_.model != nullptr) << "worker: a policy is required";
+  if (drafter_.model)
+    policy_.model->check_aux_layers(drafter_.model->aux_layers());
+}
+
+bool Versions::offer_policy(const std::string& dir, std::string* why) {
+  try {
+    const WeightVersion v = verify_version(dir, "policy");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (v.version <= std::max(policy_.version, staged_policy_.version))
+        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
+    }
+    auto p = std::make_shared<const PolicyModel>(PolicyModel::load(dir));
+    std::lock_guard<std::mutex> lock(mu_);
+    check_successor(p->config(), policy_.model->config());
+    if (drafter_.model)
+      p->check_aux_layers(drafter_.model->aux_layers());
+    staged_policy_ = {std::move(p), v.version};
+    spdlog::debug("worker {}: staged policy v{}", id_, v.version);
+    return true;
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++rejected_policy_;
+    spdlog::warn("worker {}: rejected policy {}: {}", id_, dir, e.what());
+    if (why)
+      *why = e.what();
+    return false;
+  }
+}
+
+bool Versions::offer_drafter(const std::string& dir, std::string* why) {
+  try {
+    const WeightVersion v = verify_version(dir, "drafter");
+    std::shared_ptr<const PolicyModel> policy;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (v.version <= std::max(drafter_.version, staged_drafter_.version))
+        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
+      if (banned_.count(v.version))
+        throw Error("version " + std::to_string(v.version) + " was rolled back");
+      policy = staged_policy_.model ? staged_policy_.model : policy_.model;
+    }
+    auto d = std::make_shared<const DraftModel>(DraftModel::load(dir, policy->draft_target()));
+    policy->check_aux_layers(d->aux_layers());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (drafter_.model)
+      UPD_REQUIRE(d->aux_layers() == drafter_.model->aux_layers())
+          << "the drafter reads other aux layers than the serving one";
+    staged_drafter_ = {std::move(d), v.version};
+    spdlog::debug("worker {}: staged drafter v{}", id_, v.version);
+    return true;
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++rejected_drafter_;
+    spdlog::warn("worker {}: rejected drafter {}: {}", id_, dir, e.what());
+    if (why)
+      *why = e.what();
+    return false;
+  }
+}
+
+void Versions::set_reference(DrafterVersion d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_.model->check_aux_layers(d.model->aux_layers());
+  reference_ = std::move(d);
+}
+
+PolicyVersion Versions::policy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_;
+}
+
+DrafterVersion Versions::drafter() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return drafter_;
+}
+
+DrafterVersion Versions::reference() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reference_;
+}
+
+DrafterVersion Versions::previous() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return previous_;
+}
+
+bool Versions::policy_staged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_policy_.model != nullptr;
+}
+
+bool Versions::drafter_staged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_drafter_.model != nullptr;
+}
+
+void Versions::install_policy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  UPD_CHECK(staged_policy_.model != nullptr) << "worker: no staged policy";
+  policy_ = std::exchange(staged_policy_, {});
+  const DraftTarget t = policy_.model->draft_target();
+  // Drafters read the policy's embedding table: every one kept follows the new policy (a
+  // staged drafter was loaded against the old one's table unless it came after the policy).
+  for (DrafterVersion* d : {&drafter_, &reference_, &previous_, &staged_drafter_})
+    if (d->model)
+      d->model = std::make_shared<const DraftModel>(d->model->rebind(t));
+  spdlog::info("worker {}: serving policy v{}", id_, policy_.version);
+}
+
+DrafterVersion Versions::install_drafter() {
+  std::lock_guard<std::mutex> lock(mu_);
+  UPD_CHECK(staged_drafter_.model != nullptr) << "worker: no staged drafter";
+  if (drafter_.model)
+    previous_ = drafter_;
+  drafter_ = std::exchange(staged_drafter_, {});
+  spdlog::info("worker {}: serving drafter v{} (policy v{})", id_, drafter_.version, policy_.version);
+  return drafter_;
+}
+
+DrafterVersion Versions::staged_drafter() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_drafter_;
+}
+
+void Versions::confirm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  previous_ = {};
+}
+
+DrafterVersion Versions::roll_back() {
+  std::lock_guard<std::mutex> lock(mu_);
+  UPD_CHECK(previous_.model != nullptr) << "worker: no previous drafter to roll back to";
+  banned_.insert(drafter_.version);
+  drafter_ = std::exchange(previous_, {});
+  return drafter_;
+}
+
+int64_t Versions::rejected_policy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rejected_policy_;
+}
+
+int64_t Versions::rejected_drafter() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rejected_drafter_;
+}
+
+}  // namespace updraft

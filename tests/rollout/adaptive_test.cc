@@ -1,0 +1,154 @@
+// Adaptive speculation's per-step depth choice (rollout/spec/adaptive.h) on synthetic engines:
+// step time and acceptance are made up, so the right answer is known for every live batch.
+#include "rollout/spec/adaptive.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+namespace {
+
+// A made-up engine: a step of B sequences at depth d takes base + per_row * B * (d + 1) seconds
+// (times noise), and draft position j is accepted with probability reach^(j+1), conditionally.
+struct SyntheticEngine {
+  double base = 1e-3, per_row = 2e-5, reach = 0.8, noise = 0.05;
+  std::mt19937_64 rng{11};
+
+  double tokens_per_seq(int64_t d) const {
+    double t = 1, p = 1;
+    for (int64_t j = 0; j < d; ++j)
+      t += (p *= reach);
+    return t;
+  }
+  double true_tps(int64_t B, int64_t d) const {
+    return tokens_per_seq(d) * static_cast<double>(B) / (base + per_row * static_cast<double>(B * (d + 1)));
+  }
+  StepSample run(int64_t B, int64_t d) {
+    std::uniform_real_distribution<double> u(0, 1);
+    StepSample s;
+    s.batch = B;
+    s.depth = d;
+    s.seconds = (base + per_row * static_cast<double>(B * (d + 1))) * (1 + noise * (2 * u(rng) - 1));
+    for (int64_t b = 0; b < B && d > 0; ++b) {
+      int64_t acc = 0;
+      while (acc < d && u(rng) < reach)
+        ++acc;
+      s.spec.add_round(d, acc, d);
+    }
+    return s;
+  }
+};
+
+int64_t best_depth(const SyntheticEngine& e, int64_t B, int64_t D) {
+  int64_t best = 0;
+  for (int64_t d = 1; d <= D; ++d)
+    if (e.true_tps(B, d) > e.true_tps(B, best))
+      best = d;
+  return best;
+}
+
+TEST(AdaptiveDepth, BucketsByLiveBatch) {
+  EXPECT_EQ(AdaptiveDepth::bucket(1), 0);
+  EXPECT_EQ(AdaptiveDepth::bucket(2), 1);
+  EXPECT_EQ(AdaptiveDepth::bucket(3), 1);
+  EXPECT_EQ(AdaptiveDepth::bucket(4), 2);
+  EXPECT_EQ(AdaptiveDepth::bucket(31), 4);
+  EXPECT_EQ(AdaptiveDepth::bucket(32), 5);
+  EXPECT_EQ(AdaptiveDepth::bucket(64), 6);
+  EXPECT_EQ(AdaptiveDepth::bucket(1000), 6);
+}
+
+TEST(AdaptiveDepth, MeasuresSpeculationFirstThenPicksTheBestDepthPerBatch) {
+  const int64_t D = 4;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1});
+  SyntheticEngine env;
+  env.per_row = 5e-5;  // verification stops being free as the batch grows
+  EXPECT_EQ(a.choose(8), D) << "nothing measured: speculate at full depth, which measures it";
+  a.observe(env.run(8, D));
+  // An RL-shaped run: 64 sequences shrinking to a tail of one, many times.
+  const std::vector<int64_t> live = {64, 64, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 2, 1, 1, 1};
+  int64_t steps = 0;
+  for (int rep = 0; rep < 300; ++rep)
+    for (int64_t B : live) {
+      a.observe(env.run(B, a.choose(B)));
+      ++steps;
+    }
+  const AdaptiveDepth::Snapshot s = a.snapshot();
+  EXPECT_LE(static_cast<double>(s.explore_steps), 0.05 * static_cast<double>(s.steps) + 1) << "exploration bounded";
+  EXPECT_GT(s.explore_steps, 10) << "every cell gets measured";
+  for (const int64_t B : {1, 2, 4, 8, 16, 32, 64}) {
+    const int b = AdaptiveDepth::bucket(B);
+    const int64_t chosen = s.current[static_cast<size_t>(b)], best = best_depth(env, B, D);
+    EXPECT_GE(env.true_tps(B, chosen), 0.95 * env.true_tps(B, best))
+        << "batch " << B << ": depth " << chosen << " where " << best << " is best";
+  }
+  EXPECT_EQ(s.current[0], best_depth(env, 1, D)) << "the tail speculates deep";
+  EXPECT_LT(s.current[6], D) << "a full batch does not verify the full chain";
+  ASSERT_EQ(s.reach.size(), static_cast<size_t>(D));
+  for (size_t j = 0; j < s.reach.size(); ++j)  // rounds reaching position j + 1 among those that tried it
+    EXPECT_NEAR(s.reach[j], std::pow(0.8, static_cast<double>(j + 1)), 0.06) << "position " << j;
+  // Within a bucket the batch varies (48 and 64 share one), so predictions are not exact.
+  EXPECT_GT(s.prediction_error, 0.0);
+  EXPECT_LT(s.prediction_error, 0.35);
+}
+
+TEST(AdaptiveDepth, AUselessDrafterFallsToPlainAndAGoodOneComesBack) {
+  const int64_t D = 4;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1});
+  SyntheticEngine env;
+  env.reach = 0.02;
+  for (int i = 0; i < 400; ++i)
+    a.observe(env.run(4, a.choose(4)));
+  AdaptiveDepth::Snapshot s = a.snapshot();
+  EXPECT_EQ(s.current[2], 0) << "a drafter that accepts nothing is not worth a draft step";
+  // A new drafter that accepts well: exploration measures it and the bucket goes back to it.
+  a.drafter_changed(2);
+  env.reach = 0.9;
+  for (int i = 0; i < 600; ++i)
+    a.observe(env.run(4, a.choose(4)));
+  s = a.snapshot();
+  EXPECT_EQ(s.current[2], best_depth(env, 4, D));
+}
+
+TEST(AdaptiveDepth, HysteresisKeepsTheDepthWhenTwoAreEqual) {
+  AdaptiveOptions o;
+  o.explore_share = 0;  // no exploration: only the choice itself
+  AdaptiveDepth a(SpecSettings{2, 1, 3}, o);
+  SyntheticEngine env;
+  env.noise = 0.02;
+  env.reach = 0.5;
+  env.base = 1e-3;
+  env.per_row = 1e-3 / 3.0;  // depth 0 and depth 2 predict almost the same throughput
+  int64_t changes = 0, last = -1;
+  for (int i = 0; i < 500; ++i) {
+    const int64_t d = a.choose(1);
+    changes += last >= 0 && d != last;
+    last = d;
+    a.observe(env.run(1, d));
+  }
+  EXPECT_LT(changes, 20) << "the depth flaps between near-equal choices";
+}
+
+TEST(AdaptiveDepth, TreesChooseBetweenTheFullSettingsAndPlainAndFixedDepthIsObeyed) {
+  AdaptiveDepth tree(SpecSettings{3, 3, 8});
+  SyntheticEngine env;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t d = tree.choose(2);
+    EXPECT_TRUE(d == 0 || d == 3) << d;
+    tree.observe(env.run(2, d));
+  }
+  AdaptiveOptions fixed;
+  fixed.fixed_depth = 2;
+  AdaptiveDepth f(SpecSettings{4, 1, 5}, fixed);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(f.choose(i + 1), 2);
+  fixed.fixed_depth = 2;
+  EXPECT_THROW(AdaptiveDepth(SpecSettings{3, 3, 8}, fixed), Error) << "a tree has no depth 2";
+}
+
+}  // namespace
+}  // namespace updraft
