@@ -83,8 +83,9 @@ struct EngineOptions {
   // is given at construction, else the config's default. Every drafter set later must read these.
   std::vector<int64_t> capture_aux_layers;
   // Committed pairs a sequence may hold for the drafter while it is not drafting (plain steps,
-  // prefill) before the drafter absorbs them anyway: bounds the memory of the backlog.
-  int64_t draft_backlog = 64;
+  // prefill) before the drafter absorbs them anyway: bounds the backlog's memory (A*H values per
+  // pair). A sequence that finishes during plain steps never pays for its pairs.
+  int64_t draft_backlog = 512;
 };
 
 struct EngineStats {

@@ -27,6 +27,28 @@ struct RolloutService::Job {
 
 namespace {
 
+// /generate's prompts: input_ids (a list, or a list of lists) or text (one, or a list).
+std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Tokenizer* tok, bool* batch) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (body.contains("input_ids")) {
+    const json& in = body["input_ids"];
+    *batch = in.is_array() && !in.empty() && in[0].is_array();
+    if (!*batch)
+      return {api::ids_of(in, "input_ids")};
+    for (size_t i = 0; i < in.size(); ++i)
+      prompts.push_back(api::ids_of(in[i], "input_ids[" + std::to_string(i) + "]"));
+    return prompts;
+  }
+  UPD_REQUIRE(tok != nullptr) << "text needs the model's tokenizer.json; send input_ids";
+  const json& in = body["text"];
+  *batch = in.is_array();
+  for (const json& t : *batch ? in : json::array({in})) {
+    UPD_REQUIRE(t.is_string()) << "text must be a string or a list of strings";
+    prompts.push_back(tok->encode(t.get<std::string>()));
+  }
+  return prompts;
+}
+
 json finish_reason(const Completion& c) {
   const GenResult& g = c.result;
   if (g.finish_reason == "abort")
@@ -241,26 +263,8 @@ http::Response RolloutService::generate(const json& body) {
   UPD_REQUIRE(!body.value("stream", false)) << "stream is not supported: the whole completion is returned";
   UPD_REQUIRE(body.value("top_logprobs_num", 0) == 0) << "top_logprobs_num > 0 is not supported";
   UPD_REQUIRE(body.value("logprob_start_len", -1) == -1) << "logprob_start_len is not supported (only -1)";
-  std::vector<std::vector<int32_t>> prompts;
   bool batch = false;
-  if (body.contains("input_ids")) {
-    const json& in = body["input_ids"];
-    batch = in.is_array() && !in.empty() && in[0].is_array();
-    if (batch) {
-      for (size_t i = 0; i < in.size(); ++i)
-        prompts.push_back(api::ids_of(in[i], "input_ids[" + std::to_string(i) + "]"));
-    } else {
-      prompts.push_back(api::ids_of(in, "input_ids"));
-    }
-  } else {
-    UPD_REQUIRE(tokenizer_ != nullptr) << "text needs the model's tokenizer.json; send input_ids";
-    const json& in = body["text"];
-    batch = in.is_array();
-    for (const json& t : batch ? in : json::array({in})) {
-      UPD_REQUIRE(t.is_string()) << "text must be a string or a list of strings";
-      prompts.push_back(tokenizer_->encode(t.get<std::string>()));
-    }
-  }
+  std::vector<std::vector<int32_t>> prompts = generate_prompts(body, tokenizer_.get(), &batch);
   UPD_REQUIRE(!prompts.empty()) << "no prompt given";
   const json sp = body.value("sampling_params", json());
   UPD_REQUIRE(!sp.is_array() || sp.size() == prompts.size())

@@ -17,10 +17,12 @@
 // weight of a couple of rounds.
 //
 // Choice. The depth with the highest prediction, with hysteresis: the bucket's current depth is
-// kept unless another predicts more than (1 + hysteresis) times its throughput. Exploration: at
-// most one step in 1 / explore_share (5%) runs the depth of its bucket measured least (fewer
-// than min_samples times, or not for stale_steps steps), so every cell stays measured without
-// biasing the comparison (the explored steps are interleaved with the others in time).
+// kept unless another predicts more than (1 + hysteresis) times its throughput. Exploration: a
+// step runs the depth of its bucket measured least when that depth has fewer than min_samples
+// measurements or none for stale_steps steps, and at most one step in 1 / explore_share (5%)
+// explores; so every cell gets measured, and in a steady state almost no step pays for it (an
+// explored depth can cost twice a plain step at a large batch). Explored steps are interleaved
+// with the others in time, so they see the same machine and requests.
 //
 // Thread safety: none; the engine's thread calls choose() before and observe() after each step.
 // snapshot() copies the state for metrics (the caller serialises access).
@@ -57,7 +59,7 @@ struct AdaptiveOptions {
   double reach_decay = 0.98;    // per step: the weight of older rounds in the acceptance estimate
   double hysteresis = 0.03;
   int64_t min_samples = 3;
-  int64_t stale_steps = 400;
+  int64_t stale_steps = 2000;  // a cell measured longer ago is measured again (exploration)
   int64_t fixed_depth = -1;     // >= 0: always this depth (measurements, tests)
 };
 

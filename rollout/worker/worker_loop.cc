@@ -164,69 +164,7 @@ void Worker::abort_in_engine(uint64_t id) {
   engines_[static_cast<int>(where.first)].engine->abort(where.second);
 }
 
-void Worker::apply_versions() {
-  if (versions_.policy_staged()) {
-    for (ModeEngine& m : engines_)
-      if (m.engine)
-        m.engine->set_admission(false);
-    if (any_running())
-      return;  // drain first; a staged drafter waits for the policy (it was loaded against it)
-    versions_.install_policy();
-    const PolicyVersion p = versions_.policy();
-    for (int k = 0; k < 3; ++k) {
-      ModeEngine& m = engines_[k];
-      if (!m.engine)
-        continue;
-      m.policy = p.model;
-      m.policy_version = p.version;
-      m.drafter = k == static_cast<int>(GenMode::kServing)     ? versions_.drafter()
-                  : k == static_cast<int>(GenMode::kReference) ? versions_.reference()
-                                                               : DrafterVersion{};
-      m.engine->set_policy(*p.model, m.drafter.model.get());
-      m.engine->set_admission(!shutting_);
-    }
-    rollback_.policy_changed();
-    close_window(false);
-    window_policy_swapped_ = true;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++metrics_.policy_swaps;
-  }
-  if (options_.speculate && versions_.drafter_staged()) {
-    const DrafterVersion before = versions_.drafter();
-    versions_.install_drafter();
-    if (before.model)
-      pending_watch_ = true;
-  }
-  sync_drafter();
-}
 
-void Worker::sync_drafter() {
-  ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  const DrafterVersion want = versions_.drafter();
-  if (want.model == s.drafter.model || !options_.speculate)
-    return;
-  const bool in_flight = s.engine->running() > 0;
-  if (drafter_retry_when_idle_ && in_flight)
-    return;
-  try {
-    s.engine->set_drafter(want.model.get());
-  } catch (const Error& e) {
-    if (!drafter_retry_when_idle_)
-      spdlog::warn("worker {}: drafter v{} not swapped in with requests in flight ({}); it waits until idle",
-                   options_.id, want.version, e.what());
-    drafter_retry_when_idle_ = true;
-    return;
-  }
-  drafter_retry_when_idle_ = false;
-  s.drafter = want;
-  if (std::exchange(pending_watch_, false))
-    rollback_.swapped();
-  close_window(false);
-  window_drafter_swapped_ = true;
-  std::lock_guard<std::mutex> lock(mu_);
-  ++metrics_.drafter_swaps;
-  metrics_.mid_batch_swaps += in_flight ? 1 : 0;
-}
 
 void Worker::step(GenMode mode) {
   ModeEngine& m = engines_[static_cast<int>(mode)];
@@ -255,28 +193,6 @@ void Worker::step(GenMode mode) {
     close_window(!e.has_work());
 }
 
-void Worker::account_step(const EngineStats& before, const EngineStats& after) {
-  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  SpecStats d = after.spec;
-  d.subtract(before.spec);
-  const int64_t tokens = after.generated_tokens - before.generated_tokens;
-  const double secs = after.step_seconds - before.step_seconds;
-  rollback_.add_rounds(d);
-  window_.seconds += secs;
-  window_.tokens += tokens;
-  window_.steps += after.steps - before.steps;
-  window_.spec.merge(d);
-  if (after.steps > before.steps && after.last_decoding > 0) {
-    ++window_depth_steps_;
-    window_depth_sum_ += static_cast<double>(after.last_depth);
-    window_batch_sum_ += static_cast<double>(after.last_decoding);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  WorkerMetrics::Cell& cell = metrics_.by_version[{s.policy_version, s.drafter.version}];
-  cell.spec.merge(d);
-  cell.tokens += tokens;
-  cell.seconds += secs;
-}
 
 void Worker::deliver(GenMode mode, GenResult&& g) {
   ModeEngine& m = engines_[static_cast<int>(mode)];
@@ -334,53 +250,7 @@ void Worker::fail_all(GenMode mode, const std::string& why) {
   engine_for(mode);
 }
 
-void Worker::watch_rollback() {
-  if (!rollback_.ready())
-    return;
-  ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  const DrafterVersion prev = versions_.previous();
-  if (!prev.model || !s.drafter.model) {
-    versions_.confirm();
-    return;
-  }
-  const RollbackWatch::Verdict v = rollback_.decide(*s.drafter.model, *prev.model, *s.policy);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.rollback_confirmations = rollback_.confirmations();
-  }
-  if (v != RollbackWatch::Verdict::kRollBack) {
-    versions_.confirm();
-    return;
-  }
-  spdlog::warn("worker {}: rolling drafter v{} back to v{}", options_.id, s.drafter.version, prev.version);
-  versions_.roll_back();
-  sync_drafter();
-  std::lock_guard<std::mutex> lock(mu_);
-  ++metrics_.rollbacks;
-}
 
-void Worker::close_window(bool) {
-  if (window_.steps == 0)
-    return;
-  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  window_.t = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  window_.policy_version = s.policy_version;
-  window_.drafter_version = s.drafter.version;
-  window_.mean_depth = window_depth_steps_ > 0 ? window_depth_sum_ / static_cast<double>(window_depth_steps_) : 0.0;
-  window_.mean_batch = window_depth_steps_ > 0 ? window_batch_sum_ / static_cast<double>(window_depth_steps_) : 0.0;
-  window_.policy_swapped = std::exchange(window_policy_swapped_, false);
-  window_.drafter_swapped = std::exchange(window_drafter_swapped_, false);
-  if (options_.on_window) {
-    try {
-      options_.on_window(window_);
-    } catch (const std::exception& ex) {
-      spdlog::error("worker {}: the window callback threw: {}", options_.id, ex.what());
-    }
-  }
-  window_ = WindowReport();
-  window_depth_steps_ = 0;
-  window_depth_sum_ = window_batch_sum_ = 0;
-}
 
 void Worker::pause_action(PauseMode mode) {
   for (ModeEngine& m : engines_) {
@@ -413,62 +283,6 @@ void Worker::deliver_aborted() {
   }
 }
 
-void Worker::do_flush() {
-  FlushResult r;
-  if (any_work()) {
-    int64_t running = 0, waiting = 0;
-    for (const ModeEngine& m : engines_)
-      if (m.engine) {
-        running += m.engine->running();
-        waiting += m.engine->waiting();
-      }
-    r = {false, "cache not flushed: " + std::to_string(running) + " requests running and " + std::to_string(waiting) +
-                    " waiting (abort them or wait)"};
-  } else {
-    int64_t freed = 0;
-    for (const GenMode mode : {GenMode::kReference, GenMode::kPlain}) {
-      ModeEngine& m = engines_[static_cast<int>(mode)];
-      if (m.engine)
-        freed += m.engine->cache().bytes();
-      m = ModeEngine();
-    }
-    const KvCache& c = engines_[static_cast<int>(GenMode::kServing)].engine->cache();
-    UPD_CHECK(c.free_blocks() == c.num_blocks())
-        << "worker: idle engine holds " << c.num_blocks() - c.free_blocks() << " KV blocks";
-    r = {true, "all " + std::to_string(c.num_blocks()) + " KV blocks of the serving engine are free; " +
-                   std::to_string(freed >> 20) + " MiB of comparison-engine caches released"};
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  flush_result_ = r;
-  flush_done_ = true;
-  state_cv_.notify_all();
-}
 
-void Worker::publish_state() {  // mu_ held
-  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  int64_t running = 0, waiting = 0;
-  for (const ModeEngine& m : engines_)
-    if (m.engine) {
-      running += m.engine->running();
-      waiting += m.engine->waiting();
-    }
-  load_.running = running;
-  load_.waiting = waiting;
-  load_.free_blocks = s.engine->cache().free_blocks();
-  load_.total_blocks = s.engine->cache().num_blocks();
-  serving_policy_version_ = s.policy_version;
-  serving_drafter_version_ = s.drafter.version;
-  const EngineStats& st = s.engine->stats();
-  metrics_.steps = st.steps;
-  metrics_.preemptions = st.preemptions;
-  metrics_.aborted = st.aborted;
-  metrics_.running = s.engine->running();
-  metrics_.waiting = s.engine->waiting();
-  metrics_.depth_steps = st.depth_steps;
-  metrics_.records = recorder_.stats();
-  metrics_.adaptive = s.chooser != nullptr;
-  if (s.chooser)
-    metrics_.adaptive_model = s.chooser->snapshot();
-}
 
 }  // namespace updraft

@@ -4,9 +4,11 @@
 # announcing promoted drafters). Requests go through the Python client (python/). Checks:
 # every completion's record is acknowledged and stored, the trainer's drafter v2 reaches the
 # running worker and serves the next requests (labelled v2), metrics say so, and every process
-# stops cleanly on SIGTERM.
+# stops cleanly on SIGTERM. With a third argument `cold` the worker starts without a drafter
+# (the cold start of online adaptation): it decodes plainly (completions labelled drafter 0, no
+# speculation rounds) while its records flow, until the trainer's first promotion arrives.
 set -euo pipefail
-bin=$1 src=$2
+bin=$1 src=$2 cold=${3:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 model=$src/tests/fixtures/policy/llama draft=$src/tests/fixtures/drafter/spec_default
 work=$(mktemp -d)
@@ -21,7 +23,9 @@ records=ipc://$work/records.sock pub=ipc://$work/drafters.pub req=ipc://$work/dr
 
 "$bin" buffer --path "$work/buf" --endpoint "$records" --report-seconds 0 >"$work/buffer.log" 2>&1 &
 buffer_pid=$!; pids+=("$buffer_pid")
-"$bin" serve --model "$model" --drafter "$draft" --port 0 --port-file "$work/port" --send "$records" --worker-id 3 \
+serve_drafter=(--drafter "$draft")
+[ "$cold" = cold ] && serve_drafter=(--no-drafter)
+"$bin" serve --model "$model" "${serve_drafter[@]}" --port 0 --port-file "$work/port" --send "$records" --worker-id 3 \
   --weights-pub "$pub" --weights-req "$req" --weights-dir "$work/fetched" >"$work/serve.log" 2>&1 &
 serve_pid=$!; pids+=("$serve_pid")
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
@@ -36,10 +40,16 @@ gen='
 out = c.generate(input_ids=[[i, i * 7 % 500, i * 13 % 500, 5, 9] for i in range(FIRST, FIRST + 12)],
                  sampling_params={"temperature": 1, "max_new_tokens": 24, "sampling_seed": FIRST})
 assert len(out) == 12, out
-print(json.dumps(sorted({(o["meta_info"]["policy_version"], o["meta_info"]["drafter_version"]) for o in out})))'
+print(json.dumps(sorted({(o["meta_info"]["policy_version"], o["meta_info"]["drafter_version"]) for o in out})))
+print(sum(o["meta_info"]["spec_verify_ct"] for o in out))'
 client "${gen//FIRST/1}" >"$work/gen1.out" || fail "generate 1"
 client "${gen//FIRST/101}" >"$work/gen2.out" || fail "generate 2"
-grep -q '^\[\[1, 1\]\]$' "$work/gen1.out" || fail "completions not labelled policy v1 / drafter v1: $(cat "$work/gen1.out")"
+if [ "$cold" = cold ]; then
+  grep -q '^\[\[1, 0\]\]$' "$work/gen1.out" || fail "cold completions not labelled drafter 0: $(cat "$work/gen1.out")"
+  [ "$(sed -n 2p "$work/gen1.out")" = 0 ] || fail "a worker without a drafter speculated: $(cat "$work/gen1.out")"
+else
+  grep -q '^\[\[1, 1\]\]$' "$work/gen1.out" || fail "completions not labelled policy v1 / drafter v1: $(cat "$work/gen1.out")"
+fi
 
 # The online trainer as a daemon: it trains on the 24 records, promotes v2 and announces it.
 "$bin" train --model "$model" --drafter "$draft" --buffer "$work/buf" --out "$work/online" --steps-per-round 40 \
@@ -72,6 +82,7 @@ while time.monotonic() - since < 1:  # settled: an announcement in flight at the
 assert 2 <= v <= $last, v
 out = c.generate(input_ids=[[3, 1, 4, 1, 5], [2, 7, 1, 8]], sampling_params={'temperature': 1, 'max_new_tokens': 16})
 assert all(o['meta_info']['drafter_version'] == v for o in out), out
+assert sum(o['meta_info']['spec_verify_ct'] for o in out) > 0, out
 m = c.metrics()
 value = lambda name: [l.split()[1] for l in m.splitlines() if l.startswith(name + ' ')][0]
 assert value('updraft_worker_drafter_version') == str(v), m
@@ -92,4 +103,4 @@ wait "$buffer_pid" || fail "buffer exited with $?"
 pids=()
 out=$("$bin" inspect buffer "$work/buf")
 grep -qE "^  records +: $n$" <<<"$out" || fail "expected $n stored records: $out"
-echo "serve, buffer and trainer as processes: $n records stored, drafters v2..v$v promoted, announced and serving"
+echo "serve${cold:+ (cold start)}, buffer and trainer as processes: $n records stored, drafters v2..v$v promoted, announced and serving"

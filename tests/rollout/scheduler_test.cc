@@ -13,33 +13,11 @@
 #include "drafter/random_draft.h"
 #include "rollout/engine/engine.h"
 #include "tests/drafter/test_drafts.h"
+#include "tests/rollout/random_depth.h"
 #include "tests/rollout/test_models.h"
 
 namespace updraft {
 namespace {
-
-// A depth chooser that picks any allowed depth at random: losslessness may not depend on it.
-class RandomDepth final : public DepthChooser {
- public:
-  RandomDepth(const SpecSettings& full, uint64_t seed) : depths_(allowed(full)), rng_(seed) {}
-  int64_t choose(int64_t) override { return depths_[rng_() % depths_.size()]; }
-  void observe(const StepSample& s) override {
-    EXPECT_GT(s.batch, 0);
-    ++observed;
-  }
-  void drafter_changed(uint64_t) override { ++changes; }
-  int64_t observed = 0, changes = 0;
-
- private:
-  static std::vector<int64_t> allowed(const SpecSettings& f) {
-    std::vector<int64_t> d = {0};
-    for (int64_t k = f.chain() ? 1 : f.steps; k <= f.steps; ++k)
-      d.push_back(k);
-    return d;
-  }
-  std::vector<int64_t> depths_;
-  std::mt19937_64 rng_;
-};
 
 class SchedulerProperty : public ::testing::TestWithParam<SpecSettings> {
  protected:

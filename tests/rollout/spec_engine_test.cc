@@ -24,6 +24,7 @@
 #include "kernels/ops.h"
 #include "rollout/engine/engine.h"
 #include "tests/drafter/test_drafts.h"
+#include "tests/rollout/random_depth.h"
 #include "tests/rollout/test_models.h"
 
 namespace updraft {
@@ -318,6 +319,37 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
         p0 += joint[r.tokens[0] * V + b];
       EXPECT_NEAR(r.logprobs[0], std::log(p0), 1e-4);
       EXPECT_NEAR(r.logprobs[1], std::log(joint[r.tokens[0] * V + r.tokens[1]] / p0), 1e-4);
+    }
+    if (top_k == 0) {
+      // A busy engine: requests join in waves while others decode, a KV cache small enough to
+      // preempt (and recompute) sequences, and a random speculation depth every step. The
+      // requests run on to 9 tokens (so that they grow); the first two are fitted.
+      EngineOptions o;
+      o.block_size = 4;
+      o.max_batch = 64;
+      o.prefill_chunk = 7;
+      o.spec = chain;
+      const KvCacheShape ks = model_->kv_shape();
+      o.kv_cache_bytes = 30 * (2 * ks.layers * o.block_size * ks.kv_heads * ks.head_dim * 4);
+      Engine e(*model_, o, draft_.get());
+      RandomDepth depth(chain, 3);
+      e.set_depth_chooser(&depth);
+      std::vector<GenResult> busy;
+      for (int64_t i = 0; i < N; ++i) {
+        GenRequest r = req(prompt, temp, 9, 6'000'000 + static_cast<uint64_t>(i));  // longer: they grow
+        r.params.top_k = top_k;
+        r.params.top_p = top_p;
+        e.submit(r);
+        if (i % 97 == 96)
+          for (GenResult& g : e.step())
+            busy.push_back(std::move(g));
+      }
+      for (GenResult& g : e.run())
+        busy.push_back(std::move(g));
+      ASSERT_EQ(static_cast<int64_t>(busy.size()), N);
+      EXPECT_GT(e.stats().preemptions, 0) << "the cache should be small enough to preempt";
+      const auto [ystat, ydf] = fit(busy);
+      EXPECT_LT(ystat, chi2_critical(ydf)) << "a busy engine's samples do not fit the policy (temperature " << temp << ")";
     }
     const auto [pstat, pdf] = fit(sample(nullptr, AcceptRule::Exact, 2'000'000, nullptr));
     EXPECT_LT(pstat, chi2_critical(pdf)) << "plain samples do not fit: the reference distribution is wrong";

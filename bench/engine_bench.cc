@@ -1,0 +1,260 @@
+// The long-lived engine with per-step adaptive speculation (rollout/engine/engine.h,
+// rollout/spec/adaptive.h), side by side in one run on the built-in policy and drafter:
+//
+//   --sweep  decode throughput at live batch B (every sequence runs to --tokens, so the batch stays
+//            B), temperatures 0 and 1: plain decoding, always speculating at the full settings, and
+//            adaptive (the depth chosen per step); one persistent engine per mode, as in a worker,
+//            warmed over every batch size first (the adaptive model learns there), then --reps
+//            interleaved repetitions; each figure is the median.
+//   --rl     an RL-shaped batch: --prompts prompts x --group samples at temperature 1, each to end
+//            of text or --max-new tokens (the spread of lengths of the demo's rollouts), submitted
+//            at once and run to the last one: time to finish all per mode (median of --reps,
+//            interleaved), and how the live batch and the chosen depth move over the run.
+//
+// usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--reps R]
+//                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/machine_probe.h"
+#include "rollout/engine/engine.h"
+#include "rollout/tokenizer.h"
+#include "trainer/corpus.h"
+
+#ifndef UPDRAFT_SOURCE_DIR
+#define UPDRAFT_SOURCE_DIR "."
+#endif
+
+using namespace updraft;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// One mode: a persistent engine (and its chooser for adaptive).
+struct Mode {
+  std::string name;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<AdaptiveDepth> chooser;
+};
+
+std::vector<Mode> make_modes(const PolicyModel& model, const DraftModel& draft, const EngineOptions& eo) {
+  std::vector<Mode> modes(3);
+  modes[0] = {"plain", std::make_unique<Engine>(model, eo, nullptr), nullptr};
+  modes[1] = {"always", std::make_unique<Engine>(model, eo, &draft), nullptr};
+  modes[2] = {"adaptive", std::make_unique<Engine>(model, eo, &draft), std::make_unique<AdaptiveDepth>(eo.spec)};
+  modes[2].engine->set_depth_chooser(modes[2].chooser.get());
+  return modes;
+}
+
+struct Timed {
+  double seconds = 0;
+  int64_t tokens = 0, depth_steps = 0;
+  double depth_sum = 0;
+};
+
+// Decode phase of B sequences of `tokens` new tokens each (timed after the prefill step).
+Timed decode_phase(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t B, int64_t tokens, float temp,
+                   uint64_t seed) {
+  for (int64_t b = 0; b < B; ++b) {
+    GenRequest q;
+    q.prompt = prompts[static_cast<size_t>(b) % prompts.size()];
+    q.params.temperature = temp;
+    q.params.has_seed = true;
+    q.params.seed = seed + static_cast<uint64_t>(b);
+    q.params.max_new_tokens = tokens + 1;
+    q.params.ignore_eos = true;
+    e.submit(q);
+  }
+  e.step();  // prefill and the first token of every sequence
+  Timed t;
+  const int64_t g0 = e.stats().generated_tokens;
+  const double t0 = now_s();
+  while (e.has_work()) {
+    e.step();
+    if (e.stats().last_decoding > 0) {
+      ++t.depth_steps;
+      t.depth_sum += static_cast<double>(e.stats().last_depth);
+    }
+  }
+  t.seconds = now_s() - t0;
+  t.tokens = e.stats().generated_tokens - g0;
+  return t;
+}
+
+void sweep(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& prompts,
+           const std::vector<int64_t>& batches, int64_t tokens, int reps) {
+  std::printf("%-5s %5s %10s %10s %10s %8s %8s %7s %9s\n", "temp", "batch", "plain t/s", "always t/s", "adapt t/s",
+              "always", "adaptive", "depth", "explored");
+  for (const float temp : {0.0f, 1.0f}) {
+    for (Mode& m : modes)  // warm-up: every batch size once (the adaptive model learns its buckets)
+      for (int64_t B : batches)
+        decode_phase(*m.engine, prompts, B, tokens, temp, 7);
+    for (int64_t B : batches) {
+      std::vector<std::vector<double>> tps(modes.size());
+      double depth = 0;
+      int64_t depth_steps = 0;
+      const int64_t explored0 = modes[2].chooser->snapshot().explore_steps, steps0 = modes[2].chooser->snapshot().steps;
+      for (int r = 0; r < reps; ++r)
+        for (size_t k = 0; k < modes.size(); ++k) {
+          const size_t i = (k + static_cast<size_t>(r)) % modes.size();  // rotate who goes first
+          const Timed t = decode_phase(*modes[i].engine, prompts, B, tokens, temp, 1000 + 100 * r);
+          tps[i].push_back(static_cast<double>(t.tokens) / t.seconds);
+          if (i == 2) {
+            depth += t.depth_sum;
+            depth_steps += t.depth_steps;
+          }
+        }
+      const AdaptiveDepth::Snapshot s = modes[2].chooser->snapshot();
+      const double plain = median(tps[0]), always = median(tps[1]), adaptive = median(tps[2]);
+      std::printf("%-5.1f %5ld %10.1f %10.1f %10.1f %7.2fx %7.2fx %7.2f %8.1f%%\n", temp, B, plain, always, adaptive,
+                  always / plain, adaptive / plain, depth_steps > 0 ? depth / static_cast<double>(depth_steps) : 0.0,
+                  100.0 * static_cast<double>(s.explore_steps - explored0) /
+                      std::max<double>(1.0, static_cast<double>(s.steps - steps0)));
+      std::fflush(stdout);
+    }
+  }
+}
+
+struct RlRun {
+  double seconds = 0;
+  int64_t tokens = 0;
+  std::vector<std::pair<double, std::pair<int64_t, int64_t>>> trace;  // (t, (live batch, depth)) per step
+};
+
+RlRun rl_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t group, int64_t max_new,
+               uint64_t seed) {
+  for (size_t p = 0; p < prompts.size(); ++p)
+    for (int64_t g = 0; g < group; ++g) {
+      GenRequest q;
+      q.prompt = prompts[p];
+      q.params.temperature = 1.0f;
+      q.params.has_seed = true;
+      q.params.seed = seed + p * 131 + static_cast<uint64_t>(g);
+      q.params.max_new_tokens = max_new;
+      e.submit(q);
+    }
+  RlRun r;
+  const int64_t g0 = e.stats().generated_tokens;
+  const double t0 = now_s();
+  while (e.has_work()) {
+    e.step();
+    r.trace.push_back({now_s() - t0, {e.stats().last_decoding, e.stats().last_depth}});
+  }
+  r.seconds = now_s() - t0;
+  r.tokens = e.stats().generated_tokens - g0;
+  return r;
+}
+
+void rl(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& prompts, int64_t group, int64_t max_new,
+        int reps) {
+  std::printf("RL-shaped batch: %zu prompts x %ld samples, temperature 1, up to %ld new tokens, submitted at once\n",
+              prompts.size(), group, max_new);
+  for (Mode& m : modes)  // warm-up (the adaptive model learns)
+    rl_batch(*m.engine, prompts, group, max_new, 5);
+  std::vector<std::vector<double>> secs(modes.size());
+  std::vector<RlRun> last(modes.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(r)) % modes.size();
+      last[i] = rl_batch(*modes[i].engine, prompts, group, max_new, 99 + 1000 * r);
+      secs[i].push_back(last[i].seconds);
+    }
+  const double plain = median(secs[0]);
+  for (size_t i = 0; i < modes.size(); ++i)
+    std::printf("  %-8s time to finish all %.2f s (median of %d)  %.2fx plain  tokens %ld\n", modes[i].name.c_str(),
+                median(secs[i]), reps, plain / median(secs[i]), last[i].tokens);
+  std::printf("  adaptive over the last run, by tenths of its time: live batch / mean depth\n   ");
+  const RlRun& a = last[2];
+  for (int slice = 0; slice < 10; ++slice) {
+    double batch = 0, depth = 0;
+    int n = 0;
+    for (const auto& [t, bd] : a.trace)
+      if (t >= a.seconds * slice / 10 && t < a.seconds * (slice + 1) / 10) {
+        batch += static_cast<double>(bd.first);
+        depth += static_cast<double>(bd.second);
+        ++n;
+      }
+    std::printf(" %4.1f/%.1f", n ? batch / n : 0.0, n ? depth / n : 0.0);
+  }
+  std::printf("\n");
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  for (size_t at = 0; at <= s.size();) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    v.push_back(std::stoll(s.substr(at, end - at)));
+    at = end + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool do_sweep = false, do_rl = false;
+  std::string model_dir = std::string(UPDRAFT_SOURCE_DIR) + "/models/small",
+              draft_dir = std::string(UPDRAFT_SOURCE_DIR) + "/models/small-eagle3";
+  int64_t tokens = 48, prompts_n = 16, group = 4, max_new = 96;
+  int reps = 3;
+  std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
+  corpus::Mix mix;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has = i + 1 < argc;
+    if (a == "--sweep") do_sweep = true;
+    else if (a == "--rl") do_rl = true;
+    else if (a == "--model" && has) model_dir = argv[++i];
+    else if (a == "--draft" && has) draft_dir = argv[++i];
+    else if (a == "--tokens" && has) tokens = std::stoll(argv[++i]);
+    else if (a == "--reps" && has) reps = std::stoi(argv[++i]);
+    else if (a == "--batches" && has) batches = parse_list(argv[++i]);
+    else if (a == "--prompts" && has) prompts_n = std::stoll(argv[++i]);
+    else if (a == "--group" && has) group = std::stoll(argv[++i]);
+    else if (a == "--max-new" && has) max_new = std::stoll(argv[++i]);
+    else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
+    else {
+      std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (!do_sweep && !do_rl)
+    do_sweep = do_rl = true;
+  const bench::MachineLimits mach = bench::probe_machine(size_t{256} << 20);
+  const PolicyModel model = PolicyModel::load(model_dir);
+  const DraftModel draft = DraftModel::load(draft_dir, model.draft_target());
+  const Tokenizer tok = Tokenizer::load(model_dir);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const corpus::Sample& s : corpus::make_samples(mix, corpus::Split::kHeldOut, 64, 3))
+    prompts.push_back(tok.encode(s.prompt));
+  EngineOptions eo;
+  eo.spec = SpecSettings{4, 1, 5};
+  eo.max_batch = 64;
+  eo.prefill_chunk = 4096;
+  std::printf("updraft engine benchmark\nmachine: %d threads, streaming read %.1f GB/s\n", mach.threads, mach.read_gbps);
+  std::printf("policy %s (%ld layers, hidden %ld), drafter %s, speculation chain of %ld\n\n", model_dir.c_str(),
+              model.config().num_layers, model.config().hidden_size, draft_dir.c_str(), eo.spec.steps);
+  std::vector<Mode> modes = make_modes(model, draft, eo);
+  if (do_sweep) {
+    std::printf("decode sweep: %ld new tokens per sequence, held-out prompts, median of %d interleaved reps\n", tokens,
+                reps);
+    sweep(modes, prompts, batches, tokens, reps);
+    std::printf("\n");
+  }
+  if (do_rl) {
+    prompts.resize(static_cast<size_t>(std::min<int64_t>(prompts_n, static_cast<int64_t>(prompts.size()))));
+    rl(modes, prompts, group, max_new, reps);
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+// The worker's hot-swaps on its engine thread (rollout/worker/worker.h): staged versions go
+// in between steps, and the rollback watch decides on a new drafter.
+#include <spdlog/spdlog.h>
+
+#include "kernels/core/error.h"
+#include "rollout/worker/worker.h"
+
+namespace updraft {
+
+void Worker::apply_versions() {
+  if (versions_.policy_staged()) {
+    for (ModeEngine& m : engines_)
+      if (m.engine)
+        m.engine->set_admission(false);
+    if (any_running())
+      return;  // drain first; a staged drafter waits for the policy (it was loaded against it)
+    versions_.install_policy();
+    const PolicyVersion p = versions_.policy();
+    for (int k = 0; k < 3; ++k) {
+      ModeEngine& m = engines_[k];
+      if (!m.engine)
+        continue;
+      m.policy = p.model;
+      m.policy_version = p.version;
+      m.drafter = k == static_cast<int>(GenMode::kServing)     ? versions_.drafter()
+                  : k == static_cast<int>(GenMode::kReference) ? versions_.reference()
+                                                               : DrafterVersion{};
+      m.engine->set_policy(*p.model, m.drafter.model.get());
+      m.engine->set_admission(!shutting_);
+    }
+    rollback_.policy_changed();
+    close_window(false);
+    window_policy_swapped_ = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++metrics_.policy_swaps;
+  }
+  if (options_.speculate && versions_.drafter_staged()) {
+    const DrafterVersion before = versions_.drafter();
+    versions_.install_drafter();
+    if (before.model)
+      pending_watch_ = true;
+  }
+  sync_drafter();
+}
+
+void Worker::sync_drafter() {
+  ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  const DrafterVersion want = versions_.drafter();
+  if (want.model == s.drafter.model || !options_.speculate)
+    return;
+  const bool in_flight = s.engine->running() > 0;
+  if (drafter_retry_when_idle_ && in_flight)
+    return;
+  try {
+    s.engine->set_drafter(want.model.get());
+  } catch (const Error& e) {
+    if (!drafter_retry_when_idle_)
+      spdlog::warn("worker {}: drafter v{} not swapped in with requests in flight ({}); it waits until idle",
+                   options_.id, want.version, e.what());
+    drafter_retry_when_idle_ = true;
+    return;
+  }
+  drafter_retry_when_idle_ = false;
+  s.drafter = want;
+  if (std::exchange(pending_watch_, false))
+    rollback_.swapped();
+  close_window(false);
+  window_drafter_swapped_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++metrics_.drafter_swaps;
+  metrics_.mid_batch_swaps += in_flight ? 1 : 0;
+}
+
+void Worker::watch_rollback() {
+  if (!rollback_.ready())
+    return;
+  ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  const DrafterVersion prev = versions_.previous();
+  if (!prev.model || !s.drafter.model) {
+    versions_.confirm();
+    return;
+  }
+  const RollbackWatch::Verdict v = rollback_.decide(*s.drafter.model, *prev.model, *s.policy);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.rollback_confirmations = rollback_.confirmations();
+  }
+  if (v != RollbackWatch::Verdict::kRollBack) {
+    versions_.confirm();
+    return;
+  }
+  spdlog::warn("worker {}: rolling drafter v{} back to v{}", options_.id, s.drafter.version, prev.version);
+  versions_.roll_back();
+  sync_drafter();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++metrics_.rollbacks;
+}
+
+}  // namespace updraft
