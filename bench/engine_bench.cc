@@ -1,18 +1,25 @@
 // The long-lived engine with per-step adaptive speculation (rollout/engine/engine.h,
 // rollout/spec/adaptive.h), side by side in one run on the built-in policy and drafter:
 //
-//   --sweep  decode throughput at live batch B (every sequence runs to --tokens, so the batch stays
-//            B), temperatures 0 and 1: plain decoding, always speculating at the full settings, and
-//            adaptive (the depth chosen per step); one persistent engine per mode, as in a worker,
-//            warmed over every batch size first (the adaptive model learns there), then --reps
-//            interleaved repetitions; each figure is the median.
+//   --sweep  decode throughput at batch B: --sequences held-out prompts per batch size, B at a
+//            time, each to end of text or --tokens (as RL rollouts end; --ignore-eos runs all to
+//            --tokens, past the answers), timed after prefill, at temperatures 0 and 1: plain
+//            decoding, always speculating at the full settings, and adaptive (the depth chosen per
+//            step); one persistent engine per mode, as in a worker, warmed over every batch size
+//            first (the adaptive model learns there), then --reps interleaved repetitions; each
+//            figure is the median.
 //   --rl     an RL-shaped batch: --prompts prompts x --group samples at temperature 1, each to end
 //            of text or --max-new tokens (the spread of lengths of the demo's rollouts), submitted
 //            at once and run to the last one: time to finish all per mode (median of --reps,
 //            interleaved), and how the live batch and the chosen depth move over the run.
 //
-// usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--reps R]
+//   --dump-prompts FILE  writes the held-out prompts (token ids, one JSON list per line) and
+//            exits: the request mix of bench/serve_load.py.
+//
+// usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--sequences S]
+//                     [--ignore-eos] [--reps R]
 //                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
+//                     [--dump-prompts FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,43 +70,70 @@ struct Timed {
   double depth_sum = 0;
 };
 
-// Decode phase of B sequences of `tokens` new tokens each (timed after the prefill step).
-Timed decode_phase(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t B, int64_t tokens, float temp,
-                   uint64_t seed) {
-  for (int64_t b = 0; b < B; ++b) {
-    GenRequest q;
-    q.prompt = prompts[static_cast<size_t>(b) % prompts.size()];
-    q.params.temperature = temp;
-    q.params.has_seed = true;
-    q.params.seed = seed + static_cast<uint64_t>(b);
-    q.params.max_new_tokens = tokens + 1;
-    q.params.ignore_eos = true;
-    e.submit(q);
-  }
-  e.step();  // prefill and the first token of every sequence
+struct Workload {
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t sequences = 32, tokens = 96;
+  bool ignore_eos = false;
+};
+
+// Decode phases of `sequences` prompts, B at a time (each group timed after its prefill step).
+Timed decode_phase(Engine& e, const Workload& w, int64_t B, float temp, uint64_t seed) {
   Timed t;
-  const int64_t g0 = e.stats().generated_tokens;
-  const double t0 = now_s();
-  while (e.has_work()) {
-    e.step();
-    if (e.stats().last_decoding > 0) {
-      ++t.depth_steps;
-      t.depth_sum += static_cast<double>(e.stats().last_depth);
+  for (int64_t g0 = 0; g0 < std::max(w.sequences, B); g0 += B) {
+    for (int64_t b = 0; b < B; ++b) {
+      GenRequest q;
+      q.prompt = w.prompts[static_cast<size_t>(g0 + b) % w.prompts.size()];
+      q.params.temperature = temp;
+      q.params.has_seed = true;
+      q.params.seed = seed + static_cast<uint64_t>(g0 + b);
+      q.params.max_new_tokens = w.tokens + 1;
+      q.params.ignore_eos = w.ignore_eos;
+      e.submit(q);
     }
+    e.step();  // prefill and the first token of every sequence
+    const int64_t gen0 = e.stats().generated_tokens;
+    const double t0 = now_s();
+    while (e.has_work()) {
+      e.step();
+      if (e.stats().last_decoding > 0) {
+        ++t.depth_steps;
+        t.depth_sum += static_cast<double>(e.stats().last_depth);
+      }
+    }
+    t.seconds += now_s() - t0;
+    t.tokens += e.stats().generated_tokens - gen0;
   }
-  t.seconds = now_s() - t0;
-  t.tokens = e.stats().generated_tokens - g0;
   return t;
 }
 
-void sweep(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& prompts,
-           const std::vector<int64_t>& batches, int64_t tokens, int reps) {
+// The adaptive model as it stands: per live-batch bucket the depth it runs, and each depth's
+// measured cost per sequence-step relative to plain (samples) and predicted throughput.
+void print_model(const AdaptiveDepth& a) {
+  const AdaptiveDepth::Snapshot s = a.snapshot();
+  std::printf("  adaptive model after %ld steps (%ld explored); reach per position:", s.steps, s.explore_steps);
+  for (double r : s.reach)
+    std::printf(" %.2f", r);
+  std::printf("\n");
+  for (int b = 0; b < AdaptiveDepth::kBuckets; ++b) {
+    const auto& row = s.cells[static_cast<size_t>(b)];
+    if (row[0].samples == 0 && row.back().samples == 0)
+      continue;
+    std::printf("    batch %3ld+ runs depth %ld |", int64_t{1} << b, s.current[static_cast<size_t>(b)]);
+    for (size_t d = 0; d < row.size(); ++d)
+      std::printf(" d%ld: %s x%.2f (%ld) pred %.0f |", s.depths[d], row[d].samples ? "cost" : "n/a ",
+                  row[0].cost > 0 && row[d].cost > 0 ? row[d].cost / row[0].cost : 0.0, row[d].samples,
+                  a.predicted(b, s.depths[d]));
+    std::printf("\n");
+  }
+}
+
+void sweep(std::vector<Mode>& modes, const Workload& w, const std::vector<int64_t>& batches, int reps) {
   std::printf("%-5s %5s %10s %10s %10s %8s %8s %7s %9s\n", "temp", "batch", "plain t/s", "always t/s", "adapt t/s",
               "always", "adaptive", "depth", "explored");
   for (const float temp : {0.0f, 1.0f}) {
     for (Mode& m : modes)  // warm-up: every batch size once (the adaptive model learns its buckets)
       for (int64_t B : batches)
-        decode_phase(*m.engine, prompts, B, tokens, temp, 7);
+        decode_phase(*m.engine, w, B, temp, 7);
     for (int64_t B : batches) {
       std::vector<std::vector<double>> tps(modes.size());
       double depth = 0;
@@ -108,7 +142,7 @@ void sweep(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& pr
       for (int r = 0; r < reps; ++r)
         for (size_t k = 0; k < modes.size(); ++k) {
           const size_t i = (k + static_cast<size_t>(r)) % modes.size();  // rotate who goes first
-          const Timed t = decode_phase(*modes[i].engine, prompts, B, tokens, temp, 1000 + 100 * r);
+          const Timed t = decode_phase(*modes[i].engine, w, B, temp, 1000 + 100 * r);
           tps[i].push_back(static_cast<double>(t.tokens) / t.seconds);
           if (i == 2) {
             depth += t.depth_sum;
@@ -123,6 +157,7 @@ void sweep(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& pr
                       std::max<double>(1.0, static_cast<double>(s.steps - steps0)));
       std::fflush(stdout);
     }
+    print_model(*modes[2].chooser);
   }
 }
 
@@ -204,9 +239,11 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   bool do_sweep = false, do_rl = false;
+  std::string dump;
   std::string model_dir = std::string(UPDRAFT_SOURCE_DIR) + "/models/small",
               draft_dir = std::string(UPDRAFT_SOURCE_DIR) + "/models/small-eagle3";
-  int64_t tokens = 48, prompts_n = 16, group = 4, max_new = 96;
+  int64_t tokens = 96, sequences = 32, prompts_n = 16, group = 4, max_new = 96;
+  bool ignore_eos = false;
   int reps = 3;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   corpus::Mix mix;
@@ -218,12 +255,15 @@ int main(int argc, char** argv) {
     else if (a == "--model" && has) model_dir = argv[++i];
     else if (a == "--draft" && has) draft_dir = argv[++i];
     else if (a == "--tokens" && has) tokens = std::stoll(argv[++i]);
+    else if (a == "--sequences" && has) sequences = std::stoll(argv[++i]);
+    else if (a == "--ignore-eos") ignore_eos = true;
     else if (a == "--reps" && has) reps = std::stoi(argv[++i]);
     else if (a == "--batches" && has) batches = parse_list(argv[++i]);
     else if (a == "--prompts" && has) prompts_n = std::stoll(argv[++i]);
     else if (a == "--group" && has) group = std::stoll(argv[++i]);
     else if (a == "--max-new" && has) max_new = std::stoll(argv[++i]);
     else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
+    else if (a == "--dump-prompts" && has) dump = argv[++i];
     else {
       std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
       return 2;
@@ -238,6 +278,21 @@ int main(int argc, char** argv) {
   std::vector<std::vector<int32_t>> prompts;
   for (const corpus::Sample& s : corpus::make_samples(mix, corpus::Split::kHeldOut, 64, 3))
     prompts.push_back(tok.encode(s.prompt));
+  if (!dump.empty()) {
+    FILE* f = std::fopen(dump.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "engine_bench: cannot write %s\n", dump.c_str());
+      return 1;
+    }
+    for (const auto& p : prompts) {
+      std::string line = "[";
+      for (size_t i = 0; i < p.size(); ++i)
+        line += (i ? "," : "") + std::to_string(p[i]);
+      std::fprintf(f, "%s]\n", line.c_str());
+    }
+    std::fclose(f);
+    return 0;
+  }
   EngineOptions eo;
   eo.spec = SpecSettings{4, 1, 5};
   eo.max_batch = 64;
@@ -247,9 +302,9 @@ int main(int argc, char** argv) {
               model.config().num_layers, model.config().hidden_size, draft_dir.c_str(), eo.spec.steps);
   std::vector<Mode> modes = make_modes(model, draft, eo);
   if (do_sweep) {
-    std::printf("decode sweep: %ld new tokens per sequence, held-out prompts, median of %d interleaved reps\n", tokens,
-                reps);
-    sweep(modes, prompts, batches, tokens, reps);
+    std::printf("decode sweep: %ld held-out prompts per batch size, each to %s%ld new tokens, median of %d "
+                "interleaved reps\n", sequences, ignore_eos ? "" : "end of text or ", tokens, reps);
+    sweep(modes, Workload{prompts, sequences, tokens, ignore_eos}, batches, reps);
     std::printf("\n");
   }
   if (do_rl) {

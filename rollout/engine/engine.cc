@@ -130,11 +130,15 @@ std::vector<GenResult> Engine::step() {
 
 int64_t Engine::choose_depth(const StepPlan& plan) {
   bool any = false;
+  int64_t backlog = 0;  // pairs beyond what one step commits (at most a full tree's rows)
   for (const StepEntry& e : plan.entries)
-    any |= e.prefill == 0 && e.seq->spec;
+    if (e.prefill == 0 && e.seq->spec) {
+      any = true;
+      backlog += std::max<int64_t>(0, e.seq->pending() - (opts_.spec.steps + 1));
+    }
   if (drafter_ == nullptr || !any)
     return 0;
-  return chooser_ != nullptr ? chooser_->choose(plan.decoding) : opts_.spec.steps;
+  return chooser_ != nullptr ? chooser_->choose(plan.decoding, backlog) : opts_.spec.steps;
 }
 
 Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
@@ -154,8 +158,8 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   if (d.proposers.empty() && absorb.empty())
     return d;
   const auto t0 = Clock::now();
-  draft_step(*drafter_, *draft_cache_, d.proposers, absorb,
-             depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
+  d.absorbed = draft_step(*drafter_, *draft_cache_, d.proposers, absorb,
+                          depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
   d.seconds = seconds_since(t0);
   return d;
 }
@@ -227,6 +231,10 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
     ss.batch = plan.decoding;
     ss.depth = depth;
     ss.seconds = seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
+    ss.forward_seconds = run.forward_seconds;
+    ss.forward_rows = run.rows;
+    ss.draft_seconds = drafted.seconds;
+    ss.draft_rows = drafted.absorbed;
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();
       ss.spec.add_round(r.drafted, r.accepted, r.depth);

@@ -122,6 +122,7 @@ class Engine {
  private:
   struct Drafted {
     double seconds = 0;
+    int64_t absorbed = 0;  // pairs the drafter absorbed
     std::vector<Seq*> proposers;
   };
   int64_t choose_depth(const StepPlan& plan);

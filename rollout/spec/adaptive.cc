@@ -21,6 +21,8 @@ AdaptiveDepth::AdaptiveDepth(const SpecSettings& full, const AdaptiveOptions& op
   for (auto& row : cells_)
     row.assign(depths_.size(), Cell());
   current_.fill(full.steps);
+  for (int b = 0; b < kBuckets; ++b)
+    typical_batch_[static_cast<size_t>(b)] = static_cast<double>(int64_t{1} << b);
   num_.assign(static_cast<size_t>(full.steps), 0.0);
   den_.assign(static_cast<size_t>(full.steps), 0.0);
 }
@@ -40,12 +42,64 @@ size_t AdaptiveDepth::index_of(int64_t depth) const {
 
 double AdaptiveDepth::reach(size_t j) const { return den_[j] > 0 ? num_[j] / den_[j] : 1.0; }
 
-// cost(b, d) / cost(b, 0): measured in b, else borrowed from the nearest bucket that has both,
-// else the prior.
+double AdaptiveDepth::forward_at(double rows) const {
+  double x0 = 0, y0 = 0;  // the measured point at or below `rows`, then the first above it
+  for (int i = 0; i < kRowBuckets; ++i) {
+    if (fwd_secs_[i] <= 0)
+      continue;
+    const double x = fwd_rows_[i], y = fwd_secs_[i];
+    if (x >= rows)
+      return y0 <= 0 ? y : y0 + (y - y0) * (rows - x0) / (x - x0);  // below the least: flat
+    x0 = x;
+    y0 = y;
+  }
+  return y0 <= 0 ? 0.0 : y0 * rows / x0;  // beyond the most rows measured: proportional
+}
+
+// E at batch bucket b: measured there, else from the nearest measured bucket, scaled like the
+// policy's forward between the two batches (a draft level is one decoder layer over B rows: it
+// turns from memory-bound to compute-bound where the policy's layers do).
+double AdaptiveDepth::draft_level_at(int b) const {
+  for (int dist = 0; dist < kBuckets; ++dist)
+    for (const int bb : {b - dist, b + dist}) {
+      if (bb < 0 || bb >= kBuckets || draft_level_[static_cast<size_t>(bb)] <= 0)
+        continue;
+      const double here = forward_at(typical_batch_[static_cast<size_t>(b)]),
+                   there = forward_at(typical_batch_[static_cast<size_t>(bb)]);
+      return draft_level_[static_cast<size_t>(bb)] * (here > 0 && there > 0 ? here / there : 1.0);
+    }
+  return 0.0;
+}
+
+double AdaptiveDepth::curve_ratio(int b, int64_t depth) const {
+  const double B = typical_batch_[static_cast<size_t>(b)];
+  const double f0 = forward_at(B), fd = forward_at(B * static_cast<double>(depth + 1)), e = draft_level_at(b);
+  if (f0 <= 0 || fd <= 0 || e <= 0)
+    return 0.0;
+  return (fd + static_cast<double>(depth) * e) / f0;
+}
+
+// cost(b, d) / cost(b, 0): measured in b, else the cost curves', else borrowed from the nearest
+// bucket that has both, else the prior.
 double AdaptiveDepth::ratio(int b, size_t d) const {
   if (d == 0)
     return 1.0;
-  for (int dist = 0; dist < kBuckets; ++dist)
+  const auto& here = cells_[static_cast<size_t>(b)];
+  if (here[d].cost > 0 && here[0].cost > 0)
+    return here[d].cost / here[0].cost;
+  // Plain not measured here (it never pays at this batch): its cost from the best-measured depth
+  // and the curves, so that measured depths still compare by what they measured.
+  size_t anchor = 0;
+  for (size_t k = 1; k < here.size(); ++k)
+    if (here[k].samples > here[anchor].samples && here[k].cost > 0)
+      anchor = k;
+  const double anchor_curve = anchor > 0 ? curve_ratio(b, depths_[anchor]) : 0.0;
+  if (here[d].cost > 0 && anchor_curve > 0)
+    return here[d].cost / (here[anchor].cost / anchor_curve);
+  const double curve = curve_ratio(b, depths_[d]);
+  if (curve > 0)
+    return curve;
+  for (int dist = 1; dist < kBuckets; ++dist)
     for (const int bb : {b - dist, b + dist}) {
       if (bb < 0 || bb >= kBuckets)
         continue;
@@ -67,14 +121,22 @@ double AdaptiveDepth::predicted(int b, int64_t depth) const {
 }
 
 int64_t AdaptiveDepth::explore_candidate(int b) const {
+  // A drafter not measured yet (since its swap) is measured at the full depth first: its
+  // acceptance is what every speculative prediction rests on.
+  if (new_drafter_rounds_ < kMeasureNewDrafter && current_[static_cast<size_t>(b)] != full_.steps)
+    return full_.steps;
   const auto& row = cells_[static_cast<size_t>(b)];
   int64_t best = -1;
   for (size_t d = 0; d < depths_.size(); ++d) {
     if (depths_[d] == current_[static_cast<size_t>(b)])
       continue;
     const Cell& c = row[d];
-    const bool wanted = c.samples < opt_.min_samples || steps_ - c.last_step > opt_.stale_steps;
-    if (!wanted)
+    if (c.samples >= opt_.min_samples && steps_ - c.last_step <= opt_.stale_steps)
+      continue;
+    // Once the cost curves can tell, a depth far behind is not worth a measurement.
+    const int64_t cur = current_[static_cast<size_t>(b)];
+    const bool curves = curve_ratio(b, depths_[d] > 0 ? depths_[d] : cur) > 0 || cur == 0;
+    if (curves && predicted(b, depths_[d]) < opt_.explore_floor * predicted(b, cur))
       continue;
     if (best < 0) {
       best = static_cast<int64_t>(d);
@@ -87,7 +149,7 @@ int64_t AdaptiveDepth::explore_candidate(int b) const {
   return best < 0 ? -1 : depths_[static_cast<size_t>(best)];
 }
 
-int64_t AdaptiveDepth::choose(int64_t batch) {
+int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog) {
   ++steps_;
   ++since_explore_;
   last_batch_ = batch;
@@ -107,7 +169,13 @@ int64_t AdaptiveDepth::choose(int64_t batch) {
     }
     cur = best;
     depth = best;
-    if (opt_.explore_share > 0 && static_cast<double>(since_explore_) * opt_.explore_share >= 1.0) {
+    // A drafter pass over up to a few dozen rows costs about what one over a single row does (it
+    // reads the same weights); beyond that, and beyond two steps' worth of pairs, it is a cost.
+    const bool cheap = backlog <= std::max<int64_t>(kCheapBacklog, 2 * std::max<int64_t>(1, batch) * (full_.steps + 1));
+    // Speculating now first absorbs the backlog (paid once, but only worth it for a clear gain).
+    if (!cheap && depth > 0 && predicted(b, depth) < (1.0 + opt_.backlog_margin) * predicted(b, 0))
+      depth = 0;
+    if (cheap && opt_.explore_share > 0 && static_cast<double>(since_explore_) * opt_.explore_share >= 1.0) {
       const int64_t e = explore_candidate(b);
       if (e >= 0) {
         depth = e;
@@ -135,21 +203,44 @@ void AdaptiveDepth::observe(const StepSample& s) {
     const double err = std::fabs(last_pred_ - measured) / measured;
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
+  // A speculative step normally absorbs the pairs of the previous one (1 + accepted per sequence);
+  // far more is a backlog (a prompt, or pairs kept through plain steps), paid once.
+  const bool backlog = s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1);
+  learn_curves(s, backlog);
   Cell& c = cells_[static_cast<size_t>(b)][d];
-  c.cost = c.samples == 0 ? per_seq : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * per_seq;
-  ++c.samples;
-  c.last_step = steps_;
-  for (size_t j = 0; j < num_.size(); ++j) {
-    num_[j] *= opt_.reach_decay;
-    den_[j] *= opt_.reach_decay;
-    if (j < s.spec.accepted_at.size())
-      num_[j] += static_cast<double>(s.spec.accepted_at[j]);
-    if (j < s.spec.tried_at.size())
-      den_[j] += static_cast<double>(s.spec.tried_at[j]);
+  if (!backlog) {
+    c.cost = c.samples == 0 ? per_seq : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * per_seq;
+    ++c.samples;
+    c.last_step = steps_;
   }
+  // Older rounds weigh less as new ones try the same position (not per step: plain steps measure
+  // no acceptance, and shallow rounds none of the deep positions; decaying through them would
+  // leave an estimate resting on a few rounds).
+  for (size_t j = 0; j < num_.size() && j < s.spec.tried_at.size(); ++j) {
+    const double keep = std::pow(opt_.reach_decay, static_cast<double>(s.spec.tried_at[j]));
+    num_[j] = num_[j] * keep + (j < s.spec.accepted_at.size() ? static_cast<double>(s.spec.accepted_at[j]) : 0.0);
+    den_[j] = den_[j] * keep + static_cast<double>(s.spec.tried_at[j]);
+  }
+  new_drafter_rounds_ += s.spec.rounds;
+}
+
+void AdaptiveDepth::learn_curves(const StepSample& s, bool backlog) {
+  auto blend = [this](double& est, double x) { est = est <= 0 ? x : (1 - opt_.cost_ema) * est + opt_.cost_ema * x; };
+  const auto b = static_cast<size_t>(bucket(s.batch));
+  blend(typical_batch_[b], static_cast<double>(s.batch));
+  if (s.forward_rows > 0 && s.forward_seconds > 0) {
+    int rb = 0;
+    while (rb < kRowBuckets - 1 && (int64_t{2} << rb) <= s.forward_rows)
+      ++rb;
+    blend(fwd_rows_[static_cast<size_t>(rb)], static_cast<double>(s.forward_rows));
+    blend(fwd_secs_[static_cast<size_t>(rb)], s.forward_seconds);
+  }
+  if (s.depth > 0 && s.draft_seconds > 0 && !backlog)
+    blend(draft_level_[b], s.draft_seconds / static_cast<double>(s.depth));
 }
 
 void AdaptiveDepth::drafter_changed(uint64_t) {
+  new_drafter_rounds_ = 0;
   // The predecessor's acceptance is the prior, worth at most two rounds per position.
   for (size_t j = 0; j < num_.size(); ++j)
     if (den_[j] > 2.0) {

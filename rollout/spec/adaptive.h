@@ -5,27 +5,39 @@
 // choice is made per step, for the number of sequences decoding in it.
 //
 // Model. Steps are grouped by live batch into buckets 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+
-// (bucket(B) = min(6, floor(log2 B))). For each bucket and depth d the chooser keeps cost(b, d),
-// an EMA of the step's seconds per decoding sequence (prefill rows' share of the forward left
-// out), and for the serving drafter the acceptance reach_j (rounds whose accepted length reached
-// j + 1 among those that tried position j, an exponentially decayed count). Predicted throughput
-// per sequence: (1 + sum_{j<d} reach_j) / cost(b, d). Only ratios matter within a bucket, so a
-// depth unmeasured in b borrows cost(b', d) / cost(b', 0) from the nearest bucket b' that measured
-// both, and failing that a prior of 1 + 0.1 d (drafting looks cheap until measured, so it gets
-// measured). A drafter not measured yet is assumed to accept everything: it runs at full depth
-// first, which measures it; a new drafter version starts from its predecessor's acceptance with a
-// weight of a couple of rounds.
+// (bucket(B) = min(6, floor(log2 B))). Throughput per sequence at depth d in bucket b is
+//     (1 + sum_{j<d} reach_j) / cost(b, d),
+// with reach_j the share of rounds whose accepted length reached j + 1 among those that tried
+// position j (counts decayed by the rounds that try the position, any depth: about its last 200
+// tries), and cost(b, d) the step's seconds per
+// decoding sequence (prefill rows' share of the forward left out). Only ratios matter within a
+// bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
+// (EMAs of their step times; a step whose drafter absorbed a backlog, a new sequence's prompt or
+// pairs kept through plain steps, is not a typical step of its depth and does not count);
+// otherwise it comes from a cost curve learned from every step:
+// F(rows), the policy forward's time for a number of rows (decode, verification and prefill
+// steps all measure it, 1 to thousands of rows), and E(B), a draft level's time for B sequences;
+// r(b, d) = (F(B (d + 1)) + d E(B)) / F(B) at the bucket's typical batch B. With nothing
+// measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets measured. A
+// drafter not measured yet is assumed to accept everything (it runs at full depth first, which
+// measures it); a new drafter version starts from its predecessor's acceptance with a weight of
+// a couple of rounds.
 //
 // Choice. The depth with the highest prediction, with hysteresis: the bucket's current depth is
-// kept unless another predicts more than (1 + hysteresis) times its throughput. Exploration: a
-// step runs the depth of its bucket measured least when that depth has fewer than min_samples
-// measurements or none for stale_steps steps, and at most one step in 1 / explore_share (5%)
-// explores; so every cell gets measured, and in a steady state almost no step pays for it (an
-// explored depth can cost twice a plain step at a large batch). Explored steps are interleaved
-// with the others in time, so they see the same machine and requests.
+// kept unless another predicts more than (1 + hysteresis) times its throughput. When the drafter
+// would first have to absorb a backlog (sequences that decoded plainly until now; their pairs
+// cost one drafter pass over every position), the step speculates only if that predicts at least
+// (1 + backlog_margin) times plain's throughput: a marginal gain does not pay the pass back. Exploration: a
+// step runs another depth of its bucket when that depth has fewer than min_samples measurements
+// or none for stale_steps steps, and, once the cost curves can predict it, is predicted within
+// explore_floor of the current depth's throughput (a depth the curves show far behind is not
+// worth a measurement: an explored depth can cost several plain steps at a large batch); at most
+// one step in 1 / explore_share (5%) explores, and none whose drafter would first absorb a
+// backlog (the pairs sequences kept through plain steps: for a large batch a drafter pass over
+// thousands of rows, which only pays if those sequences go on to speculate). Explored steps are
+// interleaved with the others in time, so they see the same machine and requests.
 //
 // Thread safety: none; the engine's thread calls choose() before and observe() after each step.
-// snapshot() copies the state for metrics (the caller serialises access).
 #pragma once
 
 #include <array>
@@ -42,34 +54,43 @@ struct StepSample {
   int64_t batch = 0;    // decoding sequences in the step
   int64_t depth = 0;    // the depth the speculating ones ran at (0: plain)
   double seconds = 0;   // wall time less the prefill rows' share of the forward
-  SpecStats spec;       // the step's rounds
+  double forward_seconds = 0;  // the policy's forward
+  int64_t forward_rows = 0;    // its rows (prefill included)
+  double draft_seconds = 0;    // the drafter's passes (absorbing pairs and proposing)
+  int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
+  SpecStats spec;              // the step's rounds
 };
 
 class DepthChooser {
  public:
   virtual ~DepthChooser() = default;
-  virtual int64_t choose(int64_t batch) = 0;  // for a step with `batch` decoding sequences
+  // For a step with `batch` decoding sequences, `backlog` committed pairs of which the drafter
+  // would absorb first if the step speculated (beyond the previous step's).
+  virtual int64_t choose(int64_t batch, int64_t backlog) = 0;
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
 };
 
 struct AdaptiveOptions {
   double explore_share = 0.05;
-  double cost_ema = 0.2;        // weight of the newest step in a cell's cost
-  double reach_decay = 0.98;    // per step: the weight of older rounds in the acceptance estimate
+  double explore_floor = 0.8;   // explore only depths predicted at least this share of the current
+  double cost_ema = 0.2;        // weight of the newest step in a cost estimate
+  double reach_decay = 0.995;   // per round trying a position: the weight of older ones in its estimate
   double hysteresis = 0.03;
+  double backlog_margin = 0.5;   // with a backlog to absorb first, speculate only for this much gain
   int64_t min_samples = 3;
-  int64_t stale_steps = 2000;  // a cell measured longer ago is measured again (exploration)
+  int64_t stale_steps = 2000;   // a cell measured longer ago is measured again (exploration)
   int64_t fixed_depth = -1;     // >= 0: always this depth (measurements, tests)
 };
 
 class AdaptiveDepth final : public DepthChooser {
  public:
   static constexpr int kBuckets = 7;
+  static constexpr int kRowBuckets = 14;  // forward rows 1, 2, 4, ..., 8192+
   AdaptiveDepth(const SpecSettings& full, const AdaptiveOptions& options = {});
 
   static int bucket(int64_t batch);
-  int64_t choose(int64_t batch) override;
+  int64_t choose(int64_t batch, int64_t backlog = 0) override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
 
@@ -88,21 +109,32 @@ class AdaptiveDepth final : public DepthChooser {
     bool last_explored = false;
   };
   Snapshot snapshot() const;
-  // Predicted tokens/s per decoding sequence at `depth` in `bucket` (0: not predictable).
+  // Predicted tokens/s per decoding sequence at `depth` in `bucket`, relative within the bucket
+  // until its plain cost is measured.
   double predicted(int bucket, int64_t depth) const;
 
  private:
   size_t index_of(int64_t depth) const;
   double ratio(int b, size_t d) const;
+  double curve_ratio(int b, int64_t depth) const;  // 0: the curves cannot tell yet
+  double forward_at(double rows) const;            // F; 0 when nothing is measured
+  double draft_level_at(int b) const;              // E; 0 when nothing is measured
   double reach(size_t j) const;
   int64_t explore_candidate(int b) const;
+  void learn_curves(const StepSample& s, bool backlog);
 
   SpecSettings full_;
   AdaptiveOptions opt_;
   std::vector<int64_t> depths_;
   std::array<std::vector<Cell>, kBuckets> cells_;
   std::array<int64_t, kBuckets> current_{};
+  std::array<double, kBuckets> typical_batch_{};    // EMA of the batch seen in each bucket
+  std::array<double, kRowBuckets> fwd_rows_{}, fwd_secs_{};  // EMAs per row bucket (0: none)
+  std::array<double, kBuckets> draft_level_{};      // E per batch bucket (0: none)
   std::vector<double> num_, den_;  // decayed accepted_at / tried_at counts per position
+  static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
+  static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
+  int64_t new_drafter_rounds_ = kMeasureNewDrafter;  // rounds since the last drafter change
   int64_t steps_ = 0, explore_steps_ = 0, since_explore_ = 0;
   double error_ = 0, last_pred_ = 0;
   int64_t last_depth_ = 0, last_batch_ = 0;
