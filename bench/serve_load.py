@@ -30,14 +30,17 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-from updraft_client import Client  # noqa: E402
+from updraft_client import Client, UpdraftError  # noqa: E402
 
 
 class Server:
     def __init__(self, binary, extra, work, name):
         self.port_file = os.path.join(work, f"port-{name}-{time.monotonic_ns()}")
         self.log = open(os.path.join(work, f"serve-{name}.log"), "a")
-        self.proc = subprocess.Popen([binary, "serve", "--port", "0", "--port-file", self.port_file, *extra],
+        # Open-loop arrivals can hold many connections at once: a high connection cap, so that
+        # what is measured is the scheduling, not the HTTP server refusing a 65th connection.
+        self.proc = subprocess.Popen([binary, "serve", "--port", "0", "--port-file", self.port_file,
+                                      "--max-connections", "1024", *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not os.path.exists(self.port_file):
@@ -57,8 +60,11 @@ class Server:
 
 def one(client, prompt, max_new, seed):
     t0 = time.monotonic()
-    out = client.generate(input_ids=prompt, sampling_params={"temperature": 1, "max_new_tokens": max_new,
-                                                             "sampling_seed": seed})
+    try:
+        out = client.generate(input_ids=prompt, sampling_params={"temperature": 1, "max_new_tokens": max_new,
+                                                                 "sampling_seed": seed})
+    except UpdraftError:
+        return None
     meta = out["meta_info"]
     return time.monotonic() - t0, meta["completion_tokens"], meta.get("spec_verify_ct", 0), meta.get(
         "spec_accept_length", 1.0)
@@ -96,12 +102,14 @@ def run_level(server, prompts, rate, n, max_new, seed, limit_s):
         for f in futures:
             results.append(f.result())
     wall = time.monotonic() - t0
+    failed = sum(1 for r in results if r is None)
+    results = [r for r in results if r is not None]
     lat = sorted(r[0] for r in results)
     tokens = sum(r[1] for r in results)
     rounds = sum(r[2] for r in results)
     tau = sum(r[3] * r[2] for r in results) / rounds if rounds else 1.0
     p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
-    return {"requests": len(results), "wall_s": wall, "tokens_per_s": tokens / wall, "p50_s": p(0.50),
+    return {"requests": len(results), "failed": failed, "wall_s": wall, "tokens_per_s": tokens / wall, "p50_s": p(0.50),
             "p99_s": p(0.99), "tau": tau}
 
 
@@ -132,7 +140,8 @@ def main():
         plain.stop()
     print(f"plain capacity ({servers[0][0]}, {a.capacity_requests} requests at once): {rps:.2f} requests/s, "
           f"{tps:.0f} tokens/s")
-    print(f"{'level':>6} {'server':>8} {'rate/s':>7} {'sent':>5} {'tokens/s':>9} {'p50 s':>7} {'p99 s':>7} {'tau':>5}")
+    print(f"{'level':>6} {'server':>8} {'rate/s':>7} {'done':>5} {'failed':>6} {'tokens/s':>9} {'p50 s':>7} "
+          f"{'p99 s':>7} {'tau':>5}")
     for level in [float(x) for x in a.levels.split(",")]:
         for name, binary, flags in servers:
             s = Server(binary, flags, work, name)
@@ -141,7 +150,7 @@ def main():
                 r = run_level(s, prompts, level * rps, a.requests, a.max_new, a.seed, a.limit_s)
             finally:
                 s.stop()
-            print(f"{level:6.2f} {name:>8} {level * rps:7.2f} {r['requests']:5d} {r['tokens_per_s']:9.1f} "
+            print(f"{level:6.2f} {name:>8} {level * rps:7.2f} {r['requests']:5d} {r['failed']:6d} {r['tokens_per_s']:9.1f} "
                   f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['tau']:5.2f}", flush=True)
 
 

@@ -118,7 +118,7 @@ Models resolve_models(const DemoOptions& o) {
 struct Phase {
   std::vector<BatchReport> batches;        // per worker
   std::vector<const Completion*> ordered;  // completion of request i
-  SpecStats spec;
+  SpecStats spec, probe_spec;  // every round; the probe requests' (full settings)
   int64_t tokens = 0;
   double seconds = 0;
   uint64_t drafter_version = 0;
@@ -156,6 +156,7 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
     ph.ordered[i] = &ph.batches[i % W].completions[next[i % W]++];
   for (const BatchReport& b : ph.batches) {
     ph.spec.merge(b.spec);
+    ph.probe_spec.merge(b.probe_spec);
     ph.tokens += b.generated_tokens;
     ph.drafter_version = std::max(ph.drafter_version, b.drafter_version);
   }
@@ -325,6 +326,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     wo.engine = eo;
     wo.threads = threads_per_worker;
     wo.adaptive.enabled = o.adaptive_spec;
+    wo.probe_every = 8;  // the online τ of every step is the probes' (comparable with the frozen drafter's)
     wo.scorer = teacher_forced_scorer();
     wo.record_rate = o.record_rate;
     wo.record_max_tokens = o.record_max_tokens;
@@ -421,7 +423,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     rec.policy_version = online.batches[0].policy_version;
     rec.drafter_version = online.drafter_version;
     rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;
-    rec.tau_online = online.spec.tau_at(eo.spec.steps);  // estimated at the full depth, whatever ran
+    rec.tau_online = online.probe_spec.rounds > 0 ? online.probe_spec.tau() : online.spec.tau();  // full settings
     int64_t speculated = 0;
     double depth_sum = 0;
     for (const BatchReport& b : online.batches) {
@@ -641,6 +643,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"online_over_offline", sum.vs_offline},
         {"generation_speedup", sum.gen_speedup},
         {"step_speedup", sum.step_speedup},
+        {"generation_share_of_step", sum.gen_share},
         {"full_batch",
          {{"batch", sum.full_batch},
           {"plain_tokens_per_s", sum.full_batch_plain_tps},

@@ -46,11 +46,14 @@ Summary summarize(const std::vector<StepRecord>& steps) {
   s.online_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_online);
   s.frozen_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_frozen);
   s.adapt_ratio = s.frozen_tau_second_half > 0 ? s.online_tau_second_half / s.frozen_tau_second_half : 0.0;
-  double g = 0, w = 0;
+  double g = 0, w = 0, gen = 0, all = 0;
   for (const StepRecord& r : steps) {
     g += r.gen_speedup();
     w += r.step_speedup();
+    gen += r.gen_online_s;
+    all += r.gen_online_s + r.capture_s + r.update_s;
   }
+  s.gen_share = all > 0 ? gen / all : 0.0;
   s.gen_speedup = g / static_cast<double>(n);
   s.step_speedup = w / static_cast<double>(n);
   s.reward_first = mean_of(steps, 0, q, &StepRecord::reward);
@@ -156,7 +159,8 @@ std::vector<std::string> summary_table(const Summary& s, bool offline) {
   t.push_back("online / frozen tau, second half: " + fmt("%.2fx", s.adapt_ratio) +
               (offline ? "; online / offline on the final policy: " + fmt("%.2fx", s.vs_offline) : ""));
   t.push_back("speculative (online) vs plain: generation " + fmt("%.2fx", s.gen_speedup) + ", whole RL step " +
-              fmt("%.2fx", s.step_speedup));
+              fmt("%.2fx", s.step_speedup) + " (generation is " + fmt("%.0f%%", 100 * s.gen_share) +
+              " of the online step)");
   if (s.full_batch > 0)
     t.push_back("at batch " + std::to_string(s.full_batch) + " on all cores (final requests): plain " +
                 fmt("%.0f", s.full_batch_plain_tps) + " tokens/s, speculative " + fmt("%.0f", s.full_batch_online_tps) +

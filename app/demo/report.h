@@ -36,6 +36,9 @@ struct Summary {
   double online_tau_second_half = 0, frozen_tau_second_half = 0, adapt_ratio = 0;
   double final_online_tau = 0, final_frozen_tau = 0, final_offline_tau = 0, vs_offline = 0;
   double gen_speedup = 0, step_speedup = 0;
+  // Generation's share of the online RL step's time (generation + capture + update): what
+  // speculation can speed up (the step speedup is at most 1 / (1 - share)).
+  double gen_share = 0;
   // The final held-out requests decoded all at once with every core (the throughput-optimal
   // setting on a CPU, where a large batch is compute-bound): plain and online-speculative.
   int64_t full_batch = 0;

@@ -65,6 +65,8 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
       s.result.spec.add_round(drafted, accepted, depth);
       s.result.rounds.push_back({drafted, accepted, depth});
       stats.spec.add_round(drafted, accepted, depth);
+      if (s.req.probe)
+        stats.probe_spec.add_round(drafted, accepted, depth);
       s.last_tree = tree;
     }
     if (decode && tree.size() == 1)

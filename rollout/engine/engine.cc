@@ -145,22 +145,29 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   Drafted d;
   if (drafter_ == nullptr)
     return d;
-  std::vector<Seq*> absorb;
+  // Proposers at the step's depth, probes at the full settings (one group when they agree), and
+  // sequences that absorb a backlog without drafting.
+  std::vector<Seq*> at_depth, at_full, absorb;
   for (const StepEntry& e : plan.entries) {
     Seq* s = e.seq;
     if (!s->spec)
       continue;
-    if (e.prefill == 0 && depth > 0)
-      d.proposers.push_back(s);
+    if (e.prefill == 0 && (s->req.probe || depth > 0))
+      (s->req.probe && depth != opts_.spec.steps ? at_full : at_depth).push_back(s);
     else if (s->pending() >= opts_.draft_backlog)
       absorb.push_back(s);
   }
-  if (d.proposers.empty() && absorb.empty())
+  if (at_depth.empty() && at_full.empty() && absorb.empty())
     return d;
   const auto t0 = Clock::now();
-  d.absorbed = draft_step(*drafter_, *draft_cache_, d.proposers, absorb,
-                          depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
+  if (!at_depth.empty() || !absorb.empty())
+    d.absorbed += draft_step(*drafter_, *draft_cache_, at_depth, absorb,
+                             depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
+  if (!at_full.empty())
+    d.absorbed += draft_step(*drafter_, *draft_cache_, at_full, {}, opts_.spec);
   d.seconds = seconds_since(t0);
+  d.proposers = std::move(at_depth);
+  d.proposers.insert(d.proposers.end(), at_full.begin(), at_full.end());
   return d;
 }
 
@@ -210,7 +217,7 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     Seq& s = *plan.entries[e].seq;
     s.result.step_seconds += share;
-    if (s.spec && plan.entries[e].prefill == 0 && depth > 0) {  // its rows' share of the forward verified
+    if (run.at[e].rows > 1 && plan.entries[e].prefill == 0) {  // a tree: its rows' share of the forward verified
       const double v = run.forward_seconds * static_cast<double>(run.at[e].rows) / static_cast<double>(run.rows);
       s.result.spec.verify_seconds += v;
       stats_.spec.verify_seconds += v;
@@ -238,6 +245,7 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();
       ss.spec.add_round(r.drafted, r.accepted, r.depth);
+      ss.mixed |= s->req.probe && depth != opts_.spec.steps;
     }
     chooser_->observe(ss);
   }

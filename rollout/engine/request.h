@@ -36,6 +36,10 @@ struct GenRequest {
   SamplingParams params;
   bool speculate = true;  // used while the engine has a drafter
   bool capture = false;   // return the drafter's training data with the result
+  // Speculate at the full settings every step, whatever depth adaptive speculation picks for the
+  // others: its acceptance measures the drafter comparably across drafters and loads (a round's
+  // start depends on how deep the previous rounds went, so acceptance at mixed depths does not).
+  bool probe = false;
   TokenCallback on_tokens;  // optional
 };
 
@@ -98,6 +102,7 @@ struct EngineStats {
   int64_t drafter_swaps = 0;  // set_drafter() calls that succeeded with sequences in flight
   double swap_seconds = 0;    // their wall time (rebuilding the draft caches)
   int64_t preemptions = 0, recomputed_tokens = 0, aborted = 0;
+  SpecStats probe_spec;  // the rounds of probe requests (GenRequest::probe), also in spec
   std::vector<int64_t> depth_steps;  // [d]: steps with decoding sequences that ran at depth d
   double step_seconds = 0;           // wall time of all steps
   int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences

@@ -99,7 +99,11 @@ void RolloutService::record_window(const WindowReport& w) {
             {"seconds", w.seconds},
             {"tokens_per_second", w.tokens_per_second()},
             {"rounds", w.spec.rounds},
-            {"tau", w.spec.rounds > 0 ? json(w.spec.tau()) : json()},
+            {"probe_rounds", w.probe_spec.rounds},
+            // The probes' acceptance (full settings) is comparable across drafters and loads.
+            {"tau", w.probe_spec.rounds > 0 ? json(w.probe_spec.tau())
+                    : w.spec.rounds > 0     ? json(w.spec.tau())
+                                            : json()},
             {"mean_depth", w.mean_depth},
             {"mean_batch", w.mean_batch}};
   std::lock_guard<std::mutex> lock(mu_);

@@ -108,6 +108,10 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
        [](const WorkerMetrics::Cell& c) { return static_cast<double>(c.spec.drafted); }},
       {"updraft_worker_accepted_tokens_total", "draft tokens accepted",
        [](const WorkerMetrics::Cell& c) { return static_cast<double>(c.spec.accepted); }},
+      {"updraft_worker_probe_rounds_total", "speculation rounds of probe requests (full settings)",
+       [](const WorkerMetrics::Cell& c) { return static_cast<double>(c.probe_spec.rounds); }},
+      {"updraft_worker_probe_accepted_tokens_total", "draft tokens accepted in probe rounds",
+       [](const WorkerMetrics::Cell& c) { return static_cast<double>(c.probe_spec.accepted); }},
   };
   for (const Col& col : cols) {
     family(os, col.name, "counter", col.help);

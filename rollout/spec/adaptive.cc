@@ -133,9 +133,11 @@ int64_t AdaptiveDepth::explore_candidate(int b) const {
     const Cell& c = row[d];
     if (c.samples >= opt_.min_samples && steps_ - c.last_step <= opt_.stale_steps)
       continue;
-    // Once the cost curves can tell, a depth far behind is not worth a measurement.
+    // Once the cost curves can tell, a depth far behind is not worth a measurement. Plain always
+    // is: it costs no drafter pass, and it is what every speculative cost is measured against
+    // (the curves alone misjudge small batches, where a forward's cost barely grows with rows).
     const int64_t cur = current_[static_cast<size_t>(b)];
-    const bool curves = curve_ratio(b, depths_[d] > 0 ? depths_[d] : cur) > 0 || cur == 0;
+    const bool curves = d > 0 && curve_ratio(b, depths_[d]) > 0;
     if (curves && predicted(b, depths_[d]) < opt_.explore_floor * predicted(b, cur))
       continue;
     if (best < 0) {
@@ -204,8 +206,9 @@ void AdaptiveDepth::observe(const StepSample& s) {
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
   // A speculative step normally absorbs the pairs of the previous one (1 + accepted per sequence);
-  // far more is a backlog (a prompt, or pairs kept through plain steps), paid once.
-  const bool backlog = s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1);
+  // far more is a backlog (a prompt, or pairs kept through plain steps), paid once. A mixed step's
+  // cost belongs to no one depth.
+  const bool backlog = s.mixed || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
   Cell& c = cells_[static_cast<size_t>(b)][d];
   if (!backlog) {
@@ -228,7 +231,7 @@ void AdaptiveDepth::learn_curves(const StepSample& s, bool backlog) {
   auto blend = [this](double& est, double x) { est = est <= 0 ? x : (1 - opt_.cost_ema) * est + opt_.cost_ema * x; };
   const auto b = static_cast<size_t>(bucket(s.batch));
   blend(typical_batch_[b], static_cast<double>(s.batch));
-  if (s.forward_rows > 0 && s.forward_seconds > 0) {
+  if (s.forward_rows > 0 && s.forward_seconds > 0) {  // a forward's time by rows holds for any step
     int rb = 0;
     while (rb < kRowBuckets - 1 && (int64_t{2} << rb) <= s.forward_rows)
       ++rb;

@@ -59,6 +59,9 @@ struct StepSample {
   double draft_seconds = 0;    // the drafter's passes (absorbing pairs and proposing)
   int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
   SpecStats spec;              // the step's rounds
+  // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
+  // depth's, only its rounds teach acceptance.
+  bool mixed = false;
 };
 
 class DepthChooser {

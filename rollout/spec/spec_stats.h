@@ -8,10 +8,11 @@
 // position j. When every round runs at the same depth, tried_at[j] == rounds for j < d.
 //
 // tau() = 1 + accepted / rounds is the realised acceptance length (eagle3.md E.1) at the depths
-// that ran. tau_at(D) estimates the acceptance length of depth-D rounds from rounds of any depth:
-// 1 + sum_{j<D} accepted_at[j] / tried_at[j]. It is unbiased for chains, whose first j drafts are
-// the same whatever the chain's depth, and it equals tau() when every round ran at depth D. It is
-// how acceptance stays comparable when adaptive speculation shortens chains step by step.
+// that ran. tau_at(D) = 1 + sum_{j<D} accepted_at[j] / tried_at[j] combines rounds of any depth;
+// it equals tau() when every round ran at depth D. It is an estimate, not a comparable measure:
+// where a round starts depends on how deep the previous rounds went (deep chains start more often
+// right after a rejection), so per-position acceptance differs between depths even for the same
+// drafter. To compare drafters, compare rounds at one depth (the workers' probe requests).
 //
 // verify_seconds: the policy's forward passes of the steps that speculated (shared out among
 // requests by their rows); draft_seconds: the drafter's passes (absorbing committed pairs and

@@ -142,6 +142,8 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
       throw Error("worker: request failed: " + c.error);
     rep.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
     rep.spec.merge(c.result.spec);
+    if (c.probe)
+      rep.probe_spec.merge(c.result.spec);
     rep.speculated += c.result.spec.rounds > 0 ? 1 : 0;
     for (const SpecRound& r : c.result.rounds)
       depth_sum += r.depth;

@@ -68,6 +68,7 @@ struct Completion {
   uint64_t policy_version = 0, drafter_version = 0;  // drafter 0: none (plain decoding)
   GenMode mode = GenMode::kServing;
   bool record = false;  // the worker made records of it
+  bool probe = false;   // it speculated at the full settings every step (WorkerOptions::probe_every)
   std::string error;    // non-empty: the request failed in the worker (e.g. "shutting down")
 };
 using CompletionCallback = std::function<void(Completion)>;
@@ -84,7 +85,7 @@ struct WindowReport {
   double seconds = 0;  // engine time in the window
   int64_t steps = 0, tokens = 0, completions = 0;
   uint64_t policy_version = 0, drafter_version = 0;
-  SpecStats spec;
+  SpecStats spec, probe_spec;  // every round; the probe requests' (full settings, comparable)
   double mean_depth = 0, mean_batch = 0;  // per step with decoding sequences
   bool policy_swapped = false, drafter_swapped = false;  // at the window's start
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
@@ -95,6 +96,12 @@ struct WorkerOptions {
   EngineOptions engine;
   bool speculate = true;  // false: never take a drafter (plain serving)
   AdaptiveSpecOptions adaptive;
+  // Every probe_every-th serving request is a probe (GenRequest::probe): it speculates at the full
+  // settings whatever depth adaptive speculation picks, so its acceptance compares drafters
+  // fairly (the rollback watch, live τ on the dashboard, the demo). 0: no probes. A probe costs
+  // what full-depth speculation costs over what the chosen depth would: nothing when speculation
+  // pays, up to 1/probe_every of the throughput when it does not (a drafter that has drifted).
+  int64_t probe_every = 16;
   double record_rate = 1.0;
   int64_t record_max_tokens = 0;
   double rollback_margin = 0.2;
@@ -110,6 +117,10 @@ struct BatchReport {
   std::vector<Completion> completions;  // in request order
   uint64_t policy_version = 0, drafter_version = 0;  // drafter: serving when the last one finished
   SpecStats spec;                // the completions' rounds
+  SpecStats probe_spec;          // the probe completions' rounds (full settings)
+  // The live acceptance length: the probes' when there were any (comparable across drafters and
+  // loads), else every round's.
+  double live_tau() const { return probe_spec.rounds > 0 ? probe_spec.tau() : spec.tau(); }
   int64_t generated_tokens = 0;
   double generate_seconds = 0;   // wall time from the first submission to the last completion
   int64_t speculated = 0;        // completions with at least one speculation round
@@ -119,7 +130,7 @@ struct BatchReport {
 
 struct WorkerMetrics {
   struct Cell {
-    SpecStats spec;
+    SpecStats spec, probe_spec;
     int64_t tokens = 0, completions = 0;
     double seconds = 0;
   };
@@ -196,7 +207,7 @@ class Worker {
   struct Ticket {
     uint64_t id = 0;
     CompletionCallback on_done;
-    bool record = false;
+    bool record = false, probe = false;
     std::string error;  // set when it is aborted because the worker stops
   };
   struct ModeEngine {
@@ -245,6 +256,7 @@ class Worker {
   bool window_policy_swapped_ = false, window_drafter_swapped_ = false;
   bool drafter_retry_when_idle_ = false;
   bool pending_watch_ = false;  // a drafter replaced another one: watch it once it serves
+  uint64_t serving_requests_ = 0;  // serving requests admitted (probe_every)
   bool shutting_ = false;
 
   mutable std::mutex mu_;

@@ -134,7 +134,10 @@ void Worker::admit(std::deque<Inbox>& in) {
     Ticket t;
     t.id = x.id;
     t.record = x.mode == GenMode::kServing && recorder_.take();
+    t.probe = x.mode == GenMode::kServing && options_.probe_every > 0 &&
+              serving_requests_++ % static_cast<uint64_t>(options_.probe_every) == 0;
     x.req.capture = t.record;
+    x.req.probe = t.probe;
     if (x.mode != GenMode::kServing)
       x.req.speculate = x.mode == GenMode::kReference;
     uint64_t eid = 0;
@@ -205,6 +208,7 @@ void Worker::deliver(GenMode mode, GenResult&& g) {
   c.policy_version = m.policy_version;
   c.drafter_version = m.drafter.version;
   c.error = t.error;
+  c.probe = t.probe;
   if (mode == GenMode::kServing && t.record && g.aux.defined()) {
     c.record = true;
     recorder_.send(g, c.policy_version, c.drafter_version);

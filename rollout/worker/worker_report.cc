@@ -9,15 +9,17 @@ namespace updraft {
 
 void Worker::account_step(const EngineStats& before, const EngineStats& after) {
   const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  SpecStats d = after.spec;
+  SpecStats d = after.spec, probes = after.probe_spec;
   d.subtract(before.spec);
+  probes.subtract(before.probe_spec);
   const int64_t tokens = after.generated_tokens - before.generated_tokens;
   const double secs = after.step_seconds - before.step_seconds;
-  rollback_.add_rounds(d);
+  rollback_.add_rounds(options_.probe_every > 0 ? probes : d);  // comparable across drafters
   window_.seconds += secs;
   window_.tokens += tokens;
   window_.steps += after.steps - before.steps;
   window_.spec.merge(d);
+  window_.probe_spec.merge(probes);
   if (after.steps > before.steps && after.last_decoding > 0) {
     ++window_depth_steps_;
     window_depth_sum_ += static_cast<double>(after.last_depth);
@@ -26,6 +28,7 @@ void Worker::account_step(const EngineStats& before, const EngineStats& after) {
   std::lock_guard<std::mutex> lock(mu_);
   WorkerMetrics::Cell& cell = metrics_.by_version[{s.policy_version, s.drafter.version}];
   cell.spec.merge(d);
+  cell.probe_spec.merge(probes);
   cell.tokens += tokens;
   cell.seconds += secs;
 }

@@ -29,6 +29,7 @@ struct WorkerFixture {
     o.rollback_rounds = rollback_rounds;
     o.rollback_margin = 0.1;
     o.scorer = teacher_forced_scorer();
+    o.probe_every = 0;  // without adaptive speculation every round is at the full settings anyway
     return o;
   }
   std::unique_ptr<Worker> worker(std::shared_ptr<const DraftModel> d, std::shared_ptr<messaging::RecordSender> s = {},
