@@ -326,7 +326,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     wo.engine = eo;
     wo.threads = threads_per_worker;
     wo.adaptive.enabled = o.adaptive_spec;
-    wo.probe_every = 8;  // the online τ of every step is the probes' (comparable with the frozen drafter's)
+
     wo.scorer = teacher_forced_scorer();
     wo.record_rate = o.record_rate;
     wo.record_max_tokens = o.record_max_tokens;
@@ -420,10 +420,16 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
       const int64_t m = (k + s) % 3;
       *phases[m] = run_phase(workers, reqs, modes[m], threads_per_worker);
     }
+    // The online drafter's acceptance at the full settings, as the frozen one's is measured (the
+    // adaptive depths of the online run change where rounds start): every fourth request again.
+    std::vector<GenRequest> every4;
+    for (size_t i = 0; i < reqs.size(); i += 4)
+      every4.push_back(reqs[i]);
+    const Phase full = run_phase(workers, every4, GenMode::kFull, threads_per_worker);
     rec.policy_version = online.batches[0].policy_version;
     rec.drafter_version = online.drafter_version;
     rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;
-    rec.tau_online = online.probe_spec.rounds > 0 ? online.probe_spec.tau() : online.spec.tau();  // full settings
+    rec.tau_online = full.spec.tau();  // full settings, comparable with tau_frozen
     int64_t speculated = 0;
     double depth_sum = 0;
     for (const BatchReport& b : online.batches) {

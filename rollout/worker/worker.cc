@@ -16,6 +16,8 @@ const char* gen_mode_name(GenMode m) {
       return "reference";
     case GenMode::kPlain:
       return "plain";
+    case GenMode::kFull:
+      return "full";
   }
   return "?";
 }

@@ -11,8 +11,10 @@
 //
 // Modes. kServing: the serving drafter (or none), adaptive speculation, records. kReference: a
 // fixed reference drafter at the full settings (a frozen copy to compare against). kPlain: plain
-// decoding. Each mode has its own engine (created on first use); the comparison modes exist for
-// benchmarks and the demo.
+// decoding. kFull: the serving drafter at the full settings every step (its acceptance is
+// comparable with the reference drafter's: adaptive depths change where rounds start). Each mode
+// has its own engine (created on first use); the comparison modes exist for benchmarks and the
+// demo.
 //
 // Plain serving is first-class: a worker without a drafter (or with `speculate` off) decodes
 // plainly and still captures records; a drafter offered later (weight link, disk update) is
@@ -60,7 +62,8 @@
 
 namespace updraft {
 
-enum class GenMode { kServing, kReference, kPlain };
+enum class GenMode { kServing, kReference, kPlain, kFull };
+constexpr int kGenModes = 4;
 const char* gen_mode_name(GenMode m);
 
 struct Completion {
@@ -100,8 +103,10 @@ struct WorkerOptions {
   // settings whatever depth adaptive speculation picks, so its acceptance compares drafters
   // fairly (the rollback watch, live τ on the dashboard, the demo). 0: no probes. A probe costs
   // what full-depth speculation costs over what the chosen depth would: nothing when speculation
-  // pays, up to 1/probe_every of the throughput when it does not (a drafter that has drifted).
-  int64_t probe_every = 16;
+  // pays, up to 1/probe_every of the throughput at batch 1 when it does not, and far more at a
+  // large batch, where the probes' trees are verified beside plain rows. Off by default: the
+  // rollback watch confirms its alarms on the same completions instead.
+  int64_t probe_every = 0;
   double record_rate = 1.0;
   int64_t record_max_tokens = 0;
   double rollback_margin = 0.2;
@@ -249,7 +254,7 @@ class Worker {
   std::chrono::steady_clock::time_point started_;
 
   // Engine thread only.
-  ModeEngine engines_[3];
+  ModeEngine engines_[kGenModes];
   WindowReport window_;
   int64_t window_depth_steps_ = 0;
   double window_depth_sum_ = 0, window_batch_sum_ = 0;

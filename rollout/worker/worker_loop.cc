@@ -32,9 +32,9 @@ Worker::ModeEngine& Worker::engine_for(GenMode mode) {
   const PolicyVersion p = versions_.policy();
   m.policy = p.model;
   m.policy_version = p.version;
-  m.drafter = mode == GenMode::kServing ? versions_.drafter()
-              : mode == GenMode::kReference ? versions_.reference()
-                                            : DrafterVersion{};
+  m.drafter = mode == GenMode::kServing || mode == GenMode::kFull ? versions_.drafter()
+              : mode == GenMode::kReference                          ? versions_.reference()
+                                                                     : DrafterVersion{};
   m.engine = std::make_unique<Engine>(*p.model, options_.engine, m.drafter.model.get());
   if (mode == GenMode::kServing && options_.speculate && options_.adaptive.enabled) {
     m.chooser = std::make_unique<AdaptiveDepth>(options_.engine.spec, options_.adaptive.model);
@@ -82,7 +82,7 @@ void Worker::loop() {
     if (flush)
       do_flush();
     if (in_step_)
-      for (const GenMode mode : {GenMode::kServing, GenMode::kReference, GenMode::kPlain})
+      for (const GenMode mode : {GenMode::kServing, GenMode::kReference, GenMode::kPlain, GenMode::kFull})
         if (engines_[static_cast<int>(mode)].engine && engines_[static_cast<int>(mode)].engine->has_work())
           step(mode);
 
@@ -139,7 +139,7 @@ void Worker::admit(std::deque<Inbox>& in) {
     x.req.capture = t.record;
     x.req.probe = t.probe;
     if (x.mode != GenMode::kServing)
-      x.req.speculate = x.mode == GenMode::kReference;
+      x.req.speculate = x.mode == GenMode::kReference || x.mode == GenMode::kFull;
     uint64_t eid = 0;
     try {
       eid = m.engine->submit(std::move(x.req));
@@ -272,7 +272,7 @@ void Worker::pause_action(PauseMode mode) {
 }
 
 void Worker::deliver_aborted() {
-  for (const GenMode mode : {GenMode::kServing, GenMode::kReference, GenMode::kPlain}) {
+  for (const GenMode mode : {GenMode::kServing, GenMode::kReference, GenMode::kPlain, GenMode::kFull}) {
     if (!engines_[static_cast<int>(mode)].engine)
       continue;
     std::vector<GenResult> done = engines_[static_cast<int>(mode)].engine->flush_aborted();

@@ -69,7 +69,7 @@ void Worker::do_flush() {
                     " waiting (abort them or wait)"};
   } else {
     int64_t freed = 0;
-    for (const GenMode mode : {GenMode::kReference, GenMode::kPlain}) {
+    for (const GenMode mode : {GenMode::kReference, GenMode::kPlain, GenMode::kFull}) {
       ModeEngine& m = engines_[static_cast<int>(mode)];
       if (m.engine)
         freed += m.engine->cache().bytes();

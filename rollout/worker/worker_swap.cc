@@ -16,13 +16,14 @@ void Worker::apply_versions() {
       return;  // drain first; a staged drafter waits for the policy (it was loaded against it)
     versions_.install_policy();
     const PolicyVersion p = versions_.policy();
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kGenModes; ++k) {
       ModeEngine& m = engines_[k];
       if (!m.engine)
         continue;
       m.policy = p.model;
       m.policy_version = p.version;
-      m.drafter = k == static_cast<int>(GenMode::kServing)     ? versions_.drafter()
+      m.drafter = k == static_cast<int>(GenMode::kServing) || k == static_cast<int>(GenMode::kFull)
+                      ? versions_.drafter()
                   : k == static_cast<int>(GenMode::kReference) ? versions_.reference()
                                                                : DrafterVersion{};
       m.engine->set_policy(*p.model, m.drafter.model.get());
@@ -45,6 +46,14 @@ void Worker::apply_versions() {
 
 void Worker::sync_drafter() {
   ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  ModeEngine& f = engines_[static_cast<int>(GenMode::kFull)];
+  if (f.engine && f.drafter.model != s.drafter.model && options_.speculate) {  // kFull follows the serving drafter
+    try {
+      f.engine->set_drafter(s.drafter.model.get());
+      f.drafter = s.drafter;
+    } catch (const Error&) {  // its cache cannot hold what it runs: again next time
+    }
+  }
   const DrafterVersion want = versions_.drafter();
   if (want.model == s.drafter.model || !options_.speculate)
     return;
@@ -62,6 +71,13 @@ void Worker::sync_drafter() {
   }
   drafter_retry_when_idle_ = false;
   s.drafter = want;
+  if (f.engine) {
+    try {
+      f.engine->set_drafter(want.model.get());
+      f.drafter = want;
+    } catch (const Error&) {
+    }
+  }
   if (std::exchange(pending_watch_, false))
     rollback_.swapped();
   close_window(false);
