@@ -438,7 +438,10 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     }
     rec.spec_share = static_cast<double>(speculated) / static_cast<double>(reqs.size());
     rec.mean_depth = depth_sum / static_cast<double>(reqs.size());
-    rec.tau_frozen = frozen.spec.tau();
+    SpecStats frozen_subset;  // the frozen drafter on the same requests as the online one's tau
+    for (size_t i = 0; i < reqs.size(); i += 4)
+      frozen_subset.merge(frozen.ordered[i]->result.spec);
+    rec.tau_frozen = frozen_subset.tau();
     rec.gen_online_s = online.seconds;
     rec.gen_frozen_s = frozen.seconds;
     rec.gen_plain_s = plain.seconds;

@@ -133,9 +133,7 @@ TEST(SpecStatsTest, TauAndConditionalAcceptance) {
 class SpecEngine : public ::testing::Test {
  protected:
   void SetUp() override {
-    cfg_ = testing_models::tiny_config(PolicyArch::Llama);
-    cfg_.vocab_size = 16;
-    cfg_.eos_token_ids = {};
+    cfg_ = testing_models::spec_config();
     model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16));
     const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
     draft_ = std::make_unique<DraftModel>(

@@ -25,4 +25,13 @@ inline PolicyConfig tiny_config(PolicyArch arch = PolicyArch::Qwen3) {
   return c;
 }
 
+// The speculation tests' policy config: a 16-token vocabulary (acceptances frequent enough to
+// exercise every commit path) and no end-of-text token.
+inline PolicyConfig spec_config() {
+  PolicyConfig c = tiny_config(PolicyArch::Llama);
+  c.vocab_size = 16;
+  c.eos_token_ids = {};
+  return c;
+}
+
 }  // namespace updraft::testing_models
