@@ -36,7 +36,10 @@ class Client:
             text = e.read().decode(errors="replace")
             try:
                 parsed = json.loads(text)
-                message = parsed.get("error") or parsed.get("message") or text
+                err = parsed.get("error")
+                if isinstance(err, dict):  # {"error": {"message", "type", "code"}}
+                    err = err.get("message")
+                message = err or parsed.get("message") or text
             except ValueError:
                 message = text
             raise UpdraftError(e.code, message) from None

@@ -30,12 +30,157 @@ std::string reason(const std::string& what) {
   return what.substr(sep + 2);
 }
 
-http::Response error(int status, const std::string& why) { return json_response(status, {{"error", reason(why)}}); }
+http::Response error(int status, const std::string& why) {
+  return json_response(status,
+                       {{"error", {{"message", reason(why)}, {"type", http::error_type(status)}, {"code", status}}}});
+}
 
 void check_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
   UPD_REQUIRE(obj.is_object()) << where << " must be a JSON object";
   for (const auto& [k, v] : obj.items())
     UPD_REQUIRE(allowed.count(k)) << where << "." << k << " is not supported (refused rather than ignored)";
+}
+
+namespace {
+
+bool neutral(const json& v, Neutral n) {
+  if (v.is_null() || n == Neutral::kAny)
+    return true;
+  if (v.is_array() && n != Neutral::kEmpty)  // one value per prompt
+    return std::all_of(v.begin(), v.end(), [n](const json& e) { return !e.is_array() && neutral(e, n); });
+  switch (n) {
+    case Neutral::kFalse:
+      return v.is_boolean() && !v.get<bool>();
+    case Neutral::kTrue:
+      return v.is_boolean() && v.get<bool>();
+    case Neutral::kZero:
+      return v.is_number() && v.get<double>() == 0;
+    case Neutral::kOne:
+      return v.is_number() && v.get<double>() == 1;
+    case Neutral::kMinusOne:
+      return v.is_number() && v.get<double>() == -1;
+    case Neutral::kEmpty:
+      return v.is_string() ? v.get_ref<const std::string&>().empty() : v.is_structured() && v.empty();
+    default:
+      return false;
+  }
+}
+
+const char* neutral_text(Neutral n) {
+  switch (n) {
+    case Neutral::kFalse:
+      return "false or null";
+    case Neutral::kTrue:
+      return "true or null";
+    case Neutral::kZero:
+      return "0 or null";
+    case Neutral::kOne:
+      return "1 or null";
+    case Neutral::kMinusOne:
+      return "-1 or null";
+    case Neutral::kEmpty:
+      return "null or empty";
+    default:
+      return "null";
+  }
+}
+
+}  // namespace
+
+void check_fields(const json& obj, const std::set<std::string>& implemented, const FieldRules& rules,
+                  const std::string& where) {
+  UPD_REQUIRE(obj.is_object()) << where << " must be a JSON object";
+  for (const auto& [k, v] : obj.items()) {
+    if (implemented.count(k))
+      continue;
+    const auto rule = rules.find(k);
+    UPD_REQUIRE(rule != rules.end()) << where << "." << k << " is not supported (refused rather than ignored)";
+    std::string shown = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (shown.size() > 40)
+      shown = shown.substr(0, 40) + "...";
+    UPD_REQUIRE(neutral(v, rule->second)) << where << "." << k << " is not supported at " << shown
+                                          << " (accepted only as " << neutral_text(rule->second) << ")";
+  }
+}
+
+bool has(const json& obj, const char* key) {
+  return obj.contains(key) && !obj[key].is_null();
+}
+
+const FieldRules& generate_rules() {
+  using N = Neutral;
+  static const FieldRules rules = {// Bookkeeping SGLang's router and frameworks send; none changes the tokens.
+                                   {"model", N::kAny},
+                                   {"log_metrics", N::kAny},
+                                   {"no_logs", N::kAny},
+                                   {"custom_labels", N::kAny},
+                                   {"stream", N::kFalse},
+                                   {"return_hidden_states", N::kFalse},
+                                   {"return_routed_experts", N::kFalse},
+                                   {"background", N::kFalse},
+                                   {"return_bytes", N::kFalse},
+                                   {"return_entropy", N::kFalse},
+                                   {"return_prompt_token_ids", N::kFalse},
+                                   {"top_logprobs_num", N::kZero},
+                                   {"logprob_start_len", N::kMinusOne},
+                                   {"token_ids_logprob", N::kEmpty},
+                                   {"session_id", N::kNull},
+                                   {"session_params", N::kNull},
+                                   {"input_embeds", N::kNull},
+                                   {"image_data", N::kNull},
+                                   {"video_data", N::kNull},
+                                   {"audio_data", N::kNull},
+                                   {"modalities", N::kNull},
+                                   {"lora_path", N::kNull},
+                                   {"lora_id", N::kNull},
+                                   {"custom_logit_processor", N::kNull},
+                                   {"bootstrap_host", N::kNull},
+                                   {"bootstrap_port", N::kNull},
+                                   {"bootstrap_room", N::kNull},
+                                   {"bootstrap_pair_key", N::kNull},
+                                   {"routed_dp_rank", N::kNull},
+                                   {"data_parallel_rank", N::kNull},
+                                   {"extra_key", N::kNull},
+                                   {"cache_salt", N::kNull},
+                                   {"priority", N::kNull}};
+  return rules;
+}
+
+const FieldRules& sampling_rules() {
+  using N = Neutral;
+  static const FieldRules rules = {{"stop", N::kEmpty},
+                                   {"stop_regex", N::kEmpty},
+                                   {"logit_bias", N::kEmpty},
+                                   {"n", N::kOne},
+                                   {"min_new_tokens", N::kZero},
+                                   {"min_p", N::kZero},
+                                   {"frequency_penalty", N::kZero},
+                                   {"presence_penalty", N::kZero},
+                                   {"repetition_penalty", N::kOne},
+                                   {"json_schema", N::kNull},
+                                   {"regex", N::kNull},
+                                   {"ebnf", N::kNull},
+                                   {"structural_tag", N::kNull},
+                                   {"custom_params", N::kNull},
+                                   {"stream_interval", N::kAny}};  // chunks a stream only, and streams are refused
+  return rules;
+}
+
+const FieldRules& completions_rules() {
+  using N = Neutral;
+  static const FieldRules rules = {{"model", N::kAny},
+                                   {"user", N::kAny},
+                                   {"n", N::kOne},
+                                   {"best_of", N::kOne},
+                                   {"stream", N::kFalse},
+                                   {"stream_options", N::kNull},
+                                   {"echo", N::kFalse},
+                                   {"suffix", N::kEmpty},
+                                   {"stop", N::kEmpty},
+                                   {"presence_penalty", N::kZero},
+                                   {"frequency_penalty", N::kZero},
+                                   {"logit_bias", N::kEmpty}};
+  return rules;
 }
 
 std::vector<int32_t> ids_of(const json& a, const std::string& where) {
@@ -50,40 +195,47 @@ std::vector<int32_t> ids_of(const json& a, const std::string& where) {
   return ids;
 }
 
-bool is_id_list(const json& a) { return a.is_array() && (a.empty() || a[0].is_number()); }
+bool is_id_list(const json& a) {
+  return a.is_array() && (a.empty() || a[0].is_number());
+}
 
-SamplingParams sglang_params(const json& sp, bool* skip_special) {
-  static const std::set<std::string> allowed = {
-      "temperature", "top_p", "top_k", "max_new_tokens", "stop_token_ids", "ignore_eos", "sampling_seed", "seed",
-      "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"};
+SamplingParams sglang_params(const json& sp, TextOptions* text) {
+  static const std::set<std::string> implemented = {
+      "temperature", "top_p",         "top_k", "max_new_tokens",      "stop_token_ids",
+      "ignore_eos",  "sampling_seed", "seed",  "skip_special_tokens", "spaces_between_special_tokens",
+      "no_stop_trim"};
   SamplingParams p;
   p.max_new_tokens = 128;
-  *skip_special = true;
+  *text = TextOptions{};
   if (sp.is_null())
     return p;
-  check_keys(sp, allowed, "sampling_params");
-  if (sp.contains("temperature"))
+  check_fields(sp, implemented, sampling_rules(), "sampling_params");
+  if (has(sp, "temperature"))
     p.temperature = sp["temperature"].get<float>();
-  if (sp.contains("top_p"))
+  if (has(sp, "top_p"))
     p.top_p = sp["top_p"].get<float>();
-  if (sp.contains("top_k")) {
+  if (has(sp, "top_k")) {
     const int64_t k = sp["top_k"].get<int64_t>();
     UPD_REQUIRE(k >= -1 && k <= INT32_MAX) << "sampling_params.top_k must be -1, 0 (off) or positive";
     p.top_k = static_cast<int32_t>(std::max<int64_t>(k, 0));
   }
-  if (sp.contains("max_new_tokens"))
+  if (has(sp, "max_new_tokens"))
     p.max_new_tokens = sp["max_new_tokens"].get<int64_t>();
-  if (sp.contains("stop_token_ids") && !sp["stop_token_ids"].is_null())
+  if (has(sp, "stop_token_ids"))
     p.stop_token_ids = ids_of(sp["stop_token_ids"], "sampling_params.stop_token_ids");
-  if (sp.contains("ignore_eos"))
+  if (has(sp, "ignore_eos"))
     p.ignore_eos = sp["ignore_eos"].get<bool>();
   for (const char* k : {"sampling_seed", "seed"})
-    if (sp.contains(k) && !sp[k].is_null()) {
+    if (has(sp, k)) {
       p.has_seed = true;
       p.seed = sp[k].get<uint64_t>();
     }
-  if (sp.contains("skip_special_tokens"))
-    *skip_special = sp["skip_special_tokens"].get<bool>();
+  if (has(sp, "skip_special_tokens"))
+    text->skip_special = sp["skip_special_tokens"].get<bool>();
+  if (has(sp, "no_stop_trim"))
+    text->no_stop_trim = sp["no_stop_trim"].get<bool>();
+  if (has(sp, "spaces_between_special_tokens"))
+    (void)sp["spaces_between_special_tokens"].get<bool>();  // checked: a fast tokenizer's decode ignores it too
   return p;
 }
 
@@ -97,8 +249,8 @@ std::vector<std::string> rids_of(const json& body, size_t n, bool batch) {
       rids[i] = batch ? rid.get<std::string>() + "-" + std::to_string(i) : rid.get<std::string>();
     return rids;
   }
-  UPD_REQUIRE(rid.is_array() && rid.size() == n) << "rid must be a string or a list of one string per prompt (" << n
-                                                  << ")";
+  UPD_REQUIRE(rid.is_array() && rid.size() == n)
+      << "rid must be a string or a list of one string per prompt (" << n << ")";
   for (size_t i = 0; i < n; ++i) {
     UPD_REQUIRE(rid[i].is_string()) << "rid[" << i << "] must be a string";
     rids[i] = rid[i].get<std::string>();

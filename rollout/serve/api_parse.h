@@ -3,11 +3,11 @@
 // bodies, and reasons without our source locations.
 #pragma once
 
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rollout/engine/request.h"
 #include "rollout/serve/http.h"
@@ -18,15 +18,40 @@ http::Response json_response(int status, const nlohmann::json& j);
 // An Error's message without the source location the error macros put first ("x.cc:12: "): an
 // API client needs the reason, not our file names.
 std::string reason(const std::string& what);
+// {"error": {"message": why, "type": ..., "code": status}}: OpenAI's error shape, which SGLang's
+// routes share, so both APIs' clients show the reason.
 http::Response error(int status, const std::string& why);
 
 // Every key of `obj` must be in `allowed` (Error naming `where.key` otherwise).
 void check_keys(const nlohmann::json& obj, const std::set<std::string>& allowed, const std::string& where);
+
+// A field of SGLang's or OpenAI's API that we do not implement is accepted at its neutral value
+// only (what leaves the output unchanged); any other value is refused by name. kAny: bookkeeping
+// that never changes the output (the router's "model", "log_metrics", ...). A list whose every
+// element is neutral (one value per prompt) is neutral too.
+enum class Neutral { kAny, kNull, kFalse, kTrue, kZero, kOne, kMinusOne, kEmpty };
+using FieldRules = std::map<std::string, Neutral>;
+// Every key of `obj` is implemented, or a rule's field at a neutral value (Error naming
+// `where.key` and the value otherwise).
+void check_fields(const nlohmann::json& obj, const std::set<std::string>& implemented, const FieldRules& rules,
+                  const std::string& where);
+// The rules of SGLang's /generate body, its sampling_params, and OpenAI's completions body.
+const FieldRules& generate_rules();
+const FieldRules& sampling_rules();
+const FieldRules& completions_rules();
+// obj has key with a non-null value (null means "the default" in both APIs).
+bool has(const nlohmann::json& obj, const char* key);
 std::vector<int32_t> ids_of(const nlohmann::json& a, const std::string& where);
 bool is_id_list(const nlohmann::json& a);
 
-// SGLang's sampling_params -> ours; skip_special (out) is the decode setting for "text".
-SamplingParams sglang_params(const nlohmann::json& sp, bool* skip_special);
+// How a completion's "text" is decoded: special tokens skipped, and (SGLang's detokenizer) a
+// matched stop token trimmed unless no_stop_trim. output_ids always hold every token.
+struct TextOptions {
+  bool skip_special = true;
+  bool no_stop_trim = false;
+};
+// SGLang's sampling_params -> ours (null values: the defaults); *text (out) the decode settings.
+SamplingParams sglang_params(const nlohmann::json& sp, TextOptions* text);
 
 // The request ids of a /generate call with n prompts: "rid" as a string (one prompt: itself;
 // a batch: rid-0, rid-1, ...), a list of n strings, or absent (empty strings).

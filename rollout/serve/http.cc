@@ -86,7 +86,8 @@ Response error_response(int status, const std::string& reason) {
       c = ' ';
     escaped += c;
   }
-  r.body = "{\"error\":\"" + escaped + "\"}";
+  r.body = "{\"error\":{\"message\":\"" + escaped + "\",\"type\":\"" + error_type(status) +
+           "\",\"code\":" + std::to_string(status) + "}}";
   return r;
 }
 
@@ -118,6 +119,14 @@ const char* status_text(int status) {
     case 505: return "HTTP Version Not Supported";
     default: return "Unknown";
   }
+}
+
+const char* error_type(int status) {
+  if (status == 401)
+    return "authentication_error";
+  if (status == 404)
+    return "not_found_error";
+  return status >= 500 ? "server_error" : "invalid_request_error";
 }
 
 std::string serialize(const Response& r, bool keep_alive) {

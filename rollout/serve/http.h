@@ -61,6 +61,9 @@ struct Response {
 };
 
 const char* status_text(int status);
+// The error "type" of an error body for a status, as OpenAI names them (invalid_request_error,
+// authentication_error, not_found_error, server_error).
+const char* error_type(int status);
 // The response's bytes; keep_alive decides the Connection field.
 std::string serialize(const Response& r, bool keep_alive);
 

@@ -9,14 +9,9 @@ namespace updraft {
 using nlohmann::json;
 
 http::Response RolloutService::completions(const json& body) {
-  api::check_keys(
-      body, {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "n", "stop", "logprobs", "stream", "user"},
-      "body");
-  UPD_REQUIRE(body.contains("prompt")) << "prompt is required";
-  UPD_REQUIRE(body.value("n", 1) == 1) << "n must be 1 (send the prompt n times)";
-  UPD_REQUIRE(!body.value("stream", false)) << "stream is not supported";
-  UPD_REQUIRE(!body.contains("stop") || body["stop"].is_null() || (body["stop"].is_array() && body["stop"].empty()))
-      << "stop strings are not supported (use /generate with stop_token_ids)";
+  api::check_fields(body, {"prompt", "max_tokens", "temperature", "top_p", "seed", "logprobs"},
+                    api::completions_rules(), "body");
+  UPD_REQUIRE(api::has(body, "prompt")) << "prompt is required";
   const json& pr = body["prompt"];
   std::vector<std::vector<int32_t>> prompts;
   auto text = [&](const json& t) {
@@ -33,7 +28,7 @@ http::Response RolloutService::completions(const json& body) {
       prompts.push_back(pr[i].is_string() ? text(pr[i]) : api::ids_of(pr[i], "prompt[" + std::to_string(i) + "]"));
   }
   bool logprobs = false;
-  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+  if (api::has(body, "logprobs")) {
     UPD_REQUIRE(body["logprobs"].get<int64_t>() == 0)
         << "logprobs > 0 asks for alternatives, which are not computed; 0 returns the sampled tokens' logprobs";
     logprobs = true;
@@ -42,10 +37,10 @@ http::Response RolloutService::completions(const json& body) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = std::move(prompts[i]);
     SamplingParams& p = reqs[i].params;
-    p.max_new_tokens = body.value("max_tokens", int64_t{16});
-    p.temperature = body.value("temperature", 1.0f);
-    p.top_p = body.value("top_p", 1.0f);
-    if (body.contains("seed") && !body["seed"].is_null()) {
+    p.max_new_tokens = api::has(body, "max_tokens") ? body["max_tokens"].get<int64_t>() : 16;
+    p.temperature = api::has(body, "temperature") ? body["temperature"].get<float>() : 1.0f;
+    p.top_p = api::has(body, "top_p") ? body["top_p"].get<float>() : 1.0f;
+    if (api::has(body, "seed")) {
       p.has_seed = true;
       p.seed = body["seed"].get<uint64_t>() + i;
     }
@@ -75,20 +70,20 @@ http::Response RolloutService::completions(const json& body) {
     choices.push_back(std::move(c));
   }
   return api::json_response(
-      200, {{"id", "cmpl-" + std::to_string(next_id_.fetch_add(1))},
-            {"object", "text_completion"},
-            {"created",
-             std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                 .count()},
-            {"model", options_.model_name},
-            {"choices", choices},
-            {"usage",
-             {{"prompt_tokens", prompt_tokens},
-              {"completion_tokens", completion_tokens},
-              {"total_tokens", prompt_tokens + completion_tokens}}},
-            {"updraft",
-             {{"policy_version", out.empty() ? 0 : out[0].policy_version},
-              {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}});
+      200,
+      {{"id", "cmpl-" + std::to_string(next_id_.fetch_add(1))},
+       {"object", "text_completion"},
+       {"created",
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()},
+       {"model", options_.model_name},
+       {"choices", choices},
+       {"usage",
+        {{"prompt_tokens", prompt_tokens},
+         {"completion_tokens", completion_tokens},
+         {"total_tokens", prompt_tokens + completion_tokens}}},
+       {"updraft",
+        {{"policy_version", out.empty() ? 0 : out[0].policy_version},
+         {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}});
 }
 
 }  // namespace updraft

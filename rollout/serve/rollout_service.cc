@@ -18,57 +18,21 @@ using Clock = std::chrono::steady_clock;
 using api::error;
 using api::json_response;
 
-struct RolloutService::Job {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t left = 0;
-  std::vector<Completion> out;
-};
-
-namespace {
-
-// /generate's prompts: input_ids (a list, or a list of lists) or text (one, or a list).
-std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Tokenizer* tok, bool* batch) {
-  std::vector<std::vector<int32_t>> prompts;
-  if (body.contains("input_ids")) {
-    const json& in = body["input_ids"];
-    *batch = in.is_array() && !in.empty() && in[0].is_array();
-    if (!*batch)
-      return {api::ids_of(in, "input_ids")};
-    for (size_t i = 0; i < in.size(); ++i)
-      prompts.push_back(api::ids_of(in[i], "input_ids[" + std::to_string(i) + "]"));
-    return prompts;
-  }
-  UPD_REQUIRE(tok != nullptr) << "text needs the model's tokenizer.json; send input_ids";
-  const json& in = body["text"];
-  *batch = in.is_array();
-  for (const json& t : *batch ? in : json::array({in})) {
-    UPD_REQUIRE(t.is_string()) << "text must be a string or a list of strings";
-    prompts.push_back(tok->encode(t.get<std::string>()));
-  }
-  return prompts;
-}
-
-json finish_reason(const Completion& c) {
-  const GenResult& g = c.result;
-  if (g.finish_reason == "abort")
-    return {{"type", "abort"}, {"message", c.error.empty() ? "aborted" : c.error}};
-  if (g.finish_reason == "stop" && !g.tokens.empty())
-    return {{"type", "stop"}, {"matched", g.tokens.back()}};
-  return {{"type", "length"}, {"length", g.tokens.size()}};
-}
-
-}  // namespace
-
 RolloutService::RolloutService(RolloutServiceOptions options, Worker& worker, const PolicyConfig& policy_config,
                                std::shared_ptr<const Tokenizer> tokenizer,
                                std::shared_ptr<messaging::RecordSender> sender)
-    : options_(std::move(options)), worker_(worker), config_(policy_config), tokenizer_(std::move(tokenizer)),
-      sender_(std::move(sender)), started_(std::chrono::system_clock::now()) {
+    : options_(std::move(options)),
+      worker_(worker),
+      config_(policy_config),
+      tokenizer_(std::move(tokenizer)),
+      sender_(std::move(sender)),
+      started_(std::chrono::system_clock::now()) {
   UPD_REQUIRE(options_.max_inflight_prompts > 0) << "serve: max_inflight_prompts must be positive";
 }
 
-RolloutService::~RolloutService() { shutdown(); }
+RolloutService::~RolloutService() {
+  shutdown();
+}
 
 RolloutServiceStats RolloutService::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -137,7 +101,8 @@ std::vector<Completion> RolloutService::run_job(std::vector<GenRequest> reqs, co
       return refuse(503, "the server is shutting down");
     if (stats_.inflight_prompts + n > options_.max_inflight_prompts) {
       ++stats_.refused_full;
-      return refuse(503, "busy: " + std::to_string(stats_.inflight_prompts) + " prompts in flight (max_inflight_prompts " +
+      return refuse(503, "busy: " + std::to_string(stats_.inflight_prompts) +
+                             " prompts in flight (max_inflight_prompts " +
                              std::to_string(options_.max_inflight_prompts) + ")");
     }
     ++stats_.requests;
@@ -211,8 +176,13 @@ http::Response RolloutService::handle(const http::Request& req) {
       if (stopping_)
         return error(503, "the server is shutting down");
     }
-    if (p == "/get_weight_version" || p == "/get_model_info" || p == "/get_server_info" || p == "/v1/models" ||
-        p == "/get_load" || p == "/dashboard" || p == "/dashboard/data") {
+    if (p == "/health_generate") {
+      if (!get)
+        return error(405, "use GET");
+      return health_generate();
+    }
+    if (p == "/get_weight_version" || p == "/get_model_info" || p == "/model_info" || p == "/get_server_info" ||
+        p == "/server_info" || p == "/v1/models" || p == "/get_load" || p == "/dashboard" || p == "/dashboard/data") {
       if (!get)
         return error(405, "use GET");
       return info_route(p);
@@ -258,74 +228,6 @@ http::Response RolloutService::handle(const http::Request& req) {
   }
 }
 
-http::Response RolloutService::generate(const json& body) {
-  api::check_keys(body,
-                  {"input_ids", "text", "sampling_params", "return_logprob", "rid", "stream", "logprob_start_len",
-                   "top_logprobs_num"},
-                  "body");
-  UPD_REQUIRE(body.contains("input_ids") != body.contains("text")) << "give exactly one of input_ids and text";
-  UPD_REQUIRE(!body.value("stream", false)) << "stream is not supported: the whole completion is returned";
-  UPD_REQUIRE(body.value("top_logprobs_num", 0) == 0) << "top_logprobs_num > 0 is not supported";
-  UPD_REQUIRE(body.value("logprob_start_len", -1) == -1) << "logprob_start_len is not supported (only -1)";
-  bool batch = false;
-  std::vector<std::vector<int32_t>> prompts = generate_prompts(body, tokenizer_.get(), &batch);
-  UPD_REQUIRE(!prompts.empty()) << "no prompt given";
-  const json sp = body.value("sampling_params", json());
-  UPD_REQUIRE(!sp.is_array() || sp.size() == prompts.size())
-      << "sampling_params: a list needs one entry per prompt (" << prompts.size() << ")";
-  std::vector<GenRequest> reqs(prompts.size());
-  std::vector<bool> skip_special(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    bool skip = true;
-    reqs[i].prompt = std::move(prompts[i]);
-    reqs[i].params = api::sglang_params(sp.is_array() ? sp[i] : sp, &skip);
-    skip_special[i] = skip;
-  }
-  const bool logprob = body.value("return_logprob", false);
-  const std::vector<std::string> rids = api::rids_of(body, reqs.size(), batch);
-  const auto t0 = Clock::now();
-  int status = 0;
-  std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), rids, &status, &why);
-  if (status != 0)
-    return error(status, why);
-  const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
-  const uint64_t first_id = next_id_.fetch_add(out.size());
-  json results = json::array();
-  for (size_t i = 0; i < out.size(); ++i) {
-    const Completion& c = out[i];
-    const GenResult& g = c.result;
-    json meta = {{"id", rids[i].empty() ? std::to_string(first_id + i) : rids[i]},
-                 {"finish_reason", finish_reason(c)},
-                 {"prompt_tokens", g.prompt.size()},
-                 {"completion_tokens", g.tokens.size()},
-                 {"cached_tokens", 0},
-                 {"spec_verify_ct", g.spec.rounds},
-                 {"weight_version", std::to_string(c.policy_version)},
-                 {"policy_version", c.policy_version},
-                 {"drafter_version", c.drafter_version},
-                 {"e2e_latency", latency},
-                 {"preemptions", g.preemptions},
-                 {"engine_step_submitted", g.submitted_step},
-                 {"engine_step_admitted", g.admitted_step},
-                 {"engine_step_first_token", g.first_token_step},
-                 {"engine_step_finished", g.finished_step}};
-    if (g.spec.rounds > 0)
-      meta["spec_accept_length"] = g.spec.tau();
-    if (logprob) {
-      json lp = json::array();
-      for (size_t t = 0; t < g.tokens.size(); ++t)
-        lp.push_back(json::array({g.logprobs[t], g.tokens[t], nullptr}));
-      meta["output_token_logprobs"] = std::move(lp);
-    }
-    json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
-    if (tokenizer_)
-      r["text"] = tokenizer_->decode(g.tokens, skip_special[i]);
-    results.push_back(std::move(r));
-  }
-  return json_response(200, batch ? results : results[0]);
-}
-
 http::Response RolloutService::abort_request(const json& body) {
   api::check_keys(body, {"rid", "abort_all"}, "body");
   const bool all = body.value("abort_all", false);
@@ -349,7 +251,7 @@ http::Response RolloutService::pause(const json& body) {
   const std::string mode = body.value("mode", std::string("abort"));
   UPD_REQUIRE(mode == "abort" || mode == "in_place" || mode == "retract")
       << "mode must be abort, in_place or retract (got " << mode << ")";
-  worker_.pause(mode == "abort" ? Worker::PauseMode::kAbort
+  worker_.pause(mode == "abort"     ? Worker::PauseMode::kAbort
                 : mode == "retract" ? Worker::PauseMode::kRetract
                                     : Worker::PauseMode::kInPlace);
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,7 +3,10 @@
 // SGLang over HTTP can point at updraft. handle() maps one HTTP request to its response; the
 // HTTP server (http.h) calls it from its connection threads.
 //
-// Routes (JSON bodies; errors are {"error": reason} with 400 for bad input, 404/405, 413, 503):
+// Routes (JSON bodies; errors are {"error": {"message", "type", "code"}} (OpenAI's shape) with 400
+// for bad input, 404/405, 413, 503). Fields of SGLang's and OpenAI's APIs that are not
+// implemented are accepted at their neutral value only (api_parse.h, docs/serving.md's table):
+//
 //   POST /generate            {"input_ids": [ids] | [[ids], ...]} or {"text": s | [s, ...]} (text
 //                             needs the model's tokenizer), "sampling_params" (an object, or one
 //                             per prompt), "return_logprob", "rid" (a string, or one per prompt).
@@ -16,18 +19,17 @@
 //                             policy version, as a string), policy_version, drafter_version (0:
 //                             none), e2e_latency, preemptions, engine_step_{submitted,admitted,
 //                             first_token,finished} (the engine's step counter at each event), and
-//                             with return_logprob output_token_logprobs [[logprob, id, null]].
+//                             with return_logprob (a bool, or one per prompt)
+//                             output_token_logprobs [[logprob, id, text or null]].
 //                             sampling_params: temperature (default 1; 0 greedy), top_p, top_k
 //                             (0 or -1: off), max_new_tokens (default 128), stop_token_ids,
-//                             ignore_eos, sampling_seed (or seed); skip_special_tokens,
-//                             spaces_between_special_tokens and no_stop_trim are accepted and do
-//                             not change the tokens. Any other key, or "stream": true, is refused
-//                             by name, not ignored: a parameter that would change the
-//                             distribution must not be silently dropped in RL.
+//                             ignore_eos, sampling_seed (or seed), skip_special_tokens,
+//                             no_stop_trim (text keeps a matched stop token, else trimmed from
+//                             text only). return_text_in_logprobs puts each token's text third.
 //   POST /v1/completions      OpenAI-style: "prompt" (text, ids, or a list of either),
 //                             max_tokens (default 16), temperature, top_p, seed, logprobs (null or
-//                             an int: the sampled token's logprob is returned, no alternatives),
-//                             n = 1, stop = null; "choices", "usage", and "updraft" (versions).
+//                             0: the sampled token's logprob is returned, no alternatives);
+//                             "choices", "usage", and "updraft" (versions).
 //   POST /abort_request       {"rid": id} or {"abort_all": true}: the requests end at the worker's
 //                             next step, their KV freed; each answers with what it had and finish
 //                             reason "abort". {"success": true, "aborted": n}.
@@ -45,7 +47,10 @@
 //   POST /continue_generation stepping resumes.
 //   GET|POST /flush_cache     with nothing in flight: releases the comparison engines' caches and
 //                             checks that every KV block is free; 400 while requests are in flight.
-//   GET /health, /get_model_info, /get_server_info, /get_weight_version, /v1/models, /get_load
+//   GET /health, /get_model_info (/model_info), /get_server_info (/server_info),
+//       /get_weight_version, /v1/models, /get_load
+//   GET /health_generate      one greedy token through the engine: 200, or 503 while paused,
+//                             stopping, or unfinished after health_generate_timeout.
 //   GET /dashboard            the drift dashboard: one self-contained HTML page (no external
 //                             resources) plotting τ and tokens/s per window of serving steps over
 //                             time, by drafter version, with policy-update and drafter-swap
@@ -69,16 +74,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rollout/serve/http.h"
 #include "rollout/tokenizer.h"
@@ -95,6 +100,8 @@ struct RolloutServiceOptions {
   // Extra fields for /get_server_info, may be empty.
   std::function<nlohmann::json()> extra_info;
   size_t max_history = 2000;  // windows kept for /dashboard/data
+  // GET /health_generate answers 503 when its one-token request has not finished by then.
+  std::chrono::milliseconds health_generate_timeout{20000};
 };
 
 struct RolloutServiceStats {
@@ -120,12 +127,18 @@ class RolloutService {
   RolloutServiceStats stats() const;
 
  private:
-  struct Job;
+  struct Job {  // one request's prompts, answered by the worker's callbacks
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = 0;
+    std::vector<Completion> out;
+  };
   http::Response generate(const nlohmann::json& body);
   http::Response completions(const nlohmann::json& body);
   http::Response update_weights(const nlohmann::json& body);
   http::Response pause(const nlohmann::json& body);
   http::Response abort_request(const nlohmann::json& body);
+  http::Response health_generate();
   http::Response info_route(const std::string& path);
   std::string metrics_text() const;
   nlohmann::json server_info() const;

@@ -16,7 +16,7 @@ http::Response RolloutService::info_route(const std::string& p) {
     return api::json_response(200, {{"weight_version", std::to_string(worker_.policy_version())},
                                     {"policy_version", worker_.policy_version()},
                                     {"drafter_version", worker_.drafter_version()}});
-  if (p == "/get_model_info")
+  if (p == "/get_model_info" || p == "/model_info")
     return api::json_response(200, {{"model_path", options_.model_path},
                                     {"tokenizer_path", tokenizer_ ? options_.model_path : ""},
                                     {"is_generation", true},
@@ -35,8 +35,8 @@ http::Response RolloutService::info_route(const std::string& p) {
   }
   if (p == "/dashboard/data") {
     std::lock_guard<std::mutex> lock(mu_);
-    return api::json_response(200, {{"model", options_.model_name},
-                                    {"windows", json(std::vector<json>(history_.begin(), history_.end()))}});
+    return api::json_response(
+        200, {{"model", options_.model_name}, {"windows", json(std::vector<json>(history_.begin(), history_.end()))}});
   }
   if (p == "/dashboard") {
     http::Response r;

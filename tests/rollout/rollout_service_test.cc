@@ -13,72 +13,14 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/trainer/online_fixture.h"
+#include "tests/rollout/service_fixture.h"
 
 namespace updraft {
 namespace {
 
 using namespace testing_online;
+using namespace testing_service;
 using nlohmann::json;
-
-struct Bed {
-  TempDir dir{"serve"};
-  train::TrainableLlama m = make_policy(4);
-  WeightVersion p1 = publish_policy(m, dir.str() + "/v", 1);
-  std::shared_ptr<const PolicyModel> policy = std::make_shared<const PolicyModel>(PolicyModel::load(p1.dir));
-  std::unique_ptr<Worker> worker;
-  std::unique_ptr<RolloutService> service;
-
-  std::shared_ptr<std::atomic<RolloutService*>> dashboard = std::make_shared<std::atomic<RolloutService*>>(nullptr);
-
-  explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20, int64_t max_inflight = 4096) {
-    WorkerOptions o;
-    o.engine.spec = SpecSettings{3, 1, 4};
-    o.engine.kv_cache_bytes = kv_cache_bytes;
-    o.on_window = [d = dashboard](const WindowReport& w) {
-      if (RolloutService* s = d->load())
-        s->record_window(w);
-    };
-    worker = std::make_unique<Worker>(o, policy, 1, std::make_shared<const DraftModel>(fresh_draft(*policy, 1)), 1,
-                                      nullptr);
-    RolloutServiceOptions so;
-    so.max_inflight_prompts = max_inflight;
-    service = std::make_unique<RolloutService>(so, *worker, policy->config(), nullptr, nullptr);
-    *dashboard = service.get();
-  }
-  ~Bed() {
-    *dashboard = nullptr;
-    service.reset();
-  }
-  http::Response raw(const std::string& method, const std::string& path, const std::string& body = "") {
-    http::Request r;
-    r.method = method;
-    r.path = path;
-    r.body = body;
-    return service->handle(r);
-  }
-  std::pair<int, json> call(const std::string& method, const std::string& path, const json& body = json()) {
-    const http::Response resp = raw(method, path, body.is_null() ? "" : body.dump());
-    const json j = json::parse(resp.body, nullptr, false);
-    return {resp.status, j.is_discarded() ? json(resp.body) : j};
-  }
-  std::string publish_draft(uint64_t v, uint64_t seed) {
-    const DraftModel d = fresh_draft(*policy, seed);
-    return publish_version(dir.str() + "/v", "drafter", v, [&](const std::string& x) { d.save(x); }).dir;
-  }
-  // Waits until `n` prompts are in flight (requests sent from other threads).
-  void wait_inflight(int64_t n) {
-    for (int i = 0; i < 500 && service->stats().inflight_prompts < n; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(service->stats().inflight_prompts, n);
-  }
-};
-
-json greedy_body(const std::vector<std::vector<int32_t>>& ps, int64_t max_new) {
-  return {{"input_ids", ps},
-          {"sampling_params", {{"temperature", 0}, {"max_new_tokens", max_new}, {"ignore_eos", true}}},
-          {"return_logprob", true}};
-}
 
 TEST(RolloutService, GreedyGenerateOverHttpEqualsPlainDecoding) {
   Bed b;
@@ -135,7 +77,10 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
     std::string says;
   };
   const Case cases[] = {
-      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"frequency_penalty", 0.5}}}}, 400,
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"frequency_penalty", 0.5}}}},
+       400,
        "sampling_params.frequency_penalty is not supported"},
       {"POST", "/generate", {{"input_ids", {1, 100000}}}, 400, "outside the vocabulary"},
       {"POST", "/generate", {{"input_ids", {1, 2.5}}}, 400, "integer token ids"},
@@ -143,17 +88,23 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
       {"POST", "/generate", {{"text", "hello"}}, 400, "tokenizer"},
       {"POST", "/generate", {{"text", "a"}, {"input_ids", ok_ids}}, 400, "exactly one of input_ids and text"},
       {"POST", "/generate", {{"input_ids", ok_ids}, {"lora_path", "x"}}, 400, "body.lora_path is not supported"},
-      {"POST", "/generate", {{"input_ids", {ok_ids, ok_ids}}, {"sampling_params", json::array({json::object()})}},
-       400, "one entry per prompt"},
+      {"POST",
+       "/generate",
+       {{"input_ids", {ok_ids, ok_ids}}, {"sampling_params", json::array({json::object()})}},
+       400,
+       "one entry per prompt"},
       {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"top_k", -2}}}}, 400, "top_k"},
       {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"temperature", "hot"}}}}, 400, "bad field"},
-      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", 100000}}}}, 400,
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", 100000}}}},
+       400,
        "exceeds the model's context"},
       {"POST", "/generate", json::array({1}), 400, "JSON object"},
       {"GET", "/generate", json(), 405, "use POST"},
       {"POST", "/health", json(), 405, "use GET"},
       {"GET", "/nope", json(), 404, "no route /nope"},
-      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"n", 2}}, 400, "n must be 1"},
+      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"n", 2}}, 400, "body.n is not supported at 2"},
       {"POST", "/v1/completions", {{"prompt", ok_ids}, {"logprobs", 5}}, 400, "alternatives"},
       {"POST", "/update_weights_from_disk", {{"is_draft_model", true}}, 400, "model_path is required"},
       {"POST", "/pause_generation", {{"mode", "later"}}, 400, "mode must be abort, in_place or retract"},

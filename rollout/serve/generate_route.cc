@@ -1,0 +1,167 @@
+// POST /generate and GET /health_generate, the SGLang-shaped generation routes of the rollout
+// service (rollout/serve/rollout_service.h).
+#include <algorithm>
+#include <condition_variable>
+
+#include "kernels/core/error.h"
+#include "rollout/serve/api_parse.h"
+#include "rollout/serve/rollout_service.h"
+
+namespace updraft {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// /generate's prompts: input_ids (a list, or a list of lists) or text (one, or a list).
+std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Tokenizer* tok, bool* batch) {
+  std::vector<std::vector<int32_t>> prompts;
+  if (body.contains("input_ids")) {
+    const json& in = body["input_ids"];
+    *batch = in.is_array() && !in.empty() && in[0].is_array();
+    if (!*batch)
+      return {api::ids_of(in, "input_ids")};
+    for (size_t i = 0; i < in.size(); ++i)
+      prompts.push_back(api::ids_of(in[i], "input_ids[" + std::to_string(i) + "]"));
+    return prompts;
+  }
+  UPD_REQUIRE(tok != nullptr) << "text needs the model's tokenizer.json; send input_ids";
+  const json& in = body["text"];
+  *batch = in.is_array();
+  for (const json& t : *batch ? in : json::array({in})) {
+    UPD_REQUIRE(t.is_string()) << "text must be a string or a list of strings";
+    prompts.push_back(tok->encode(t.get<std::string>()));
+  }
+  return prompts;
+}
+
+json finish_reason(const Completion& c) {
+  const GenResult& g = c.result;
+  if (g.finish_reason == "abort")
+    return {{"type", "abort"}, {"message", c.error.empty() ? "aborted" : c.error}};
+  if (g.finish_reason == "stop" && !g.tokens.empty())
+    return {{"type", "stop"}, {"matched", g.tokens.back()}};
+  return {{"type", "length"}, {"length", g.tokens.size()}};
+}
+
+// A per-prompt flag given as one bool, or a list of one bool per prompt; null or absent: false.
+std::vector<bool> per_prompt_flag(const json& body, const char* key, size_t n) {
+  if (!api::has(body, key))
+    return std::vector<bool>(n, false);
+  const json& v = body[key];
+  if (v.is_boolean())
+    return std::vector<bool>(n, v.get<bool>());
+  UPD_REQUIRE(v.is_array() && v.size() == n) << key << " must be a bool or a list of one bool per prompt (" << n << ")";
+  std::vector<bool> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = v[i].get<bool>();
+  return out;
+}
+
+}  // namespace
+
+http::Response RolloutService::generate(const json& body) {
+  api::check_fields(body, {"input_ids", "text", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid"},
+                    api::generate_rules(), "body");
+  UPD_REQUIRE(api::has(body, "input_ids") != api::has(body, "text")) << "give exactly one of input_ids and text";
+  bool batch = false;
+  std::vector<std::vector<int32_t>> prompts = generate_prompts(body, tokenizer_.get(), &batch);
+  UPD_REQUIRE(!prompts.empty()) << "no prompt given";
+  const json sp = body.value("sampling_params", json());
+  UPD_REQUIRE(!sp.is_array() || sp.size() == prompts.size())
+      << "sampling_params: a list needs one entry per prompt (" << prompts.size() << ")";
+  std::vector<GenRequest> reqs(prompts.size());
+  std::vector<api::TextOptions> text(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt = std::move(prompts[i]);
+    reqs[i].params = api::sglang_params(sp.is_array() ? sp[i] : sp, &text[i]);
+  }
+  const std::vector<bool> logprob = per_prompt_flag(body, "return_logprob", reqs.size());
+  const bool lp_text = api::has(body, "return_text_in_logprobs") && body["return_text_in_logprobs"].get<bool>();
+  UPD_REQUIRE(!lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
+  const std::vector<std::string> rids = api::rids_of(body, reqs.size(), batch);
+  const auto t0 = Clock::now();
+  int status = 0;
+  std::string why;
+  const std::vector<Completion> out = run_job(std::move(reqs), rids, &status, &why);
+  if (status != 0)
+    return api::error(status, why);
+  const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
+  const uint64_t first_id = next_id_.fetch_add(out.size());
+  json results = json::array();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Completion& c = out[i];
+    const GenResult& g = c.result;
+    json meta = {{"id", rids[i].empty() ? std::to_string(first_id + i) : rids[i]},
+                 {"finish_reason", finish_reason(c)},
+                 {"prompt_tokens", g.prompt.size()},
+                 {"completion_tokens", g.tokens.size()},
+                 {"cached_tokens", 0},
+                 {"spec_verify_ct", g.spec.rounds},
+                 {"weight_version", std::to_string(c.policy_version)},
+                 {"policy_version", c.policy_version},
+                 {"drafter_version", c.drafter_version},
+                 {"e2e_latency", latency},
+                 {"preemptions", g.preemptions},
+                 {"engine_step_submitted", g.submitted_step},
+                 {"engine_step_admitted", g.admitted_step},
+                 {"engine_step_first_token", g.first_token_step},
+                 {"engine_step_finished", g.finished_step}};
+    if (g.spec.rounds > 0)
+      meta["spec_accept_length"] = g.spec.tau();
+    if (logprob[i]) {
+      json lp = json::array();
+      for (size_t t = 0; t < g.tokens.size(); ++t)
+        lp.push_back(json::array(
+            {g.logprobs[t], g.tokens[t], lp_text ? json(tokenizer_->decode({g.tokens[t]}, false)) : json()}));
+      meta["output_token_logprobs"] = std::move(lp);
+    }
+    json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
+    if (tokenizer_) {
+      const bool trim = g.finish_reason == "stop" && !g.tokens.empty() && !text[i].no_stop_trim;
+      r["text"] = tokenizer_->decode({g.tokens.begin(), g.tokens.end() - (trim ? 1 : 0)}, text[i].skip_special);
+    }
+    results.push_back(std::move(r));
+  }
+  return api::json_response(200, batch ? results : results[0]);
+}
+
+http::Response RolloutService::health_generate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_)
+      return api::error(503, "generation is paused");
+  }
+  GenRequest r;
+  r.prompt = {std::max(config_.bos_token_id, 0)};
+  r.params.temperature = 0;
+  r.params.max_new_tokens = 1;
+  r.params.ignore_eos = true;
+  auto done = std::make_shared<Job>();
+  done->left = 1;
+  done->out.resize(1);
+  uint64_t id = 0;
+  try {
+    id = worker_.submit(std::move(r), [done](Completion c) {
+      std::lock_guard<std::mutex> lock(done->mu);
+      done->out[0] = std::move(c);
+      done->left = 0;
+      done->cv.notify_all();
+    });
+  } catch (const Error& e) {
+    return api::error(503, e.what());
+  }
+  std::unique_lock<std::mutex> lock(done->mu);
+  if (!done->cv.wait_for(lock, options_.health_generate_timeout, [&] { return done->left == 0; })) {
+    lock.unlock();
+    worker_.abort(id);
+    return api::error(503, "no token generated within the health check's deadline");
+  }
+  const Completion& c = done->out[0];
+  if (c.result.tokens.size() != 1)
+    return api::error(503, "generation failed: " + (c.error.empty() ? c.result.finish_reason : c.error));
+  return api::json_response(200, {{"status", "ok"}});
+}
+
+}  // namespace updraft

@@ -1,0 +1,239 @@
+// The fields of SGLang's /generate and OpenAI's completions that updraft does not implement
+// (rollout/serve/api_parse.h): at their neutral values (what SGLang's router and RL frameworks
+// send) they are accepted and the tokens are plain decoding's; at any other value the request is
+// refused by name with nothing generated. Errors have OpenAI's shape; the text of a completion
+// trims a matched stop token unless no_stop_trim; /health_generate, /server_info, /model_info.
+#include <gtest/gtest.h>
+
+#include "rollout/tokenizer.h"
+#include "tests/fixture_util.h"
+#include "tests/rollout/service_fixture.h"
+
+namespace updraft {
+namespace {
+
+using namespace testing_online;
+using namespace testing_service;
+using nlohmann::json;
+
+std::vector<GenResult> plain_greedy(const PolicyModel& policy, const std::vector<std::vector<int32_t>>& ps,
+                                    int64_t max_new) {
+  Engine plain(policy);
+  for (const GenRequest& r : greedy_requests(ps, max_new))
+    plain.submit(r);
+  auto out = plain.run();
+  std::sort(out.begin(), out.end(), [](const GenResult& x, const GenResult& y) { return x.id < y.id; });
+  return out;
+}
+
+// What sglang-router forwards and slime-style frameworks send, every unimplemented field neutral.
+json neutral_body(const std::vector<std::vector<int32_t>>& ps) {
+  const json sp = {{"temperature", 0},
+                   {"top_p", nullptr},
+                   {"top_k", nullptr},
+                   {"max_new_tokens", 8},
+                   {"stop", nullptr},
+                   {"stop_token_ids", nullptr},
+                   {"n", 1},
+                   {"min_new_tokens", 0},
+                   {"repetition_penalty", 1.0},
+                   {"frequency_penalty", 0},
+                   {"presence_penalty", 0.0},
+                   {"min_p", 0},
+                   {"ignore_eos", true},
+                   {"skip_special_tokens", true},
+                   {"spaces_between_special_tokens", true},
+                   {"no_stop_trim", false},
+                   {"json_schema", nullptr},
+                   {"regex", nullptr},
+                   {"logit_bias", json::object()},
+                   {"stream_interval", 1},
+                   {"custom_params", nullptr},
+                   {"stop_regex", json::array()}};
+  return {{"input_ids", ps},
+          {"sampling_params", sp},
+          {"rid", {"a", "b"}},
+          {"model", nullptr},
+          {"stream", false},
+          {"return_text_in_logprobs", false},
+          {"log_metrics", true},
+          {"return_hidden_states", false},
+          {"background", false},
+          {"no_logs", false},
+          {"return_bytes", false},
+          {"return_entropy", false},
+          {"return_logprob", {true, false}},
+          {"logprob_start_len", -1},
+          {"top_logprobs_num", 0},
+          {"image_data", {nullptr, nullptr}},
+          {"lora_path", nullptr},
+          {"custom_labels", {{"team", "rl"}}},
+          {"session_params", nullptr},
+          {"priority", nullptr}};
+}
+
+TEST(ApiFields, NeutralValuesOfRouterAndFrameworkPayloadsGenerateAsPlainDecoding) {
+  Bed b;
+  const auto ps = prompts(2, 7);
+  const auto want = plain_greedy(*b.policy, ps, 8);
+  const auto [s, out] = b.call("POST", "/generate", neutral_body(ps));
+  ASSERT_EQ(s, 200) << out;
+  ASSERT_EQ(out.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(out[i]["output_ids"].get<std::vector<int32_t>>(), want[i].tokens) << i;
+  EXPECT_EQ(out[0]["meta_info"]["id"], "a");
+  EXPECT_EQ(out[1]["meta_info"]["id"], "b");
+  ASSERT_TRUE(out[0]["meta_info"].contains("output_token_logprobs"));  // return_logprob per prompt
+  EXPECT_EQ(out[0]["meta_info"]["output_token_logprobs"].size(), 8u);
+  EXPECT_FALSE(out[1]["meta_info"].contains("output_token_logprobs"));
+  // Per-prompt sampling_params with "" and [] stops; OpenAI completions with its neutral fields.
+  json body = {{"input_ids", ps},
+               {"sampling_params",
+                {{{"temperature", 0}, {"max_new_tokens", 8}, {"ignore_eos", true}, {"stop", ""}},
+                 {{"temperature", 0}, {"max_new_tokens", 8}, {"ignore_eos", true}, {"stop", json::array()}}}}};
+  const auto [s2, out2] = b.call("POST", "/generate", body);
+  ASSERT_EQ(s2, 200) << out2;
+  EXPECT_EQ(out2[1]["output_ids"].get<std::vector<int32_t>>(), want[1].tokens);
+  const auto [s3, out3] = b.call("POST", "/v1/completions",
+                                 {{"prompt", ps[0]},
+                                  {"max_tokens", 8},
+                                  {"temperature", 0},
+                                  {"top_p", nullptr},
+                                  {"n", 1},
+                                  {"best_of", nullptr},
+                                  {"stream", false},
+                                  {"stream_options", nullptr},
+                                  {"echo", false},
+                                  {"suffix", nullptr},
+                                  {"stop", nullptr},
+                                  {"presence_penalty", 0},
+                                  {"frequency_penalty", 0.0},
+                                  {"logit_bias", nullptr},
+                                  {"user", "u1"},
+                                  {"model", "anything"},
+                                  {"logprobs", nullptr},
+                                  {"seed", nullptr}});
+  ASSERT_EQ(s3, 200) << out3;
+  const auto ids = out3["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids, std::vector<int32_t>(want[0].tokens.begin(), want[0].tokens.begin() + ids.size()));
+}
+
+TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
+  Bed b;
+  const json ids = json::array({1, 2, 3});
+  auto gen = [&](json extra, json sp = json::object()) {
+    json body = {{"input_ids", ids}, {"sampling_params", sp.is_null() ? json::object() : sp}};
+    if (!extra.is_null())
+      body.update(extra);
+    return body;
+  };
+  const std::vector<std::pair<json, std::string>> generate_cases = {
+      {gen({}, {{"stop", {"\n"}}}),
+       "sampling_params.stop is not supported at [\"\\n\"] (accepted only as null or empty)"},
+      {gen({}, {{"n", 2}}), "sampling_params.n is not supported at 2 (accepted only as 1 or null)"},
+      {gen({}, {{"repetition_penalty", 1.1}}), "sampling_params.repetition_penalty is not supported"},
+      {gen({}, {{"min_p", 0.05}}), "sampling_params.min_p is not supported"},
+      {gen({}, {{"min_new_tokens", 4}}), "sampling_params.min_new_tokens is not supported"},
+      {gen({}, {{"presence_penalty", -0.5}}), "sampling_params.presence_penalty is not supported"},
+      {gen({}, {{"logit_bias", {{"5", 1}}}}), "sampling_params.logit_bias is not supported"},
+      {gen({}, {{"json_schema", "{}"}}), "sampling_params.json_schema is not supported"},
+      {gen({}, {{"frobnicate", 1}}), "sampling_params.frobnicate is not supported (refused rather than ignored)"},
+      {gen({{"return_hidden_states", true}}), "body.return_hidden_states is not supported at true"},
+      {gen({{"image_data", {"x"}}}), "body.image_data is not supported"},
+      {gen({{"top_logprobs_num", 2}}), "body.top_logprobs_num is not supported at 2"},
+      {gen({{"logprob_start_len", 0}}), "body.logprob_start_len is not supported at 0"},
+      {gen({{"priority", 1}}), "body.priority is not supported"},
+      {gen({{"stream", true}}), "body.stream is not supported at true"},
+      {gen({{"frobnicate", nullptr}}), "body.frobnicate is not supported (refused rather than ignored)"},
+      {gen({{"return_logprob", {true, false}}}), "one bool per prompt (1)"},
+      {gen({{"return_text_in_logprobs", true}}), "tokenizer"},
+  };
+  for (const auto& [body, says] : generate_cases) {
+    const auto [status, out] = b.call("POST", "/generate", body);
+    EXPECT_EQ(status, 400) << body.dump();
+    EXPECT_NE(out["error"]["message"].get<std::string>().find(says), std::string::npos) << body.dump() << " -> " << out;
+  }
+  const std::vector<std::pair<json, std::string>> completions_cases = {
+      {{{"n", 2}}, "body.n is not supported at 2"},
+      {{{"stream", true}}, "body.stream is not supported"},
+      {{{"echo", true}}, "body.echo is not supported"},
+      {{{"stop", {"\n"}}}, "body.stop is not supported"},
+      {{{"best_of", 3}}, "body.best_of is not supported"},
+      {{{"suffix", "x"}}, "body.suffix is not supported"},
+      {{{"logprobs", 2}}, "alternatives"},
+  };
+  for (const auto& [extra, says] : completions_cases) {
+    json body = {{"prompt", ids}};
+    body.update(extra);
+    const auto [status, out] = b.call("POST", "/v1/completions", body);
+    EXPECT_EQ(status, 400) << body.dump();
+    EXPECT_NE(out["error"]["message"].get<std::string>().find(says), std::string::npos) << body.dump() << " -> " << out;
+  }
+  EXPECT_EQ(b.service->stats().completions, 0);
+  EXPECT_EQ(b.worker->metrics().steps, 0);
+}
+
+TEST(ApiFields, ErrorsHaveOpenAisShape) {
+  Bed b;
+  const auto [s, out] = b.call("POST", "/generate", {{"input_ids", {1, 2}}, {"sampling_params", {{"n", 3}}}});
+  EXPECT_EQ(s, 400);
+  EXPECT_EQ(out["error"]["type"], "invalid_request_error") << out;
+  EXPECT_EQ(out["error"]["code"], 400);
+  EXPECT_NE(out["error"]["message"].get<std::string>().find("sampling_params.n"), std::string::npos);
+  const auto [s404, nf] = b.call("GET", "/nope");
+  EXPECT_EQ(s404, 404);
+  EXPECT_EQ(nf["error"]["type"], "not_found_error") << nf;
+  EXPECT_EQ(nf["error"]["message"], "no route /nope");
+}
+
+TEST(ApiFields, TextTrimsTheMatchedStopTokenUnlessNoStopTrimAndLogprobsCarryTokenText) {
+  auto tok = std::make_shared<const Tokenizer>(
+      Tokenizer::load(fixture_util::source_path("tests/fixtures/tokenizer/hf_bytelevel.json")));
+  Bed b(int64_t{64} << 20, 4096, tok);
+  const auto ps = prompts(1, 6);
+  const std::vector<int32_t> want = plain_greedy(*b.policy, ps, 8)[0].tokens;
+  const int32_t stop = want[2];
+  const size_t k = std::find(want.begin(), want.end(), stop) - want.begin();  // first occurrence
+  const std::vector<int32_t> upto(want.begin(), want.begin() + k + 1);
+  for (const bool no_trim : {false, true}) {
+    const json body = {{"input_ids", ps[0]},
+                       {"return_logprob", true},
+                       {"return_text_in_logprobs", true},
+                       {"sampling_params",
+                        {{"temperature", 0},
+                         {"max_new_tokens", 8},
+                         {"stop_token_ids", {stop}},
+                         {"no_stop_trim", no_trim},
+                         {"skip_special_tokens", false}}}};
+    const auto [s, out] = b.call("POST", "/generate", body);
+    ASSERT_EQ(s, 200) << out;
+    ASSERT_EQ(out["output_ids"].get<std::vector<int32_t>>(), upto);  // ids keep the stop token
+    EXPECT_EQ(out["meta_info"]["finish_reason"]["matched"], stop);
+    const std::vector<int32_t> shown(upto.begin(), upto.end() - (no_trim ? 0 : 1));
+    EXPECT_EQ(out["text"], tok->decode(shown, false)) << "no_stop_trim " << no_trim;
+    const json& lp = out["meta_info"]["output_token_logprobs"];
+    ASSERT_EQ(lp.size(), upto.size());
+    for (size_t t = 0; t < upto.size(); ++t)
+      EXPECT_EQ(lp[t][2], tok->decode({upto[t]}, false)) << t;
+  }
+}
+
+TEST(ApiFields, HealthGenerateAndSglangInformationRoutes) {
+  Bed b;
+  auto [s, out] = b.call("GET", "/health_generate");
+  EXPECT_EQ(s, 200) << out;
+  EXPECT_EQ(out["status"], "ok");
+  EXPECT_EQ(b.worker->metrics().steps, 1);  // it really generated
+  EXPECT_EQ(b.call("POST", "/health_generate").first, 405);
+  EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);
+  std::tie(s, out) = b.call("GET", "/health_generate");
+  EXPECT_EQ(s, 503);
+  EXPECT_EQ(out["error"]["message"], "generation is paused");
+  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
+  EXPECT_EQ(b.call("GET", "/server_info").second["vocab_size"], b.policy->config().vocab_size);
+  EXPECT_EQ(b.call("GET", "/model_info").second, b.call("GET", "/get_model_info").second);
+}
+
+}  // namespace
+}  // namespace updraft
