@@ -18,14 +18,16 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_si
     free_.push_back(static_cast<int32_t>(b));
 }
 
+int64_t KvCache::block_bytes(const KvCacheShape& s, int64_t block_size) {
+  return 2 * s.layers * block_size * s.kv_heads * s.head_dim * dtype_size(s.dtype);
+}
+
 int64_t KvCache::blocks_for_bytes(const KvCacheShape& s, int64_t block_size, int64_t bytes) {
-  const int64_t per_block = 2 * s.layers * block_size * s.kv_heads * s.head_dim * dtype_size(s.dtype);
+  const int64_t per_block = block_bytes(s, block_size);
   return per_block > 0 ? bytes / per_block : 0;
 }
 
-int64_t KvCache::bytes() const {
-  return 2 * shape_.layers * num_blocks_ * block_size_ * shape_.kv_heads * shape_.head_dim * dtype_size(shape_.dtype);
-}
+int64_t KvCache::bytes() const { return num_blocks_ * block_bytes(shape_, block_size_); }
 
 bool KvCache::reserve(SeqKv& seq, int64_t length) {
   const int64_t need = blocks_needed(length) - static_cast<int64_t>(seq.blocks.size());

@@ -34,6 +34,8 @@ struct SeqKv {
 class KvCache {
  public:
   KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_size);
+  // The bytes of one block (K and V of every layer) for this shape.
+  static int64_t block_bytes(const KvCacheShape& shape, int64_t block_size);
   // The number of blocks that fit in `bytes` for this shape (at least 1 block is required).
   static int64_t blocks_for_bytes(const KvCacheShape& shape, int64_t block_size, int64_t bytes);
 

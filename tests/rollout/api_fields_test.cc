@@ -26,7 +26,8 @@ std::vector<GenResult> plain_greedy(const PolicyModel& policy, const std::vector
   return out;
 }
 
-// What sglang-router forwards and slime-style frameworks send, every unimplemented field neutral.
+// A body shaped like those sglang-router forwards and slime-style frameworks send (written from
+// their field lists, not captured from them), every unimplemented field at its neutral value.
 json neutral_body(const std::vector<std::vector<int32_t>>& ps) {
   const json sp = {{"temperature", 0},
                    {"top_p", nullptr},

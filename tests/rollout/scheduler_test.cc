@@ -48,14 +48,14 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
   o.prefill_chunk = 9;
   o.max_batch = 12;
   o.spec = spec;
-  const KvCacheShape ks = model_->kv_shape();
-  o.kv_cache_bytes = 28 * (2 * ks.layers * o.block_size * ks.kv_heads * ks.head_dim * 4);  // 28 blocks
-  o.draft_kv_cache_bytes = 40 * (2 * 1 * o.block_size * 2 * 8 * 4);                          // 40 draft blocks
+  o.kv_cache_bytes = 28 * KvCache::block_bytes(model_->kv_shape(), o.block_size);
+  o.draft_kv_cache_bytes = 40 * KvCache::block_bytes(drafts_[0]->kv_shape(), o.block_size);
   o.draft_backlog = 5;
   Engine e(*model_, o, drafts_[0].get());
   RandomDepth chooser(spec, 7);
   e.set_depth_chooser(&chooser);
   ASSERT_EQ(e.cache().num_blocks(), 28);
+  ASSERT_EQ(e.draft_cache()->num_blocks(), 40);
   std::mt19937_64 rng(2024);
   auto uni = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
   std::map<uint64_t, GenRequest> submitted;

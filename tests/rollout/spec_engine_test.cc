@@ -1,8 +1,4 @@
-// Lossless speculative generation.
-//
-// Verification unit tests on hand-built trees: greedy walks the argmax path and adds the bonus;
-// sampled verification emits each token with the policy's probability (goodness of fit over
-// many seeds), while the deliberately wrong NoResidual rule is caught by the same test.
+// Lossless speculative generation (the verifier's unit tests are spec_verify_test.cc).
 //
 // Engine tests on a tiny random policy with a 16-token vocabulary and a random drafter (draft
 // vocabulary of 12 ids, so the d2t mapping is exercised; the small vocabulary makes acceptances
@@ -24,111 +20,14 @@
 #include "kernels/ops.h"
 #include "rollout/engine/engine.h"
 #include "tests/drafter/test_drafts.h"
+#include "tests/rollout/chi2.h"
 #include "tests/rollout/random_depth.h"
 #include "tests/rollout/test_models.h"
 
 namespace updraft {
 namespace {
 
-// Chi-square critical value at tail probability ~1e-6 (z = 4.75), Wilson-Hilferty approximation:
-// a correct implementation fails with probability ~1e-6; the biased control exceeds it by far.
-double chi2_critical(int df) {
-  const double a = 2.0 / (9.0 * df), z = 4.75;
-  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
-}
-
-// Pearson's statistic of `counts` against probabilities `p`, cells with expected count < 5
-// merged into one; returns {statistic, degrees of freedom}.
-std::pair<double, int> chi2_fit(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t n) {
-  double stat = 0, rest_e = 0, rest_o = 0;
-  int cells = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double e = p[i] * static_cast<double>(n);
-    if (e < 5) {
-      rest_e += e;
-      rest_o += static_cast<double>(counts[i]);
-      if (p[i] == 0) {
-        EXPECT_EQ(counts[i], 0) << "cell " << i << " has probability 0";
-      }
-      continue;
-    }
-    stat += (counts[i] - e) * (counts[i] - e) / e;
-    ++cells;
-  }
-  if (rest_e > 0) {
-    stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
-    ++cells;
-  }
-  return {stat, cells - 1};
-}
-
-TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
-  // Root 0 -> children (tokens 3, 1); node 1 (token 3) -> child token 2; V = 4.
-  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}};
-  const int64_t V = 4;
-  std::vector<float> logits = {0, 1, 0, 5,   // root: argmax 3 -> node 1
-                               0, 0, 4, 0,   // node 1: argmax 2 -> node 3
-                               9, 0, 0, 0,   // node 2 (unused)
-                               0, 7, 0, 0};  // node 3: argmax 1 = bonus
-  std::vector<float> logp(logits.size());
-  for (int r = 0; r < 4; ++r) {
-    double s = 0;
-    for (int i = 0; i < V; ++i)
-      s += std::exp(logits[r * V + i]);
-    for (int i = 0; i < V; ++i)
-      logp[r * V + i] = logits[r * V + i] - static_cast<float>(std::log(s));
-  }
-  const Verdict v = verify_greedy(t, logits.data(), logp.data(), V);
-  EXPECT_EQ(v.nodes, (std::vector<int32_t>{1, 3}));
-  EXPECT_EQ(v.tokens, (std::vector<int32_t>{3, 2, 1}));
-  EXPECT_FLOAT_EQ(v.logprobs[2], logp[3 * V + 1]);
-  logits[3] = 0;  // root's argmax becomes token 1 (lowest id among the 1s): node 2, then its argmax 0
-  const Verdict w = verify_greedy(t, logits.data(), logp.data(), V);
-  EXPECT_EQ(w.tokens, (std::vector<int32_t>{1, 0}));
-}
-
-// The first emitted token over 40000 seeds: its distribution must be p(.|root) whatever the
-// children are; NoResidual over-weights the tried children and must fail the same test.
-TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
-  const int64_t V = 6;
-  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}};
-  const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
-  std::vector<float> probs(static_cast<size_t>(5 * V));
-  for (int r = 0; r < 5; ++r)
-    for (int i = 0; i < V; ++i)
-      probs[r * V + i] = r == 0 ? root[i] : (i == r ? 0.5f : 0.1f);
-  const std::vector<double> p(root.begin(), root.end());
-  for (AcceptRule rule : {AcceptRule::Exact, AcceptRule::NoResidual}) {
-    std::vector<int64_t> counts(V, 0);
-    const int64_t N = 40000;
-    for (int64_t s = 0; s < N; ++s)
-      ++counts[verify_sampled(t, probs.data(), V, static_cast<uint64_t>(s), 0, rule).tokens[0]];
-    const auto [stat, df] = chi2_fit(counts, p, N);
-    if (rule == AcceptRule::Exact)
-      EXPECT_LT(stat, chi2_critical(df));
-    else
-      EXPECT_GT(stat, chi2_critical(df)) << "the biased control passed: the test has no power";
-  }
-}
-
-TEST(SpecStatsTest, TauAndConditionalAcceptance) {
-  SpecStats s;
-  s.add_round(4, 0);
-  s.add_round(4, 2);
-  s.add_round(4, 4);
-  s.add_round(4, 1);
-  EXPECT_DOUBLE_EQ(s.tau(), 1.0 + 7.0 / 4.0);
-  EXPECT_EQ(s.accepted_at, (std::vector<int64_t>{3, 2, 1, 1}));
-  EXPECT_DOUBLE_EQ(s.alpha(0), 3.0 / 4.0);  // 0-alpha: first draft accepted in 3 of 4 rounds
-  EXPECT_DOUBLE_EQ(s.alpha(1), 2.0 / 3.0);  // given the first was accepted
-  EXPECT_DOUBLE_EQ(s.alpha(3), 1.0);
-  EXPECT_DOUBLE_EQ(s.alpha(5), 0.0);
-  SpecStats t;
-  t.add_round(4, 3);
-  t.merge(s);
-  EXPECT_EQ(t.rounds, 5);
-  EXPECT_EQ(t.accepted_at, (std::vector<int64_t>{4, 3, 2, 1}));
-}
+using namespace testing_chi2;
 
 class SpecEngine : public ::testing::Test {
  protected:
@@ -327,8 +226,7 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       o.max_batch = 64;
       o.prefill_chunk = 7;
       o.spec = chain;
-      const KvCacheShape ks = model_->kv_shape();
-      o.kv_cache_bytes = 30 * (2 * ks.layers * o.block_size * ks.kv_heads * ks.head_dim * 4);
+      o.kv_cache_bytes = 30 * KvCache::block_bytes(model_->kv_shape(), o.block_size);
       Engine e(*model_, o, draft_.get());
       RandomDepth depth(chain, 3);
       e.set_depth_chooser(&depth);
