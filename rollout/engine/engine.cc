@@ -56,7 +56,7 @@ std::unique_ptr<KvCache> Engine::make_draft_cache(const DraftModel& d) const {
       opts_.block_size);
 }
 
-void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
+void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const EngineOptions& opts, int64_t cache_blocks) {
   const SamplingParams& p = req.params;
   UPD_REQUIRE(!req.prompt.empty()) << "empty prompt";
   for (size_t i = 0; i < req.prompt.size(); ++i)
@@ -74,18 +74,18 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg) {
   UPD_REQUIRE(p.top_p > 0 && p.top_p <= 1) << "top_p must be in (0, 1] (got " << p.top_p << ")";
   for (int32_t s : p.stop_token_ids)
     UPD_REQUIRE(s >= 0 && s < cfg.vocab_size) << "stop token id " << s << " is outside the vocabulary";
+  if (cache_blocks <= 0)
+    return;
+  const int64_t len = total + std::max<int64_t>(1, opts.spec.draft_tokens);
+  const int64_t need = (len + opts.block_size - 1) / opts.block_size;
+  UPD_REQUIRE(need <= cache_blocks) << "request needs " << need << " KV blocks but the whole cache has "
+                                    << cache_blocks << "; lower max_new_tokens or grow the cache";
 }
 
 uint64_t Engine::submit(GenRequest req) {
-  validate(req, model_->config());
+  validate(req, model_->config(), opts_, cache_.num_blocks());
   if (req.capture)  // checked here: a model too shallow for the default layers can still decode
     model_->check_aux_layers(aux_layers_);
-  // Alone in the cache it must fit at its longest, with a speculation round's tree: then it
-  // always finishes (the oldest running sequence is never preempted).
-  const int64_t len = static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens;
-  const int64_t need = cache_.blocks_needed(len + std::max<int64_t>(1, opts_.spec.draft_tokens));
-  UPD_REQUIRE(need <= cache_.num_blocks()) << "request needs " << need << " KV blocks but the whole cache has "
-                                           << cache_.num_blocks() << "; lower max_new_tokens or grow the cache";
   auto s = std::make_unique<Seq>();
   s->id = next_id_++;
   s->seed = req.params.has_seed ? req.params.seed : ops::mix64(opts_.seed ^ ops::mix64(s->id));

@@ -116,8 +116,11 @@ class Engine {
   const PolicyModel& model() const { return *model_; }
   const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
 
-  // Checks a request against the model and limits; throws Error naming the problem.
-  static void validate(const GenRequest& req, const PolicyConfig& cfg);
+  // Checks a request against the model and limits; throws Error naming the problem. With
+  // cache_blocks > 0 it must also fit alone in a cache of that many blocks at its longest, with a
+  // speculation round's tree (then it always finishes: the oldest sequence is never preempted).
+  static void validate(const GenRequest& req, const PolicyConfig& cfg, const EngineOptions& opts = {},
+                       int64_t cache_blocks = 0);
 
  private:
   struct Drafted {

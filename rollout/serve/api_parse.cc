@@ -107,6 +107,20 @@ bool has(const json& obj, const char* key) {
   return obj.contains(key) && !obj[key].is_null();
 }
 
+bool bool_or(const json& obj, const char* key, bool def) {
+  if (!has(obj, key))
+    return def;
+  UPD_REQUIRE(obj[key].is_boolean()) << key << " must be true or false (got " << obj[key].dump() << ")";
+  return obj[key].get<bool>();
+}
+
+std::string string_or(const json& obj, const char* key, const std::string& def) {
+  if (!has(obj, key))
+    return def;
+  UPD_REQUIRE(obj[key].is_string()) << key << " must be a string (got " << obj[key].dump() << ")";
+  return obj[key].get<std::string>();
+}
+
 const FieldRules& generate_rules() {
   using N = Neutral;
   static const FieldRules rules = {// Bookkeeping SGLang's router and frameworks send; none changes the tokens.
@@ -239,12 +253,15 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
   return p;
 }
 
-std::vector<std::string> rids_of(const json& body, size_t n, bool batch) {
+std::vector<std::string> rids_of(const json& body, size_t n, bool batch, std::string* group) {
   std::vector<std::string> rids(n);
-  if (!body.contains("rid") || body["rid"].is_null())
+  group->clear();
+  if (!has(body, "rid"))
     return rids;
   const json& rid = body["rid"];
   if (rid.is_string()) {
+    if (batch)
+      *group = rid.get<std::string>();
     for (size_t i = 0; i < n; ++i)
       rids[i] = batch ? rid.get<std::string>() + "-" + std::to_string(i) : rid.get<std::string>();
     return rids;

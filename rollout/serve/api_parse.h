@@ -41,6 +41,9 @@ const FieldRules& sampling_rules();
 const FieldRules& completions_rules();
 // obj has key with a non-null value (null means "the default" in both APIs).
 bool has(const nlohmann::json& obj, const char* key);
+// The value of a bool or string field; `def` when absent or null; Error naming it otherwise.
+bool bool_or(const nlohmann::json& obj, const char* key, bool def);
+std::string string_or(const nlohmann::json& obj, const char* key, const std::string& def);
 std::vector<int32_t> ids_of(const nlohmann::json& a, const std::string& where);
 bool is_id_list(const nlohmann::json& a);
 
@@ -54,7 +57,8 @@ struct TextOptions {
 SamplingParams sglang_params(const nlohmann::json& sp, TextOptions* text);
 
 // The request ids of a /generate call with n prompts: "rid" as a string (one prompt: itself;
-// a batch: rid-0, rid-1, ...), a list of n strings, or absent (empty strings).
-std::vector<std::string> rids_of(const nlohmann::json& body, size_t n, bool batch);
+// a batch: rid-0, rid-1, ..., and *group (out) the string itself, which names the whole batch),
+// a list of n strings, or absent (empty strings).
+std::vector<std::string> rids_of(const nlohmann::json& body, size_t n, bool batch, std::string* group);
 
 }  // namespace updraft::api

@@ -1,7 +1,6 @@
 // POST /generate and GET /health_generate, the SGLang-shaped generation routes of the rollout
 // service (rollout/serve/rollout_service.h).
 #include <algorithm>
-#include <condition_variable>
 
 #include "kernels/core/error.h"
 #include "rollout/serve/api_parse.h"
@@ -17,7 +16,7 @@ namespace {
 // /generate's prompts: input_ids (a list, or a list of lists) or text (one, or a list).
 std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Tokenizer* tok, bool* batch) {
   std::vector<std::vector<int32_t>> prompts;
-  if (body.contains("input_ids")) {
+  if (api::has(body, "input_ids")) {
     const json& in = body["input_ids"];
     *batch = in.is_array() && !in.empty() && in[0].is_array();
     if (!*batch)
@@ -78,13 +77,14 @@ http::Response RolloutService::generate(const json& body) {
     reqs[i].params = api::sglang_params(sp.is_array() ? sp[i] : sp, &text[i]);
   }
   const std::vector<bool> logprob = per_prompt_flag(body, "return_logprob", reqs.size());
-  const bool lp_text = api::has(body, "return_text_in_logprobs") && body["return_text_in_logprobs"].get<bool>();
+  const bool lp_text = api::bool_or(body, "return_text_in_logprobs", false);
   UPD_REQUIRE(!lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
-  const std::vector<std::string> rids = api::rids_of(body, reqs.size(), batch);
+  std::string group;
+  const std::vector<std::string> rids = api::rids_of(body, reqs.size(), batch, &group);
   const auto t0 = Clock::now();
   int status = 0;
   std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), rids, &status, &why);
+  const std::vector<Completion> out = run_job(std::move(reqs), rids, group, &status, &why);
   if (status != 0)
     return api::error(status, why);
   const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -138,27 +138,18 @@ http::Response RolloutService::health_generate() {
   r.params.temperature = 0;
   r.params.max_new_tokens = 1;
   r.params.ignore_eos = true;
-  auto done = std::make_shared<Job>();
-  done->left = 1;
-  done->out.resize(1);
-  uint64_t id = 0;
+  std::shared_ptr<Submission> sub;
   try {
-    id = worker_.submit(std::move(r), [done](Completion c) {
-      std::lock_guard<std::mutex> lock(done->mu);
-      done->out[0] = std::move(c);
-      done->left = 0;
-      done->cv.notify_all();
-    });
+    sub = worker_.submit_all({std::move(r)}, {GenMode::kServing, /*internal=*/true});
   } catch (const Error& e) {
-    return api::error(503, e.what());
+    return api::error(503, api::reason(e.what()));
   }
-  std::unique_lock<std::mutex> lock(done->mu);
-  if (!done->cv.wait_for(lock, options_.health_generate_timeout, [&] { return done->left == 0; })) {
-    lock.unlock();
-    worker_.abort(id);
+  if (!sub->wait_for(options_.health_generate_timeout)) {
+    worker_.abort(sub->ids()[0]);
     return api::error(503, "no token generated within the health check's deadline");
   }
-  const Completion& c = done->out[0];
+  const std::vector<Completion> out = sub->take();
+  const Completion& c = out[0];
   if (c.result.tokens.size() != 1)
     return api::error(503, "generation failed: " + (c.error.empty() ? c.result.finish_reason : c.error));
   return api::json_response(200, {{"status", "ok"}});

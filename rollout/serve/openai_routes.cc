@@ -47,7 +47,7 @@ http::Response RolloutService::completions(const json& body) {
   }
   int status = 0;
   std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(prompts.size()), &status, &why);
+  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(prompts.size()), "", &status, &why);
   if (status != 0)
     return api::error(status, why);
   json choices = json::array();

@@ -77,7 +77,7 @@ void RolloutService::record_window(const WindowReport& w) {
 }
 
 std::vector<Completion> RolloutService::run_job(std::vector<GenRequest> reqs, const std::vector<std::string>& rids,
-                                                int* status, std::string* err) {
+                                                const std::string& group, int* status, std::string* err) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   for (GenRequest& r : reqs) {
     worker_.check(r);
@@ -95,8 +95,17 @@ std::vector<Completion> RolloutService::run_job(std::vector<GenRequest> reqs, co
   if (n > options_.max_inflight_prompts)
     return refuse(413, "a request of " + std::to_string(n) + " prompts exceeds max_inflight_prompts (" +
                            std::to_string(options_.max_inflight_prompts) + "); split it");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  auto for_each_key = [&](const std::vector<uint64_t>& ids, auto&& f) {  // the (rid, worker id) pairs registered
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!rids[i].empty())
+        f(rids[i], ids[i]);
+      if (!group.empty())
+        f(group, ids[i]);
+    }
+  };
+  std::shared_ptr<Submission> sub;
+  {  // submitted and registered under one lock: /abort_request finds every prompt it can see
+    std::lock_guard<std::mutex> lock(mu_);  // order: this, then the worker's (never the reverse)
     if (stopping_)
       return refuse(503, "the server is shutting down");
     if (stats_.inflight_prompts + n > options_.max_inflight_prompts) {
@@ -105,52 +114,37 @@ std::vector<Completion> RolloutService::run_job(std::vector<GenRequest> reqs, co
                              " prompts in flight (max_inflight_prompts " +
                              std::to_string(options_.max_inflight_prompts) + ")");
     }
+    try {
+      sub = worker_.submit_all(std::move(reqs));
+    } catch (const Error&) {  // checked above, so only a stopping worker refuses
+      return refuse(503, "the server is shutting down");
+    }
     ++stats_.requests;
     stats_.prompts += n;
     stats_.inflight_prompts += n;
+    for_each_key(sub->ids(), [&](const std::string& rid, uint64_t id) { rids_.insert({rid, id}); });
   }
-  auto job = std::make_shared<Job>();
-  job->left = reqs.size();
-  job->out.resize(reqs.size());
-  std::vector<uint64_t> ids;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    uint64_t id = 0;
-    try {
-      id = worker_.submit(std::move(reqs[i]), [job, i](Completion c) {
-        std::lock_guard<std::mutex> lock(job->mu);
-        job->out[i] = std::move(c);
-        if (--job->left == 0)
-          job->cv.notify_all();
-      });
-    } catch (const Error& e) {  // checked above, so only a stopping worker refuses
-      std::lock_guard<std::mutex> lock(job->mu);
-      job->out[i].error = api::reason(e.what());
-      job->out[i].result.finish_reason = "abort";
-      --job->left;
-      continue;
-    }
-    ids.push_back(id);
-    std::lock_guard<std::mutex> lock(mu_);
-    rids_.insert({rids[i], id});
-  }
-  {
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->left == 0; });
-  }
+  std::vector<Completion> out = sub->take();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = rids_.begin(); it != rids_.end();)
-    it = std::find(ids.begin(), ids.end(), it->second) != ids.end() ? rids_.erase(it) : std::next(it);
+  for_each_key(sub->ids(), [&](const std::string& rid, uint64_t id) {
+    const auto [lo, hi] = rids_.equal_range(rid);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == id) {
+        rids_.erase(it);
+        return;
+      }
+  });
   stats_.inflight_prompts -= n;
-  for (const Completion& c : job->out) {
-    if (c.error == "shutting down" || c.error == "the worker is shutting down")
+  for (const Completion& c : out) {
+    if (c.status == CompletionStatus::kShuttingDown)
       return refuse(503, "the server is shutting down");
-    if (!c.error.empty() && c.result.finish_reason != "abort")
+    if (c.status == CompletionStatus::kFailed)
       return refuse(500, "internal error: " + c.error);
     ++stats_.completions;
     stats_.aborted += c.result.finish_reason == "abort" ? 1 : 0;
     stats_.generated_tokens += static_cast<int64_t>(c.result.tokens.size());
   }
-  return std::move(job->out);
+  return out;
 }
 
 http::Response RolloutService::handle(const http::Request& req) {
@@ -230,16 +224,23 @@ http::Response RolloutService::handle(const http::Request& req) {
 
 http::Response RolloutService::abort_request(const json& body) {
   api::check_keys(body, {"rid", "abort_all"}, "body");
-  const bool all = body.value("abort_all", false);
-  UPD_REQUIRE(all || (body.contains("rid") && body["rid"].is_string())) << "give a rid (a string) or abort_all";
+  const bool all = api::bool_or(body, "abort_all", false);
+  const std::string rid = api::string_or(body, "rid", "");
+  UPD_REQUIRE(all || api::has(body, "rid")) << "give a rid (a string) or abort_all";
   std::vector<uint64_t> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const std::string rid = all ? "" : body["rid"].get<std::string>();
-    for (const auto& [r, id] : rids_)
-      if (all || r == rid || r.rfind(rid + "-", 0) == 0)
+    if (all) {
+      for (const auto& [r, id] : rids_)
         ids.push_back(id);
+    } else if (!rid.empty()) {
+      const auto [lo, hi] = rids_.equal_range(rid);
+      for (auto it = lo; it != hi; ++it)
+        ids.push_back(it->second);
+    }
   }
+  std::sort(ids.begin(), ids.end());  // a prompt can be registered under its rid and its group's
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   int64_t n = 0;
   for (uint64_t id : ids)
     n += worker_.abort(id) ? 1 : 0;
@@ -248,7 +249,7 @@ http::Response RolloutService::abort_request(const json& body) {
 
 http::Response RolloutService::pause(const json& body) {
   api::check_keys(body, {"mode"}, "body");
-  const std::string mode = body.value("mode", std::string("abort"));
+  const std::string mode = api::string_or(body, "mode", "abort");
   UPD_REQUIRE(mode == "abort" || mode == "in_place" || mode == "retract")
       << "mode must be abort, in_place or retract (got " << mode << ")";
   worker_.pause(mode == "abort"     ? Worker::PauseMode::kAbort
@@ -266,9 +267,9 @@ http::Response RolloutService::update_weights(const json& body) {
   UPD_REQUIRE(body.contains("model_path") && body["model_path"].is_string()) << "model_path is required";
   UPD_REQUIRE(!body.contains("load_format") || body["load_format"].is_null() || body["load_format"] == "auto")
       << "load_format: only auto";
-  UPD_REQUIRE(!body.value("abort_all_requests", false)) << "abort_all_requests is not supported";
+  UPD_REQUIRE(!api::bool_or(body, "abort_all_requests", false)) << "abort_all_requests is not supported";
   const std::string path = body["model_path"].get<std::string>();
-  const bool draft = body.value("is_draft_model", false);
+  const bool draft = api::bool_or(body, "is_draft_model", false);
   const char* kind = draft ? "drafter" : "policy";
   uint64_t version = 0;
   try {

@@ -32,7 +32,9 @@
 //                             "choices", "usage", and "updraft" (versions).
 //   POST /abort_request       {"rid": id} or {"abort_all": true}: the requests end at the worker's
 //                             next step, their KV freed; each answers with what it had and finish
-//                             reason "abort". {"success": true, "aborted": n}.
+//                             reason "abort". {"success": true, "aborted": n}. A rid matches
+//                             exactly: a prompt's own rid, or the string rid a batch was sent
+//                             with (all its prompts); "" matches nothing (SGLang's default).
 //   POST /update_weights_from_disk {"model_path": version dir, "is_draft_model": bool,
 //                             "weight_version": optional, must match the manifest}: the worker's
 //                             hot-swap path (validated beside the serving version). Answers once
@@ -127,12 +129,6 @@ class RolloutService {
   RolloutServiceStats stats() const;
 
  private:
-  struct Job {  // one request's prompts, answered by the worker's callbacks
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t left = 0;
-    std::vector<Completion> out;
-  };
   http::Response generate(const nlohmann::json& body);
   http::Response completions(const nlohmann::json& body);
   http::Response update_weights(const nlohmann::json& body);
@@ -143,8 +139,9 @@ class RolloutService {
   std::string metrics_text() const;
   nlohmann::json server_info() const;
   // Submits the prompts and waits for their completions; empty with *status set when refused.
-  std::vector<Completion> run_job(std::vector<GenRequest> reqs, const std::vector<std::string>& rids, int* status,
-                                  std::string* error);
+  // Each runs under its rid (rids[i]) and the batch's `group` rid for /abort_request (empty: none).
+  std::vector<Completion> run_job(std::vector<GenRequest> reqs, const std::vector<std::string>& rids,
+                                  const std::string& group, int* status, std::string* error);
 
   RolloutServiceOptions options_;
   Worker& worker_;
@@ -157,7 +154,7 @@ class RolloutService {
   bool stopping_ = false, paused_ = false;
   std::atomic<uint64_t> next_id_{1};  // response ids
   RolloutServiceStats stats_;
-  std::multimap<std::string, uint64_t> rids_;  // rid -> worker request ids in flight
+  std::multimap<std::string, uint64_t> rids_;  // rid (or a batch's group rid) -> worker request ids in flight
   std::deque<nlohmann::json> history_;         // one point per window, oldest first
 };
 

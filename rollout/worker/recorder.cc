@@ -25,24 +25,22 @@ bool Recorder::take() {
   return keep;
 }
 
-int64_t Recorder::send(const GenResult& g, uint64_t policy_version, uint64_t drafter_version) {
-  if (sender_ == nullptr || !g.aux.defined() || g.tokens.empty())
+int64_t Recorder::send(const TttSample& whole, const std::vector<SpecRound>& rounds, uint64_t drafter_version) {
+  if (sender_ == nullptr || whole.response_length() <= 0)
     return 0;
   const auto t0 = std::chrono::steady_clock::now();
-  TttSample whole = sample_of(g, policy_version);
   std::vector<TttSample> pieces;
   if (opt_.max_tokens > 0)
     pieces = split_sample(whole, opt_.max_tokens);
-  else
-    pieces.push_back(std::move(whole));
-  stats_.chunks += static_cast<int64_t>(pieces.size()) - 1;
+  const size_t n = pieces.empty() ? 1 : pieces.size();
+  stats_.chunks += static_cast<int64_t>(n) - 1;
   int64_t queued = 0;
-  for (size_t k = 0; k < pieces.size(); ++k) {
-    messaging::RecordData r = to_record(pieces[k]);
+  for (size_t k = 0; k < n; ++k) {
+    messaging::RecordData r = to_record(pieces.empty() ? whole : pieces[k]);
     r.worker = opt_.worker;
     r.drafter_version = drafter_version;
     if (k == 0)  // a completion's rounds, once: in its first record
-      r.rounds = round_stats(g.rounds);
+      r.rounds = round_stats(rounds);
     queued += sender_->submit(std::move(r)) ? 1 : 0;
   }
   stats_.queued += queued;

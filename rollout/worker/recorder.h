@@ -15,6 +15,8 @@
 #include <memory>
 
 #include "messaging/record_sender.h"
+#include <vector>
+
 #include "rollout/capture/sample.h"
 #include "rollout/engine/request.h"
 
@@ -37,9 +39,9 @@ class Recorder {
   bool enabled() const { return sender_ != nullptr; }
   // Whether the next serving completion is recorded (counts it either way).
   bool take();
-  // The records of a captured completion (result.aux defined) of the given versions; returns the
-  // records the sender queued.
-  int64_t send(const GenResult& g, uint64_t policy_version, uint64_t drafter_version);
+  // The records of a captured completion (sample_of, rollout/capture/capture.h) with its
+  // speculation rounds, generated with `drafter_version`; returns the records the sender queued.
+  int64_t send(const TttSample& whole, const std::vector<SpecRound>& rounds, uint64_t drafter_version);
   const RecorderStats& stats() const { return stats_; }
 
  private:

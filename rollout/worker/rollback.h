@@ -52,6 +52,8 @@ class RollbackWatch {
   void swapped();
   // The serving drafter's rounds of one step.
   void add_rounds(const SpecStats& step);
+  // Whether alarms are confirmed on recent completions (a scorer was given): add_sample wants them.
+  bool confirms() const { return static_cast<bool>(scorer_); }
   // A recent captured completion of the serving policy (kept for confirmations).
   void add_sample(TttSample s);
   void policy_changed() { samples_.clear(); }

@@ -68,76 +68,77 @@ Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy,
 Worker::~Worker() { stop(); }
 
 void Worker::check(const GenRequest& req, GenMode mode) const {
-  Engine::validate(req, config_);
-  const int64_t len = static_cast<int64_t>(req.prompt.size()) + req.params.max_new_tokens;
-  const int64_t need = (len + std::max<int64_t>(1, options_.engine.spec.draft_tokens) + block_size_ - 1) / block_size_;
-  UPD_REQUIRE(need <= kv_blocks_) << "request needs " << need << " KV blocks but the whole cache has " << kv_blocks_
-                                  << "; lower max_new_tokens or grow the cache";
+  Engine::validate(req, config_, options_.engine, kv_blocks_);
   UPD_REQUIRE(mode != GenMode::kReference || versions_.reference().model != nullptr)
       << "worker: no reference drafter set";
 }
 
-uint64_t Worker::submit(GenRequest req, CompletionCallback on_done, GenMode mode) {
-  check(req, mode);
+void Submission::complete(size_t i, Completion c) {
   std::lock_guard<std::mutex> lock(mu_);
+  out_[i] = std::move(c);
+  if (--left_ == 0)
+    cv_.notify_all();
+}
+
+void Submission::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return left_ == 0; });
+}
+
+bool Submission::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return left_ == 0; });
+}
+
+std::vector<Completion> Submission::take() {
+  wait();
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::move(out_);
+}
+
+uint64_t Worker::enqueue(GenRequest req, CompletionCallback on_done, const SubmitOptions& opts) {
   UPD_REQUIRE(!stopping_) << "the worker is shutting down";
   const uint64_t id = next_id_++;
-  inbox_.push_back({id, mode, std::move(req), std::move(on_done)});
+  inbox_.push_back({id, opts, std::move(req), std::move(on_done)});
+  engine_ids_[id] = {opts.mode, 0};  // abort() finds it from now on
   ++load_.queued;
   cv_.notify_all();
   return id;
 }
 
+uint64_t Worker::submit(GenRequest req, CompletionCallback on_done, SubmitOptions opts) {
+  check(req, opts.mode);
+  std::lock_guard<std::mutex> lock(mu_);
+  return enqueue(std::move(req), std::move(on_done), opts);
+}
+
+std::shared_ptr<Submission> Worker::submit_all(std::vector<GenRequest> reqs, SubmitOptions opts) {
+  for (const GenRequest& r : reqs)
+    check(r, opts.mode);
+  auto sub = std::make_shared<Submission>(reqs.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  UPD_REQUIRE(!stopping_) << "the worker is shutting down";
+  for (size_t i = 0; i < reqs.size(); ++i)
+    sub->ids_.push_back(enqueue(std::move(reqs[i]), [sub, i](Completion c) { sub->complete(i, std::move(c)); }, opts));
+  return sub;
+}
+
 bool Worker::abort(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = inbox_.begin(); it != inbox_.end(); ++it)
-    if (it->id == id) {
-      aborts_.push_back(id);  // the engine thread answers it (callbacks run there)
-      cv_.notify_all();
-      return true;
-    }
   if (!engine_ids_.count(id))
-    return false;
-  aborts_.push_back(id);
+    return false;  // unknown, or finished
+  aborts_.push_back(id);  // the engine thread answers it (callbacks run there)
   cv_.notify_all();
   return true;
 }
 
 BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mode) {
-  struct Batch {
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t left = 0;
-    std::vector<Completion> out;
-  };
-  auto b = std::make_shared<Batch>();
-  b->left = requests.size();
-  b->out.resize(requests.size());
-  for (const GenRequest& r : requests)
-    check(r, mode);
   const auto t0 = std::chrono::steady_clock::now();
-  {  // all at once: an idle engine starts them in the same step, as one batch
-    std::lock_guard<std::mutex> lock(mu_);
-    UPD_REQUIRE(!stopping_) << "the worker is shutting down";
-    for (size_t i = 0; i < requests.size(); ++i) {
-      inbox_.push_back({next_id_++, mode, requests[i], [b, i](Completion c) {
-                          std::lock_guard<std::mutex> l(b->mu);
-                          b->out[i] = std::move(c);
-                          if (--b->left == 0)
-                            b->cv.notify_all();
-                        }});
-      ++load_.queued;
-    }
-    cv_.notify_all();
-  }
-  {
-    std::unique_lock<std::mutex> lock(b->mu);
-    b->cv.wait(lock, [&] { return b->left == 0; });
-  }
+  const std::shared_ptr<Submission> sub = submit_all(requests, {mode, false});
   BatchReport rep;
   rep.mode = mode;
+  rep.completions = sub->take();
   rep.generate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rep.completions = std::move(b->out);
   int64_t depth_sum = 0, decode_steps = 0;
   for (const Completion& c : rep.completions) {
     if (!c.error.empty())

@@ -66,15 +66,46 @@ enum class GenMode { kServing, kReference, kPlain, kFull };
 constexpr int kGenModes = 4;
 const char* gen_mode_name(GenMode m);
 
+// How a request ended. kAborted: abort() or a pause in abort mode (answered with what it had);
+// kShuttingDown: the worker stopped before it ran; kFailed: the engine failed (error says why).
+enum class CompletionStatus { kOk, kAborted, kShuttingDown, kFailed };
+
 struct Completion {
   GenResult result;
   uint64_t policy_version = 0, drafter_version = 0;  // drafter 0: none (plain decoding)
   GenMode mode = GenMode::kServing;
+  CompletionStatus status = CompletionStatus::kOk;
   bool record = false;  // the worker made records of it
   bool probe = false;   // it speculated at the full settings every step (WorkerOptions::probe_every)
-  std::string error;    // non-empty: the request failed in the worker (e.g. "shutting down")
+  std::string error;    // kShuttingDown, kFailed: why
 };
 using CompletionCallback = std::function<void(Completion)>;
+
+struct SubmitOptions {
+  GenMode mode = GenMode::kServing;
+  // The server's own traffic (a health check): never recorded or made a probe, and not counted
+  // in the serving completions of metrics() or the windows (its tokens are in the step totals).
+  bool internal = false;
+};
+
+// Requests submitted together (Worker::submit_all); their completions in submission order.
+class Submission {
+ public:
+  explicit Submission(size_t n) : out_(n), left_(n) {}
+  const std::vector<uint64_t>& ids() const { return ids_; }
+  void wait();
+  bool wait_for(std::chrono::milliseconds timeout);  // true when every request completed
+  std::vector<Completion> take();                     // after wait(): moves the completions out
+
+ private:
+  friend class Worker;
+  void complete(size_t i, Completion c);
+  std::vector<uint64_t> ids_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Completion> out_;
+  size_t left_;
+};
 
 struct AdaptiveSpecOptions {
   bool enabled = false;
@@ -162,8 +193,11 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   // Throws Error for a bad request (Engine::validate, or larger than the whole KV cache) or
-  // while stopping. Returns the request's id (for abort()).
-  uint64_t submit(GenRequest req, CompletionCallback on_done, GenMode mode = GenMode::kServing);
+  // while stopping. Returns the request's id (for abort(), valid from the moment it returns).
+  uint64_t submit(GenRequest req, CompletionCallback on_done, SubmitOptions opts = {});
+  // Checks every request, then submits them all at once (an idle engine starts them in the same
+  // step); Error (nothing submitted) if one is bad or the worker is stopping.
+  std::shared_ptr<Submission> submit_all(std::vector<GenRequest> reqs, SubmitOptions opts = {});
   // The checks submit() makes (Error naming the problem), for callers that validate a batch first.
   void check(const GenRequest& req, GenMode mode = GenMode::kServing) const;
   bool abort(uint64_t id);  // false when the request is unknown or already finished
@@ -205,15 +239,15 @@ class Worker {
  private:
   struct Inbox {
     uint64_t id;
-    GenMode mode;
+    SubmitOptions opts;
     GenRequest req;
     CompletionCallback on_done;
   };
   struct Ticket {
     uint64_t id = 0;
     CompletionCallback on_done;
-    bool record = false, probe = false;
-    std::string error;  // set when it is aborted because the worker stops
+    bool record = false, probe = false, internal = false;
+    bool shutting_down = false;  // aborted because the worker stops
   };
   struct ModeEngine {
     std::unique_ptr<Engine> engine;
@@ -227,17 +261,20 @@ class Worker {
   void loop();
   ModeEngine& engine_for(GenMode mode);
   void begin_shutdown();
-  void finish_unadmitted(Inbox& x, const std::string& why);
+  void finish_unadmitted(Inbox& x, CompletionStatus status, const std::string& why);
   void admit(std::deque<Inbox>& in);
   void abort_in_engine(uint64_t id);
   void apply_versions();
   void sync_drafter();  // the serving engine takes the drafter versions_ says should serve
+  void follow_serving_drafter();  // kFull runs the serving engine's drafter
+  DrafterVersion drafter_of(GenMode mode) const;  // what a mode's engine runs
   void step(GenMode mode);
   void account_step(const EngineStats& before, const EngineStats& after);
   void deliver(GenMode mode, GenResult&& g);
   void fail_all(GenMode mode, const std::string& why);
+  uint64_t enqueue(GenRequest req, CompletionCallback on_done, const SubmitOptions& opts);  // mu_ held
   void watch_rollback();
-  void close_window(bool idle);
+  void close_window();
   void do_flush();
   void pause_action(PauseMode mode);
   void deliver_aborted();
@@ -259,7 +296,7 @@ class Worker {
   int64_t window_depth_steps_ = 0;
   double window_depth_sum_ = 0, window_batch_sum_ = 0;
   bool window_policy_swapped_ = false, window_drafter_swapped_ = false;
-  bool drafter_retry_when_idle_ = false;
+  bool drafter_retry_when_idle_ = false, full_retry_when_idle_ = false;
   bool pending_watch_ = false;  // a drafter replaced another one: watch it once it serves
   uint64_t serving_requests_ = 0;  // serving requests admitted (probe_every)
   bool shutting_ = false;
@@ -269,7 +306,8 @@ class Worker {
   std::condition_variable state_cv_;  // pause, flush, wait_serving and stop wait on it
   std::deque<Inbox> inbox_;
   std::vector<uint64_t> aborts_;
-  std::map<uint64_t, std::pair<GenMode, uint64_t>> engine_ids_;  // worker id -> (mode, engine id)
+  // Every request from submission to completion: worker id -> (mode, engine id; 0 until admitted).
+  std::map<uint64_t, std::pair<GenMode, uint64_t>> engine_ids_;
   uint64_t next_id_ = 1;
   bool stopping_ = false, stopped_ = false, paused_ = false, in_step_ = false, wake_ = false;
   bool flush_requested_ = false, flush_done_ = false;

@@ -25,6 +25,19 @@ bool Worker::any_running() const {
   return false;
 }
 
+DrafterVersion Worker::drafter_of(GenMode mode) const {
+  switch (mode) {
+    case GenMode::kServing:
+    case GenMode::kFull:
+      return versions_.drafter();
+    case GenMode::kReference:
+      return versions_.reference();
+    case GenMode::kPlain:
+      break;
+  }
+  return {};
+}
+
 Worker::ModeEngine& Worker::engine_for(GenMode mode) {
   ModeEngine& m = engines_[static_cast<int>(mode)];
   if (m.engine)
@@ -32,9 +45,7 @@ Worker::ModeEngine& Worker::engine_for(GenMode mode) {
   const PolicyVersion p = versions_.policy();
   m.policy = p.model;
   m.policy_version = p.version;
-  m.drafter = mode == GenMode::kServing || mode == GenMode::kFull ? versions_.drafter()
-              : mode == GenMode::kReference                          ? versions_.reference()
-                                                                     : DrafterVersion{};
+  m.drafter = drafter_of(mode);
   m.engine = std::make_unique<Engine>(*p.model, options_.engine, m.drafter.model.get());
   if (mode == GenMode::kServing && options_.speculate && options_.adaptive.enabled) {
     m.chooser = std::make_unique<AdaptiveDepth>(options_.engine.spec, options_.adaptive.model);
@@ -70,7 +81,7 @@ void Worker::loop() {
     apply_versions();
     if (stopping) {
       for (Inbox& x : in)
-        finish_unadmitted(x, "shutting down");
+        finish_unadmitted(x, CompletionStatus::kShuttingDown, "shutting down");
       in.clear();
     }
     admit(in);
@@ -108,20 +119,22 @@ void Worker::begin_shutdown() {
       continue;
     m.engine->set_admission(false);
     for (uint64_t eid : m.engine->waiting_ids()) {
-      m.tickets[eid].error = "shutting down";
+      m.tickets[eid].shutting_down = true;
       m.engine->abort(eid);
     }
   }
 }
 
-void Worker::finish_unadmitted(Inbox& x, const std::string& why) {
+void Worker::finish_unadmitted(Inbox& x, CompletionStatus status, const std::string& why) {
   Completion c;
-  c.mode = x.mode;
+  c.mode = x.opts.mode;
+  c.status = status;
   c.error = why;
   c.result.prompt = x.req.prompt;
   c.result.finish_reason = "abort";
   {
     std::lock_guard<std::mutex> lock(mu_);
+    engine_ids_.erase(x.id);
     --load_.queued;
   }
   if (x.on_done)
@@ -130,27 +143,30 @@ void Worker::finish_unadmitted(Inbox& x, const std::string& why) {
 
 void Worker::admit(std::deque<Inbox>& in) {
   for (Inbox& x : in) {
-    ModeEngine& m = engine_for(x.mode);
+    const GenMode mode = x.opts.mode;
+    const bool serving = mode == GenMode::kServing && !x.opts.internal;
+    ModeEngine& m = engine_for(mode);
     Ticket t;
     t.id = x.id;
-    t.record = x.mode == GenMode::kServing && recorder_.take();
-    t.probe = x.mode == GenMode::kServing && options_.probe_every > 0 &&
+    t.internal = x.opts.internal;
+    t.record = serving && recorder_.take();
+    t.probe = serving && options_.probe_every > 0 &&
               serving_requests_++ % static_cast<uint64_t>(options_.probe_every) == 0;
     x.req.capture = t.record;
     x.req.probe = t.probe;
-    if (x.mode != GenMode::kServing)
-      x.req.speculate = x.mode == GenMode::kReference || x.mode == GenMode::kFull;
+    if (mode != GenMode::kServing)
+      x.req.speculate = mode == GenMode::kReference || mode == GenMode::kFull;
     uint64_t eid = 0;
     try {
       eid = m.engine->submit(std::move(x.req));
     } catch (const Error& e) {
-      finish_unadmitted(x, e.what());
+      finish_unadmitted(x, CompletionStatus::kFailed, e.what());
       continue;
     }
     t.on_done = std::move(x.on_done);
     m.tickets[eid] = std::move(t);
     std::lock_guard<std::mutex> lock(mu_);
-    engine_ids_[x.id] = {x.mode, eid};
+    engine_ids_[x.id] = {mode, eid};
     --load_.queued;
   }
 }
@@ -164,6 +180,8 @@ void Worker::abort_in_engine(uint64_t id) {
       return;  // finished meanwhile
     where = it->second;
   }
+  if (where.second == 0)
+    return;  // cannot happen: a request is admitted before the aborts taken with it are applied
   engines_[static_cast<int>(where.first)].engine->abort(where.second);
 }
 
@@ -193,7 +211,7 @@ void Worker::step(GenMode mode) {
     return;
   watch_rollback();
   if (window_.seconds >= options_.window_seconds || !e.has_work())
-    close_window(!e.has_work());
+    close_window();
 }
 
 
@@ -207,21 +225,29 @@ void Worker::deliver(GenMode mode, GenResult&& g) {
   c.mode = mode;
   c.policy_version = m.policy_version;
   c.drafter_version = m.drafter.version;
-  c.error = t.error;
   c.probe = t.probe;
-  if (mode == GenMode::kServing && t.record && g.aux.defined()) {
-    c.record = true;
-    recorder_.send(g, c.policy_version, c.drafter_version);
-    rollback_.add_sample(sample_of(g, c.policy_version));
+  if (t.shutting_down) {
+    c.status = CompletionStatus::kShuttingDown;
+    c.error = "shutting down";
+  } else if (g.finish_reason == "abort") {
+    c.status = CompletionStatus::kAborted;
   }
+  if (mode == GenMode::kServing && t.record && g.aux.defined() && !g.tokens.empty()) {
+    c.record = true;
+    TttSample sample = sample_of(g, c.policy_version);
+    recorder_.send(sample, g.rounds, c.drafter_version);
+    if (rollback_.confirms())
+      rollback_.add_sample(std::move(sample));
+  }
+  const bool counted = mode == GenMode::kServing && !t.internal;
   {
     std::lock_guard<std::mutex> lock(mu_);
     engine_ids_.erase(t.id);
     metrics_.records = recorder_.stats();
-    if (mode == GenMode::kServing)
+    if (counted)
       ++metrics_.by_version[{c.policy_version, c.drafter_version}].completions;
   }
-  if (mode == GenMode::kServing)
+  if (counted)
     ++window_.completions;
   c.result = std::move(g);
   if (!t.on_done)
@@ -242,6 +268,7 @@ void Worker::fail_all(GenMode mode, const std::string& why) {
   for (auto& [eid, t] : tickets) {
     Completion c;
     c.mode = mode;
+    c.status = CompletionStatus::kFailed;
     c.error = why;
     c.result.finish_reason = "abort";
     {

@@ -33,7 +33,7 @@ void Worker::account_step(const EngineStats& before, const EngineStats& after) {
   cell.seconds += secs;
 }
 
-void Worker::close_window(bool) {
+void Worker::close_window() {
   if (window_.steps == 0)
     return;
   const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];

@@ -22,15 +22,12 @@ void Worker::apply_versions() {
         continue;
       m.policy = p.model;
       m.policy_version = p.version;
-      m.drafter = k == static_cast<int>(GenMode::kServing) || k == static_cast<int>(GenMode::kFull)
-                      ? versions_.drafter()
-                  : k == static_cast<int>(GenMode::kReference) ? versions_.reference()
-                                                               : DrafterVersion{};
+      m.drafter = drafter_of(static_cast<GenMode>(k));
       m.engine->set_policy(*p.model, m.drafter.model.get());
       m.engine->set_admission(!shutting_);
     }
     rollback_.policy_changed();
-    close_window(false);
+    close_window();
     window_policy_swapped_ = true;
     std::lock_guard<std::mutex> lock(mu_);
     ++metrics_.policy_swaps;
@@ -44,19 +41,29 @@ void Worker::apply_versions() {
   sync_drafter();
 }
 
+void Worker::follow_serving_drafter() {
+  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  ModeEngine& f = engines_[static_cast<int>(GenMode::kFull)];
+  if (!f.engine || !options_.speculate || f.drafter.model == s.drafter.model)
+    return;
+  if (full_retry_when_idle_ && f.engine->running() > 0)
+    return;
+  try {
+    f.engine->set_drafter(s.drafter.model.get());
+    f.drafter = s.drafter;
+    full_retry_when_idle_ = false;
+  } catch (const Error&) {  // its draft cache cannot hold what it runs: again once it is idle
+    full_retry_when_idle_ = true;
+  }
+}
+
 void Worker::sync_drafter() {
   ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  ModeEngine& f = engines_[static_cast<int>(GenMode::kFull)];
-  if (f.engine && f.drafter.model != s.drafter.model && options_.speculate) {  // kFull follows the serving drafter
-    try {
-      f.engine->set_drafter(s.drafter.model.get());
-      f.drafter = s.drafter;
-    } catch (const Error&) {  // its cache cannot hold what it runs: again next time
-    }
-  }
   const DrafterVersion want = versions_.drafter();
-  if (want.model == s.drafter.model || !options_.speculate)
+  if (want.model == s.drafter.model || !options_.speculate) {
+    follow_serving_drafter();
     return;
+  }
   const bool in_flight = s.engine->running() > 0;
   if (drafter_retry_when_idle_ && in_flight)
     return;
@@ -71,16 +78,10 @@ void Worker::sync_drafter() {
   }
   drafter_retry_when_idle_ = false;
   s.drafter = want;
-  if (f.engine) {
-    try {
-      f.engine->set_drafter(want.model.get());
-      f.drafter = want;
-    } catch (const Error&) {
-    }
-  }
+  follow_serving_drafter();
   if (std::exchange(pending_watch_, false))
     rollback_.swapped();
-  close_window(false);
+  close_window();
   window_drafter_swapped_ = true;
   std::lock_guard<std::mutex> lock(mu_);
   ++metrics_.drafter_swaps;

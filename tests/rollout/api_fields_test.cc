@@ -218,6 +218,11 @@ TEST(ApiFields, TextTrimsTheMatchedStopTokenUnlessNoStopTrimAndLogprobsCarryToke
     for (size_t t = 0; t < upto.size(); ++t)
       EXPECT_EQ(lp[t][2], tok->decode({upto[t]}, false)) << t;
   }
+  const auto [ts, text] = b.call("POST", "/generate", {{"text", "!#"},
+                                                          {"input_ids", nullptr},
+                                                          {"rid", nullptr},
+                                                          {"sampling_params", {{"max_new_tokens", 4}}}});
+  EXPECT_EQ(ts, 200) << "a null input_ids is absent: " << text;
 }
 
 TEST(ApiFields, HealthGenerateAndSglangInformationRoutes) {
@@ -226,6 +231,8 @@ TEST(ApiFields, HealthGenerateAndSglangInformationRoutes) {
   EXPECT_EQ(s, 200) << out;
   EXPECT_EQ(out["status"], "ok");
   EXPECT_EQ(b.worker->metrics().steps, 1);  // it really generated
+  for (const auto& [v, cell] : b.worker->metrics().by_version)
+    EXPECT_EQ(cell.completions, 0) << "the server's own request is not a serving completion";
   EXPECT_EQ(b.call("POST", "/health_generate").first, 405);
   EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);
   std::tie(s, out) = b.call("GET", "/health_generate");
@@ -234,6 +241,53 @@ TEST(ApiFields, HealthGenerateAndSglangInformationRoutes) {
   EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
   EXPECT_EQ(b.call("GET", "/server_info").second["vocab_size"], b.policy->config().vocab_size);
   EXPECT_EQ(b.call("GET", "/model_info").second, b.call("GET", "/get_model_info").second);
+}
+
+// /abort_request matches a rid exactly: a prompt's own rid, or the string rid its batch was sent
+// with; "" (SGLang's default) and prefixes name nothing. Null bool and string fields of the
+// control routes mean their defaults.
+TEST(ApiFields, AbortRequestMatchesRidsExactlyAndNullFieldsAreDefaults) {
+  Bed b;
+  const auto ps = prompts(3, 4);
+  ASSERT_EQ(b.call("POST", "/pause_generation", {{"mode", "in_place"}}).first, 200);  // nothing finishes meanwhile
+  json batch = greedy_body({ps[0], ps[1]}, 30);
+  batch["rid"] = "job";  // prompts job-0 and job-1
+  json other = greedy_body({ps[2]}, 30);
+  other["input_ids"] = ps[2];  // one prompt, not a batch: its rid is job-7 itself
+  other["rid"] = "job-7";
+  std::pair<int, json> got_batch, got_other;
+  std::thread t1([&] { got_batch = b.call("POST", "/generate", batch); });
+  std::thread t2([&] { got_other = b.call("POST", "/generate", other); });
+  b.wait_inflight(3);
+  auto aborted = [&](const json& body) {
+    const auto [s, out] = b.call("POST", "/abort_request", body);
+    EXPECT_EQ(s, 200) << out;
+    return out.value("aborted", int64_t{-1});
+  };
+  EXPECT_EQ(aborted({{"rid", ""}}), 0) << "SGLang's default rid names nothing";
+  EXPECT_EQ(aborted({{"rid", "jo"}}), 0) << "no prefix matching";
+  EXPECT_EQ(aborted({{"rid", "job"}, {"abort_all", nullptr}}), 2) << "the batch, not job-7";
+  ASSERT_EQ(b.call("POST", "/continue_generation").first, 200);
+  t1.join();
+  t2.join();
+  ASSERT_EQ(got_batch.first, 200) << got_batch.second;
+  for (const json& r : got_batch.second)
+    EXPECT_EQ(r["meta_info"]["finish_reason"]["type"], "abort") << r;
+  ASSERT_EQ(got_other.first, 200) << got_other.second;
+  EXPECT_EQ(got_other.second["meta_info"]["id"], "job-7");
+  EXPECT_EQ(got_other.second["output_ids"].size(), 30u) << "job-7 ran to its length";
+  EXPECT_EQ(aborted({{"rid", "job-0"}}), 0) << "answered: nothing left under the rid";
+  EXPECT_EQ(b.call("POST", "/pause_generation", {{"mode", nullptr}}).first, 200);  // null: abort, the default
+  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
+  const std::string v2 = b.publish_draft(2, 5);
+  const auto [us, up] = b.call("POST", "/update_weights_from_disk",
+                               {{"model_path", v2},
+                                {"is_draft_model", true},
+                                {"abort_all_requests", nullptr},
+                                {"weight_version", nullptr},
+                                {"load_format", nullptr}});
+  EXPECT_EQ(us, 200) << up;
+  EXPECT_EQ(b.worker->drafter_version(), 2u);
 }
 
 }  // namespace

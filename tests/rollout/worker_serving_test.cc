@@ -123,6 +123,52 @@ TEST(WorkerServing, AbortFreesTheKvCacheAndAnswersWithWhatItHad) {
   EXPECT_EQ(w->metrics().aborted, 1);
 }
 
+// abort() finds a request from the moment submit() returns, whether it is still in the inbox,
+// being admitted, or running: each ends as aborted, well before its length.
+TEST(WorkerServing, AnAbortRightAfterSubmitIsHonoured) {
+  WorkerFixture s;
+  auto w = s.worker(nullptr);
+  const GenRequest long_one = greedy_requests({s.ps[0]}, 100)[0];
+  for (int k = 0; k < 40; ++k) {
+    std::promise<Completion> got;
+    // The first plain request builds the plain engine while it is admitted (milliseconds between
+    // leaving the inbox and entering the engine): the abort arrives in between.
+    const GenMode mode = k == 0 ? GenMode::kPlain : GenMode::kServing;
+    const uint64_t id = w->submit(long_one, [&](Completion c) { got.set_value(std::move(c)); }, {mode, false});
+    if (k % 2 == 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    ASSERT_TRUE(w->abort(id)) << "submission " << k;
+    const Completion c = got.get_future().get();
+    EXPECT_EQ(c.status, CompletionStatus::kAborted) << k;
+    EXPECT_EQ(c.result.finish_reason, "abort") << k;
+    EXPECT_LT(c.result.tokens.size(), 100u) << k;
+  }
+  EXPECT_EQ(w->load().free_blocks, w->load().total_blocks);
+}
+
+// The server's own requests (SubmitOptions::internal, the health check) generate like any other
+// but are never recorded and not counted as serving completions.
+TEST(WorkerServing, InternalRequestsAreNeitherRecordedNorCounted) {
+  WorkerFixture s;
+  messaging::ZmqContext ctx;
+  messaging::SenderOptions sopt;
+  sopt.endpoint = "inproc://nobody-listens";
+  sopt.zmq_context = ctx.get();
+  auto w = s.worker(nullptr, std::make_shared<messaging::RecordSender>(sopt));
+  const std::vector<GenRequest> reqs = greedy_requests({s.ps[0]}, 8);
+  const std::vector<Completion> internal = w->submit_all(reqs, {GenMode::kServing, true})->take();
+  const std::vector<Completion> client = w->submit_all(reqs)->take();
+  EXPECT_EQ(internal[0].result.tokens, client[0].result.tokens);
+  EXPECT_FALSE(internal[0].record);
+  EXPECT_TRUE(client[0].record);
+  const WorkerMetrics m = w->metrics();
+  EXPECT_EQ(m.records.queued, 1);
+  int64_t completions = 0;
+  for (const auto& [v, cell] : m.by_version)
+    completions += cell.completions;
+  EXPECT_EQ(completions, 1);
+}
+
 TEST(WorkerServing, PauseModesFlushAndStop) {
   WorkerFixture s;
   auto w = s.worker(std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)));
@@ -153,8 +199,10 @@ TEST(WorkerServing, PauseModesFlushAndStop) {
   }
   EXPECT_GT(preempted, 0) << "retract frees the KV of running requests; they are recomputed";
   const BatchReport aborted = run_paused(Worker::PauseMode::kAbort);
-  for (const Completion& c : aborted.completions)
+  for (const Completion& c : aborted.completions) {
     EXPECT_EQ(c.result.finish_reason, "abort");
+    EXPECT_EQ(c.status, CompletionStatus::kAborted);
+  }
   const Worker::FlushResult idle = w->flush_cache();
   EXPECT_TRUE(idle.ok) << idle.message;
   EXPECT_NE(idle.message.find("KV blocks of the serving engine are free"), std::string::npos) << idle.message;
@@ -164,6 +212,7 @@ TEST(WorkerServing, PauseModesFlushAndStop) {
   w->submit(reqs[1], [&](Completion c) { waiting.set_value(std::move(c)); });
   w->stop();
   const Completion c = waiting.get_future().get();
+  EXPECT_EQ(c.status, CompletionStatus::kShuttingDown);
   EXPECT_EQ(c.error, "shutting down");
   EXPECT_THROW(w->submit(reqs[1], nullptr), Error);
 }
