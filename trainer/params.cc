@@ -44,6 +44,13 @@ int64_t ParamSet::numel() const {
   return n;
 }
 
+std::string ParamSet::non_finite() const {
+  for (const Param* p : params_)
+    if (p->value.first_non_finite() >= 0)
+      return p->name;
+  return "";
+}
+
 double ParamSet::grad_norm() const {
   double sum = 0;
   for (const Param* p : params_)

@@ -45,6 +45,8 @@ class ParamSet {
   Param* find(const std::string& name) const;  // nullptr when absent
   void zero_grad();
   int64_t numel() const;  // total elements over all values
+  // The name of the first value holding a NaN or infinity; "" when every value is finite.
+  std::string non_finite() const;
 
   // sqrt(Σ over all grads of g²), accumulated in double in a fixed order (see ops::sum_squares):
   // the same gradients always give the same norm. Non-finite when any gradient element is.

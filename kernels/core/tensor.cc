@@ -289,6 +289,27 @@ std::vector<float> Tensor::to_f32_vector() const {
   return v;
 }
 
+int64_t Tensor::first_non_finite() const {
+  if (!is_float(dtype_))
+    return -1;
+  const Tensor c = to(Device::CPU);
+  const int64_t n = numel();
+  // Non-finite exactly when the exponent bits are all ones, in each of the three formats.
+  if (dtype_ == DType::F32) {
+    const uint32_t* p = static_cast<const uint32_t*>(c.raw());
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & 0x7f800000u) == 0x7f800000u)
+        return i;
+    return -1;
+  }
+  const uint16_t mask = dtype_ == DType::BF16 ? 0x7f80u : 0x7c00u;
+  const uint16_t* p = static_cast<const uint16_t*>(c.raw());
+  for (int64_t i = 0; i < n; ++i)
+    if ((p[i] & mask) == mask)
+      return i;
+  return -1;
+}
+
 std::vector<int32_t> Tensor::to_i32_vector() const {
   Tensor c = to(Device::CPU);
   UPD_CHECK(!is_float(dtype_)) << "to_i32_vector of " << str();

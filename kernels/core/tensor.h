@@ -100,6 +100,10 @@ class Tensor {
 
   std::string str() const;  // "f32[2,3]@cpu"
 
+  // The index of the first NaN or infinity of a floating tensor (copied from a device), or -1
+  // when every element is finite; for integer tensors -1.
+  int64_t first_non_finite() const;
+
  private:
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes

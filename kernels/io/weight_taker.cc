@@ -19,6 +19,9 @@ Tensor WeightTaker::take(const std::string& name, const Shape& shape) {
       << where_ << ": tensor " << name << " has dtype " << dtype_name(t.dtype()) << " (expected F32, BF16 or F16)";
   UPD_REQUIRE(t.shape() == shape) << where_ << ": tensor " << name << " has shape " << shape_str(t.shape())
                                   << ", the config implies " << shape_str(shape);
+  const int64_t bad = t.first_non_finite();
+  UPD_REQUIRE(bad < 0) << where_ << ": tensor " << name << " holds a non-finite value (element " << bad << " is "
+                       << t.to_f32_vector()[static_cast<size_t>(bad)] << ")";
   if (device_ == Device::CPU)
     return t;
   return (t.dtype() == DType::BF16 ? t : t.to_dtype(DType::BF16)).to(device_);

@@ -22,7 +22,8 @@ class WeightTaker {
   WeightTaker(const std::vector<std::string>& names, Getter get, Device device, std::string where);
 
   bool has(const std::string& name) const { return names_.count(name) != 0; }
-  // A floating-point weight (f32/bf16/f16) of exactly `shape`.
+  // A floating-point weight (f32/bf16/f16) of exactly `shape`, every value finite (a NaN or
+  // infinity would poison every output: such a checkpoint is refused here, wherever it comes from).
   Tensor take(const std::string& name, const Shape& shape);
   // The tensor as stored, any dtype, on the CPU (index buffers such as d2t).
   Tensor take_raw(const std::string& name);

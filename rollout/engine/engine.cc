@@ -64,7 +64,7 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
         << "prompt token " << i << " has id " << req.prompt[i] << ", outside the vocabulary [0, " << cfg.vocab_size
         << ")";
   UPD_REQUIRE(p.max_new_tokens >= 1) << "max_new_tokens must be at least 1 (got " << p.max_new_tokens << ")";
-  const int64_t total = static_cast<int64_t>(req.prompt.size()) + p.max_new_tokens;
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + std::min(p.max_new_tokens, cfg.max_position_embeddings);
   UPD_REQUIRE(p.max_new_tokens <= cfg.max_position_embeddings && total <= cfg.max_position_embeddings)
       << "prompt of " << req.prompt.size() << " tokens + max_new_tokens " << p.max_new_tokens
       << " exceeds the model's context of " << cfg.max_position_embeddings << " tokens";

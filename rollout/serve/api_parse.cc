@@ -107,6 +107,29 @@ bool has(const json& obj, const char* key) {
   return obj.contains(key) && !obj[key].is_null();
 }
 
+int64_t int_of(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
+  const json& v = obj.at(key);
+  bool ok = v.is_number_integer();
+  if (ok && v.is_number_unsigned())  // beyond int64's range: out of every range we take
+    ok = v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  const int64_t x = ok ? v.get<int64_t>() : 0;
+  UPD_REQUIRE(ok && x >= lo && x <= hi) << where << "." << key << " must be an integer in [" << lo << ", " << hi
+                                        << "] (got " << v.dump() << ")";
+  return x;
+}
+
+uint64_t seed_of(const json& obj, const char* key, const std::string& where) {
+  const json& v = obj.at(key);
+  UPD_REQUIRE(v.is_number_integer()) << where << "." << key << " must be an integer (got " << v.dump() << ")";
+  return v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+}
+
+double number_of(const json& obj, const char* key, const std::string& where) {
+  const json& v = obj.at(key);
+  UPD_REQUIRE(v.is_number()) << where << "." << key << " must be a number (got " << v.dump() << ")";
+  return v.get<double>();
+}
+
 bool bool_or(const json& obj, const char* key, bool def) {
   if (!has(obj, key))
     return def;
@@ -224,17 +247,15 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
   if (sp.is_null())
     return p;
   check_fields(sp, implemented, sampling_rules(), "sampling_params");
+  const std::string where = "sampling_params";
   if (has(sp, "temperature"))
-    p.temperature = sp["temperature"].get<float>();
+    p.temperature = static_cast<float>(number_of(sp, "temperature", where));
   if (has(sp, "top_p"))
-    p.top_p = sp["top_p"].get<float>();
-  if (has(sp, "top_k")) {
-    const int64_t k = sp["top_k"].get<int64_t>();
-    UPD_REQUIRE(k >= -1 && k <= INT32_MAX) << "sampling_params.top_k must be -1, 0 (off) or positive";
-    p.top_k = static_cast<int32_t>(std::max<int64_t>(k, 0));
-  }
+    p.top_p = static_cast<float>(number_of(sp, "top_p", where));
+  if (has(sp, "top_k"))  // -1 and 0: off
+    p.top_k = static_cast<int32_t>(std::max<int64_t>(int_of(sp, "top_k", -1, INT32_MAX, where), 0));
   if (has(sp, "max_new_tokens"))
-    p.max_new_tokens = sp["max_new_tokens"].get<int64_t>();
+    p.max_new_tokens = int_of(sp, "max_new_tokens", 1, INT64_MAX, where);
   if (has(sp, "stop_token_ids"))
     p.stop_token_ids = ids_of(sp["stop_token_ids"], "sampling_params.stop_token_ids");
   if (has(sp, "ignore_eos"))
@@ -242,7 +263,7 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
   for (const char* k : {"sampling_seed", "seed"})
     if (has(sp, k)) {
       p.has_seed = true;
-      p.seed = sp[k].get<uint64_t>();
+      p.seed = seed_of(sp, k, where);
     }
   if (has(sp, "skip_special_tokens"))
     text->skip_special = sp["skip_special_tokens"].get<bool>();

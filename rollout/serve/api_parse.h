@@ -41,6 +41,12 @@ const FieldRules& sampling_rules();
 const FieldRules& completions_rules();
 // obj has key with a non-null value (null means "the default" in both APIs).
 bool has(const nlohmann::json& obj, const char* key);
+// Numeric fields, present and not null: Error naming `where.key` and the value as sent unless an
+// integer in [lo, hi] (int_of), any integer (seed_of: a negative seed is taken modulo 2^64), or
+// a number (number_of).
+int64_t int_of(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where);
+uint64_t seed_of(const nlohmann::json& obj, const char* key, const std::string& where);
+double number_of(const nlohmann::json& obj, const char* key, const std::string& where);
 // The value of a bool or string field; `def` when absent or null; Error naming it otherwise.
 bool bool_or(const nlohmann::json& obj, const char* key, bool def);
 std::string string_or(const nlohmann::json& obj, const char* key, const std::string& def);

@@ -29,7 +29,7 @@ http::Response RolloutService::completions(const json& body) {
   }
   bool logprobs = false;
   if (api::has(body, "logprobs")) {
-    UPD_REQUIRE(body["logprobs"].get<int64_t>() == 0)
+    UPD_REQUIRE(api::int_of(body, "logprobs", 0, 20, "body") == 0)
         << "logprobs > 0 asks for alternatives, which are not computed; 0 returns the sampled tokens' logprobs";
     logprobs = true;
   }
@@ -37,12 +37,12 @@ http::Response RolloutService::completions(const json& body) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = std::move(prompts[i]);
     SamplingParams& p = reqs[i].params;
-    p.max_new_tokens = api::has(body, "max_tokens") ? body["max_tokens"].get<int64_t>() : 16;
-    p.temperature = api::has(body, "temperature") ? body["temperature"].get<float>() : 1.0f;
-    p.top_p = api::has(body, "top_p") ? body["top_p"].get<float>() : 1.0f;
+    p.max_new_tokens = api::has(body, "max_tokens") ? api::int_of(body, "max_tokens", 1, INT64_MAX, "body") : 16;
+    p.temperature = api::has(body, "temperature") ? static_cast<float>(api::number_of(body, "temperature", "body")) : 1.0f;
+    p.top_p = api::has(body, "top_p") ? static_cast<float>(api::number_of(body, "top_p", "body")) : 1.0f;
     if (api::has(body, "seed")) {
       p.has_seed = true;
-      p.seed = body["seed"].get<uint64_t>() + i;
+      p.seed = api::seed_of(body, "seed", "body") + i;
     }
   }
   int status = 0;

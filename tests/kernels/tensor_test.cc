@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace updraft {
 namespace {
 
@@ -44,6 +46,18 @@ TEST(Tensor, DtypeConversionRoundTrips) {
   Tensor i = Tensor::from_i32({1, -2, 3}, {3}).to_dtype(DType::I64);
   EXPECT_EQ(i.data<int64_t>()[1], -2);
   EXPECT_THROW(t.to_dtype(DType::I32), CheckFailure);
+}
+
+TEST(Tensor, FirstNonFiniteInEveryFloatFormat) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    EXPECT_EQ(Tensor::from_f32({1.f, -3e38f * (dt == DType::F32), 0.f, 65504.f}, {4}).to_dtype(dt).first_non_finite(),
+              -1)
+        << dtype_name(dt) << ": the largest finite values are finite";
+    EXPECT_EQ(Tensor::from_f32({1.f, 2.f, nan, inf}, {4}).to_dtype(dt).first_non_finite(), 2) << dtype_name(dt);
+    EXPECT_EQ(Tensor::from_f32({0.f, -inf}, {2}).to_dtype(dt).first_non_finite(), 1) << dtype_name(dt);
+  }
+  EXPECT_EQ(Tensor::from_i32({-1, 0x7f800000}, {2}).first_non_finite(), -1) << "integers are always finite";
 }
 
 TEST(Tensor, CopyAndZero) {

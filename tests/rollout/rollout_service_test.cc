@@ -94,7 +94,28 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
        400,
        "one entry per prompt"},
       {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"top_k", -2}}}}, 400, "top_k"},
-      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"temperature", "hot"}}}}, 400, "bad field"},
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"temperature", "hot"}}}},
+       400,
+       "sampling_params.temperature must be a number (got \\\"hot\\\")"},
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", uint64_t{1} << 63}}}},
+       400,
+       "max_new_tokens must be an integer in [1, 9223372036854775807] (got 9223372036854775808)"},
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", 1.5}}}},
+       400,
+       "max_new_tokens must be an integer in [1, 9223372036854775807] (got 1.5)"},
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", INT64_MAX}}}},
+       400,
+       "exceeds the model's context"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"seed", 0.5}}}}, 400, "seed must be an integer"},
+      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"max_tokens", -3}}, 400, "body.max_tokens must be an integer"},
       {"POST",
        "/generate",
        {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", 100000}}}},
@@ -267,6 +288,49 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 2"), std::string::npos) << metrics;
+}
+
+// Writes a NaN over the first element of `tensor` in a safetensors file (f32, bf16 or f16).
+void poison(const std::string& file, const std::string& tensor) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const json t = json::parse(header).at(tensor);
+  f.seekp(static_cast<std::streamoff>(8 + n + t["data_offsets"][0].get<uint64_t>()));
+  const std::string dtype = t["dtype"];
+  const std::string nan = dtype == "F32" ? std::string("\x00\x00\xc0\x7f", 4)
+                          : dtype == "BF16" ? std::string("\xc0\x7f", 2)
+                                            : std::string("\x00\x7e", 2);
+  f.write(nan.data(), static_cast<std::streamsize>(nan.size()));
+  ASSERT_TRUE(f.good()) << file;
+}
+
+// A version in a valid format whose weights hold a NaN is refused by name (a drafter or a
+// policy alike), with the old version serving.
+TEST(RolloutService, UpdateWeightsFromDiskRefusesNonFiniteWeights) {
+  Bed b;
+  const DraftModel d = fresh_draft(*b.policy, 2);
+  const WeightVersion d2 = publish_version(b.dir.str() + "/v", "drafter", 2, [&](const std::string& dir) {
+    d.save(dir);
+    poison(dir + "/model.safetensors", "fc.weight");
+  });
+  auto [s, out] = b.call("POST", "/update_weights_from_disk", {{"model_path", d2.dir}, {"is_draft_model", true}});
+  EXPECT_EQ(s, 400) << out;
+  EXPECT_NE(out["message"].get<std::string>().find("fc.weight holds a non-finite value"), std::string::npos) << out;
+  EXPECT_EQ(b.worker->drafter_version(), 1u);
+  train::TrainableLlama m = make_policy(5);
+  const WeightVersion p2 = publish_version(b.dir.str() + "/v", "policy", 2, [&](const std::string& dir) {
+    m.save_hf(dir, DType::F32);
+    poison(dir + "/model.safetensors", "model.norm.weight");
+  });
+  std::tie(s, out) = b.call("POST", "/update_weights_from_disk", {{"model_path", p2.dir}});
+  EXPECT_EQ(s, 400) << out;
+  EXPECT_NE(out["message"].get<std::string>().find("model.norm.weight holds a non-finite value"), std::string::npos)
+      << out;
+  EXPECT_EQ(b.worker->policy_version(), 1u);
+  EXPECT_EQ(b.call("POST", "/generate", greedy_body({prompts(1, 3)[0]}, 4)).first, 200) << "v1 still serves";
 }
 
 TEST(RolloutService, ARequestTheCacheCannotHoldFailsAlone) {

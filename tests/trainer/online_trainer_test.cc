@@ -116,6 +116,26 @@ TEST(OnlineTrainer, RoundPromotesABetterDrafterAndRestartResumes) {
   EXPECT_EQ(r2.round, 2);
 }
 
+// A candidate that diverged (here: a learning rate beyond float's range puts infinities in its
+// weights) is never published, whatever its estimated τ; training restarts from the serving one.
+TEST(OnlineTrainer, ANonFiniteCandidateIsNeverPublished) {
+  Bed b("otnan");
+  const auto samples = capture(*b.policy, rollouts(*b.policy, prompts(8, 1)), 1);
+  store_samples(*b.store, samples, 1, 0);
+  OnlineTrainerOptions o;
+  o.dir = b.t.str() + "/versions";
+  o.steps_per_round = 3;
+  o.lr = 1e39;
+  o.promote_margin = -1;  // anything would be promoted, were it finite
+  o.heldout_fraction = 0.25;
+  OnlineTrainer tr(o, b.store, b.policy, 1, fresh_draft(*b.policy, 5), 1);
+  const RoundReport r = tr.run_round("test");
+  EXPECT_FALSE(r.promoted);
+  EXPECT_NE(r.refused.find("non-finite"), std::string::npos) << r.refused;
+  EXPECT_EQ(r.serving_version, 1u);
+  EXPECT_EQ(latest_version(o.dir, "drafter").version, 0u) << "nothing published";
+}
+
 TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
   Bed bed("otl");
   TempDir& t = bed.t;

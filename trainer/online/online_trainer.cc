@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "kernels/core/error.h"
 #include "kernels/ops/sampling.h"
 #include "messaging/key.h"
@@ -23,6 +25,13 @@ bool is_heldout(const messaging::RecordData& r, double fraction) {
   for (size_t i = 0; i < n; ++i)
     h = ops::mix64(h ^ static_cast<uint32_t>(r.tokens[i]));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+}
+
+AdamWOptions adamw_options() {
+  AdamWOptions ao;
+  ao.beta2 = 0.95;
+  ao.weight_decay = 0;
+  return ao;
 }
 
 std::string checkpoint_dir(const OnlineTrainerOptions& o) {
@@ -49,10 +58,7 @@ OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messa
                 "heldout_fraction in [0, 1) and newest_share in [0, 1]");
   const DraftTarget target = policy_->draft_target();
   draft_ = std::make_unique<TrainableDraft>(initial, target);
-  AdamWOptions ao;
-  ao.beta2 = 0.95;
-  ao.weight_decay = 0;
-  opt_ = std::make_unique<AdamW>(draft_->params(), ao);
+  opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
   const std::string ckpt = checkpoint_dir(options_);
   const WeightVersion latest = latest_version(options_.dir, "drafter");
   if (std::filesystem::exists(std::filesystem::path(ckpt) / "trainer_state.json")) {
@@ -308,8 +314,16 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
     rep.serving_acc.push_back(serv.accuracy(k));
   }
 
-  // 4. Promotion.
-  if (rep.candidate_tau > (1.0 + options_.promote_margin) * rep.serving_tau) {
+  // 4. Promotion, never of a non-finite candidate (it would poison every worker's drafts).
+  const std::string bad = draft_->params().non_finite();
+  if (!bad.empty()) {
+    rep.refused = "tensor " + bad + " holds a non-finite value";
+    spdlog::error("online trainer: round {}: the candidate's {}; not published, training restarts from the serving "
+                  "drafter v{}",
+                  rep.round, rep.refused, serving_version());
+    draft_ = std::make_unique<TrainableDraft>(serving_->to_draft(), policy->draft_target());
+    opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
+  } else if (rep.candidate_tau > (1.0 + options_.promote_margin) * rep.serving_tau) {
     const uint64_t version = serving_version() + 1;
     const DraftModel published = draft_->to_draft();
     const nlohmann::json meta = {{"policy_version", policy_version},

@@ -91,6 +91,9 @@ struct RoundReport {
   double candidate_tau = 0, serving_tau = 0;
   std::vector<double> candidate_acc, serving_acc;
   bool promoted = false;
+  // Non-empty: the candidate held a NaN or infinity (named here); it was not published and
+  // training restarted from the serving drafter.
+  std::string refused;
   uint64_t serving_version = 0;  // after the round
   double seconds = 0;
 };
