@@ -41,10 +41,11 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
 }
 
 // Streams one record per result and waits for the acknowledgements; false unless all came.
-bool send_records(const GenerateArgs& a, const std::vector<GenResult>& results) {
+bool send_records(const GenerateArgs& a, const Engine& engine, const std::vector<GenResult>& results) {
   messaging::SenderOptions so;
   so.endpoint = a.send;
   so.worker = a.worker_id;
+  so.model = record_model(engine.model().config(), engine.options(), engine.drafter());
   if (!a.curve_key_file.empty())
     so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);
   messaging::RecordSender sender(so);
@@ -200,7 +201,7 @@ int run_generate(const GenerateArgs& a) {
     spdlog::info("speculation: {} rounds, tau {:.2f}, acceptance per position [{}], draft {:.2f} s, verify {:.2f} s",
                  st.spec.rounds, st.spec.tau(), per_pos, st.spec.draft_seconds, st.spec.verify_seconds);
   }
-  if (!a.send.empty() && !send_records(a, results))
+  if (!a.send.empty() && !send_records(a, engine, results))
     return 1;
   return failed == 0 ? 0 : 1;
 }

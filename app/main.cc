@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
   inspect_buffer->add_option("path", insp.path, "RocksDB directory of the buffer")->required();
   inspect_buffer->add_option("--key", insp.key, "record to decode, policy_version/worker/seq (default: newest)");
   inspect_buffer->add_flag("--values", insp.dump_values, "also print the first token ids");
+  inspect_buffer->add_option("--quarantine", insp.quarantine,
+                             "list a quarantine log (the online trainer's <dir>/quarantine.tsv) against the buffer");
 
   try {
     app.parse(argc, argv);

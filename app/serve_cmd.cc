@@ -18,6 +18,7 @@
 #include "messaging/metrics.h"
 #include "messaging/weight_link.h"
 #include "app/worker_role.h"
+#include "rollout/capture/record_convert.h"
 #include "rollout/serve/rollout_service.h"
 
 #ifndef UPDRAFT_SOURCE_DIR
@@ -139,15 +140,6 @@ int run_serve(const ServeArgs& a) {
                c.hidden_size, c.vocab_size, draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-  std::shared_ptr<messaging::RecordSender> sender;
-  if (!a.send.empty()) {
-    messaging::SenderOptions so;
-    so.endpoint = a.send;
-    so.worker = a.worker_id;
-    if (!a.curve_key_file.empty())
-      so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);
-    sender = std::make_shared<messaging::RecordSender>(so);
-  }
   WorkerOptions wo;
   wo.id = a.worker_id;
   wo.engine.kv_cache_bytes = a.kv_cache_mb << 20;
@@ -167,6 +159,16 @@ int run_serve(const ServeArgs& a) {
     if (RolloutService* s = dashboard.load())
       s->record_window(w);
   };
+  std::shared_ptr<messaging::RecordSender> sender;
+  if (!a.send.empty()) {
+    messaging::SenderOptions so;
+    so.endpoint = a.send;
+    so.worker = a.worker_id;
+    so.model = record_model(c, wo.engine, draft.get());  // the buffer refuses records inconsistent with it
+    if (!a.curve_key_file.empty())
+      so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);
+    sender = std::make_shared<messaging::RecordSender>(so);
+  }
   Worker worker(wo, policy, pv, draft, dv, sender);
 
   RolloutServiceOptions ro;

@@ -35,6 +35,9 @@ std::string trainer_metrics(const train::OnlineTrainer& t, const messaging::Reco
                     static_cast<double>(promoted));
   prometheus_series(os, "updraft_trainer_serving_drafter_version", "gauge", "Newest promoted drafter version", "",
                     static_cast<double>(t.serving_version()));
+  prometheus_series(os, "updraft_trainer_quarantined_records", "gauge",
+                    "Buffer records the trainer could not use, skipped for good (quarantine.tsv in its directory)", "",
+                    static_cast<double>(t.quarantined()));
   prometheus_series(os, "updraft_trainer_consumer_lag_records", "gauge",
                     "Buffer records newer than the newest the trainer has trained on", "",
                     static_cast<double>(store.consumer_lag()));

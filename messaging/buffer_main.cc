@@ -14,22 +14,25 @@
 #include "messaging/buffer_server.h"
 #include "messaging/curve_keys.h"
 #include "messaging/metrics.h"
+#include "messaging/quarantine.h"
 
 namespace updraft::messaging {
 
 namespace {
 
 RecordKey parse_key(const std::string& s) {
-  RecordKey k;
-  unsigned long long pv = 0, seq = 0;
-  unsigned w = 0;
-  char tail = 0;
-  UPD_REQUIRE(std::sscanf(s.c_str(), "%llu/%u/%llu%c", &pv, &w, &seq, &tail) == 3)
-      << "bad record key '" << s << "' (expected policy_version/worker/seq)";
-  k.policy_version = pv;
-  k.worker = w;
-  k.seq = seq;
-  return k;
+  const std::optional<RecordKey> k = parse_key_text(s);
+  UPD_REQUIRE(k.has_value()) << "bad record key '" << s << "' (expected policy_version/worker/seq)";
+  return *k;
+}
+
+void print_quarantine(const std::string& path, const RecordStore& store) {
+  UPD_REQUIRE(std::filesystem::exists(path)) << "no quarantine log at " << path;
+  const std::vector<QuarantineEntry> entries = QuarantineLog::load(path);
+  std::printf("quarantine %s: %zu records\n", path.c_str(), entries.size());
+  for (const QuarantineEntry& e : entries)
+    std::printf("  %-20s round %-5lld %s  %s\n", key_text(e.key).c_str(), static_cast<long long>(e.round),
+                store.contains(e.key) ? "stored " : "evicted", e.reason.c_str());
 }
 
 }  // namespace
@@ -145,6 +148,8 @@ int run_inspect_buffer(const InspectBufferOptions& o) {
         }
       }
     }
+    if (!o.quarantine.empty())
+      print_quarantine(o.quarantine, *store);
   }
   std::error_code ec;
   std::filesystem::remove_all(secondary, ec);

@@ -30,6 +30,9 @@ struct InspectBufferOptions {
   std::string path;
   std::string key;           // "policy_version/worker/seq" to decode that record; empty: the newest
   bool dump_values = false;  // print token ids and the first aux values too
+  // A quarantine log (the online trainer's <dir>/quarantine.tsv): its entries are listed, each
+  // with whether the buffer still holds the record.
+  std::string quarantine;
 };
 
 // Prints counts, bytes, versions, workers and one decoded record. Opens the store as a

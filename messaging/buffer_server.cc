@@ -145,21 +145,32 @@ void BufferServer::serve_once() {
         continue;
       }
       write_batch();  // next_seq must include what is already in flight to the store
-      peers[peer] = hello->worker;
+      peers[peer] = {hello->worker, hello->model};
       current_incarnation[hello->worker] = hello->incarnation;
       HelloReply reply{store_->next_seq(hello->worker), instance_};
       send_framed_to(socket_->get(), peer, MessageKind::kHelloReply, encode_hello_reply(reply));
       continue;
     }
     metrics_.records_received.fetch_add(1);
-    const Verdict v = validate_record(frames[2].data(), frames[2].size(), options_.limits);
+    auto p = peers.find(peer);
+    const Verdict v = validate_record(frames[2].data(), frames[2].size(), options_.limits,
+                                      p != peers.end() ? p->second.model : RecordModel{});
+    if (v.reason == Reject::kModelMismatch) {  // intact, but not from the declared model: refused for good
+      metrics_.reject(v.reason);
+      const uint64_t n = metrics_.rejected_count(v.reason);
+      if ((n & (n - 1)) == 0)  // the 1st, 2nd, 4th, ...: a flood does not flood the log
+        spdlog::warn("buffer server: record {}/{} refused ({} so far): {}", v.header.worker, v.header.seq, n, v.detail);
+      Ack& a = refusals[peer];
+      a.rejected.push_back(v.header.seq);
+      a.reject_reason = std::string(reject_name(v.reason)) + ": " + v.detail;
+      continue;
+    }
     if (!v.ok()) {
       metrics_.reject(v.reason);
       continue;
     }
-    auto p = peers.find(peer);
     Reject refuse = Reject::kNone;
-    if (p != peers.end() && p->second != v.header.worker) {
+    if (p != peers.end() && p->second.worker != v.header.worker) {
       refuse = Reject::kWrongWorker;
     } else {
       auto cur = current_incarnation.find(v.header.worker);

@@ -9,8 +9,11 @@
 //    the valid, new records in one batch (durable per the store's sync policy), then acks
 //    every record of the batch, duplicates included, so resends complete.
 //  * A refused message is counted under its reason (BufferMetrics::rejected) and nothing of
-//    it is stored. Records from a sender superseded by a newer Hello of the same worker, or
-//    whose worker differs from its connection's Hello, are refused and reported in an Ack.
+//    it is stored. Records from a sender superseded by a newer Hello of the same worker, whose
+//    worker differs from its connection's Hello, or inconsistent with the model that Hello
+//    declared (ids beyond its vocabulary, aux of another width or not finite, teacher rows of
+//    another width or unsorted: RecordModel, record.h) are refused and reported in an Ack, so
+//    the sender drops them instead of resending.
 //  * A failed store write leaves the batch unacknowledged (the senders resend) and the
 //    server keeps serving.
 // Thread safety: metrics() and endpoints() may be read from any thread.
@@ -74,9 +77,13 @@ class BufferServer {
   std::unique_ptr<class ZmqSocket> socket_;
   std::vector<std::string> bound_;
   std::atomic<bool> stop_{false};
-  // Serving-thread state: the worker each connection said Hello as, and the newest sender
-  // incarnation of each worker.
-  std::map<std::string, uint32_t> peers_;
+  // Serving-thread state: the worker each connection said Hello as (and the model it declared),
+  // and the newest sender incarnation of each worker.
+  struct Peer {
+    uint32_t worker = 0;
+    RecordModel model;
+  };
+  std::map<std::string, Peer> peers_;
   std::map<uint32_t, uint64_t> current_incarnation_;
   std::thread thread_;
 };

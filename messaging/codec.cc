@@ -74,6 +74,8 @@ const char* reject_name(Reject r) {
       return "bad_header";
     case Reject::kWrongWorker:
       return "wrong_worker";
+    case Reject::kModelMismatch:
+      return "model_mismatch";
     case Reject::kStaleIncarnation:
       return "stale_incarnation";
     case Reject::kCount:
@@ -275,6 +277,56 @@ std::string reader_violation(wire::Record::Reader r, const Reader&, const Decode
                             limits);
 }
 
+// The first aux element whose exponent bits are all ones (NaN or infinity), or -1.
+int64_t first_non_finite(const uint8_t* p, size_t bytes, DType dtype) {
+  if (dtype == DType::kF32) {
+    for (size_t i = 0; i + 4 <= bytes; i += 4) {
+      uint32_t u;
+      std::memcpy(&u, p + i, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u)
+        return static_cast<int64_t>(i / 4);
+    }
+    return -1;
+  }
+  const uint16_t mask = dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
+  for (size_t i = 0; i + 2 <= bytes; i += 2) {
+    uint16_t u;
+    std::memcpy(&u, p + i, 2);
+    if ((u & mask) == mask)
+      return static_cast<int64_t>(i / 2);
+  }
+  return -1;
+}
+
+std::string model_violation(wire::Record::Reader r, const RecordModel& m) {
+  const auto tokens = r.getTokens();
+  for (int32_t t : tokens)
+    if (t < 0 || static_cast<uint32_t>(t) >= m.vocab)
+      return "token id " + std::to_string(t) + " outside the declared vocabulary [0, " + std::to_string(m.vocab) + ")";
+  const auto aux = r.getAux();
+  const auto shape = aux.getShape();
+  if (shape.size() != 2 || shape[0] != tokens.size() || shape[1] != m.aux_width)
+    return "aux is not [" + std::to_string(tokens.size()) + ", " + std::to_string(m.aux_width) +
+           "] (the declared aux width)";
+  const auto data = aux.getData();
+  const int64_t bad = first_non_finite(data.begin(), data.size(), static_cast<DType>(aux.getDtype()));
+  if (bad >= 0)
+    return "aux element " + std::to_string(bad) + " is not finite";
+  if (r.getTeacherK() != m.teacher_k)
+    return "teacher_k " + std::to_string(r.getTeacherK()) + " != the declared " + std::to_string(m.teacher_k);
+  for (int32_t t : r.getTeacherIds())
+    if (t < 0 || static_cast<uint32_t>(t) >= m.vocab)
+      return "teacher id " + std::to_string(t) + " outside the declared vocabulary [0, " + std::to_string(m.vocab) + ")";
+  const auto lp = r.getTeacherLogprobs();
+  for (uint32_t i = 0; i < lp.size(); ++i) {
+    if (!std::isfinite(lp[i]))
+      return "teacher logprob " + std::to_string(lp[i]) + " is not finite";
+    if (i % m.teacher_k != 0 && lp[i] > lp[i - 1])
+      return "teacher row " + std::to_string(i / m.teacher_k) + " is not sorted best first";
+  }
+  return {};
+}
+
 }  // namespace
 
 uint32_t record_checksum(const RecordData& r) {
@@ -367,7 +419,7 @@ std::vector<T> to_vector(const List& l) {
 
 // Validates inside an open reader; fills v. Returns the record reader through fn on success.
 template <typename Fn>
-Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, Fn&& on_valid) {
+Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, const RecordModel& model, Fn&& on_valid) {
   Verdict v;
   try {
     auto root = sr.reader().getRoot<wire::Record>();
@@ -398,6 +450,13 @@ Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, Fn&& on_valid) {
                 crc};
     const uint32_t n = root.getTokens().size(), prompt = root.getPromptLength();
     v.header.response_tokens = prompt < n ? n - prompt : 0;
+    if (model.declared()) {  // after the header: a refusal names the record's seq
+      v.detail = model_violation(root, model);
+      if (!v.detail.empty()) {
+        v.reason = Reject::kModelMismatch;
+        return v;
+      }
+    }
     on_valid(root);
   } catch (const kj::Exception& e) {
     v.reason = classify(e);
@@ -408,13 +467,13 @@ Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, Fn&& on_valid) {
 
 }  // namespace
 
-Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits) {
+Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits, const RecordModel& model) {
   SafeReader sr;
   Verdict v;
   v.reason = sr.open(data, size, limits, &v.detail);
   if (!v.ok())
     return v;
-  return validate_in(sr, limits, [](wire::Record::Reader) {});
+  return validate_in(sr, limits, model, [](wire::Record::Reader) {});
 }
 
 RecordData decode_record(const void* data, size_t size, const DecodeLimits& limits) {
@@ -423,7 +482,7 @@ RecordData decode_record(const void* data, size_t size, const DecodeLimits& limi
   v.reason = sr.open(data, size, limits, &v.detail);
   RecordData out;
   if (v.ok()) {
-    v = validate_in(sr, limits, [&](wire::Record::Reader r) {
+    v = validate_in(sr, limits, RecordModel{}, [&](wire::Record::Reader r) {
       out.worker = r.getWorker();
       out.seq = r.getSeq();
       out.incarnation = r.getIncarnation();

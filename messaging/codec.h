@@ -79,7 +79,10 @@ uint32_t record_checksum(const RecordData& r);
 EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits = {}, uint32_t* checksum = nullptr);
 
 // Validates an untrusted message; on success fills header. Never throws for bad input.
-Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits = {});
+// With a declared model (RecordModel, record.h) the record must also be consistent with it
+// (Reject::kModelMismatch otherwise; the header is filled, so the refusal can name the seq).
+Verdict validate_record(const void* data, size_t size, const DecodeLimits& limits = {},
+                        const RecordModel& model = {});
 
 // Validates and copies the record out. Throws updraft::Error naming the reason when invalid.
 RecordData decode_record(const void* data, size_t size, const DecodeLimits& limits = {});

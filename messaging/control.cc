@@ -49,6 +49,9 @@ EncodedMessage encode_hello(const Hello& m) {
   auto h = b.initRoot<wire::Hello>();
   h.setWorker(m.worker);
   h.setIncarnation(m.incarnation);
+  h.setVocab(m.model.vocab);
+  h.setAuxWidth(m.model.aux_width);
+  h.setTeacherK(m.model.teacher_k);
   return EncodedMessage(capnp::messageToFlatArray(b));
 }
 
@@ -72,7 +75,8 @@ EncodedMessage encode_ack(const Ack& m) {
 
 std::optional<Hello> decode_hello(const void* data, size_t size, Reject* why) {
   return decode_as<wire::Hello, Hello>(data, size, why, [](wire::Hello::Reader r) {
-    return std::optional<Hello>(Hello{r.getWorker(), r.getIncarnation()});
+    return std::optional<Hello>(
+        Hello{r.getWorker(), r.getIncarnation(), RecordModel{r.getVocab(), r.getAuxWidth(), r.getTeacherK()}});
   });
 }
 

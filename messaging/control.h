@@ -37,6 +37,7 @@ std::optional<MessageKind> parse_header(const void* data, size_t size);
 struct Hello {
   uint32_t worker = 0;
   uint64_t incarnation = 0;
+  RecordModel model;  // undeclared (all 0) from senders that do not say
 };
 
 struct HelloReply {

@@ -1,5 +1,7 @@
 #include "messaging/key.h"
 
+#include <cstdio>
+
 namespace updraft::messaging {
 
 namespace {
@@ -31,6 +33,19 @@ std::optional<RecordKey> decode_key(std::string_view s) {
   if (s.size() != kKeyBytes)
     return std::nullopt;
   return RecordKey{get_be(s, 0, 8), static_cast<uint32_t>(get_be(s, 8, 4)), get_be(s, 12, 8)};
+}
+
+std::string key_text(const RecordKey& k) {
+  return std::to_string(k.policy_version) + "/" + std::to_string(k.worker) + "/" + std::to_string(k.seq);
+}
+
+std::optional<RecordKey> parse_key_text(const std::string& s) {
+  unsigned long long pv = 0, seq = 0;
+  unsigned w = 0;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "%llu/%u/%llu%c", &pv, &w, &seq, &tail) != 3)
+    return std::nullopt;
+  return RecordKey{pv, w, seq};
 }
 
 std::string to_string(const RecordKey& k) {

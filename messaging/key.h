@@ -23,5 +23,9 @@ std::string encode_key(const RecordKey& k);
 // nullopt unless s is exactly kKeyBytes long.
 std::optional<RecordKey> decode_key(std::string_view s);
 std::string to_string(const RecordKey& k);
+// "policy_version/worker/seq", how the command line and logs name a key, and back (nullopt
+// unless s is exactly that).
+std::string key_text(const RecordKey& k);
+std::optional<RecordKey> parse_key_text(const std::string& s);
 
 }  // namespace updraft::messaging

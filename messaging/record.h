@@ -64,9 +64,20 @@ enum class Reject : uint8_t {
   kBadHeader,         // header frame: wrong magic, version or kind
   kWrongWorker,       // record's worker differs from the connection's Hello
   kStaleIncarnation,  // from a sender process that a newer one of the same worker replaced
+  kModelMismatch,     // inconsistent with the model its connection's Hello declared (RecordModel)
   kCount
 };
 
 const char* reject_name(Reject r);
+
+// The model a worker's records come from, declared in its Hello. With vocab > 0 a record must
+// have every token and teacher id in [0, vocab), aux [tokens, aux_width] of finite values, and
+// teacher rows teacher_k wide, their logprobs finite and non-increasing (a top-k, best first).
+struct RecordModel {
+  uint32_t vocab = 0;  // 0: not declared
+  uint32_t aux_width = 0;
+  uint32_t teacher_k = 0;
+  bool declared() const { return vocab > 0; }
+};
 
 }  // namespace updraft::messaging

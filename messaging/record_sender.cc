@@ -210,7 +210,7 @@ void RecordSender::handle_incoming(void* socket) {
 void RecordSender::send_due(void* socket) {
   const auto now = Clock::now();
   if (need_hello_ && now - last_hello_ >= options_.hello_interval) {
-    if (send_framed(socket, MessageKind::kHello, encode_hello({options_.worker, incarnation_})))
+    if (send_framed(socket, MessageKind::kHello, encode_hello({options_.worker, incarnation_, options_.model})))
       last_hello_ = now;
   }
   if (!have_seq_)

@@ -43,6 +43,9 @@ enum class ShedPolicy { kDropOldest, kDropNewest };
 struct SenderOptions {
   std::string endpoint = "tcp://127.0.0.1:5557";
   uint32_t worker = 0;
+  // The model the records come from, declared in the Hello: the buffer refuses records
+  // inconsistent with it (RecordModel, record.h). Undeclared (the default): contract checks only.
+  RecordModel model;
   size_t max_queue_bytes = size_t{256} << 20;    // pending + unacknowledged
   size_t max_inflight_bytes = size_t{64} << 20;  // sent, not yet acknowledged
   ShedPolicy shed = ShedPolicy::kDropOldest;

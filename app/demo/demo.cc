@@ -25,6 +25,7 @@
 #include "app/worker_role.h"
 #include "rollout/worker/worker.h"
 #include "rollout/capture/capture.h"
+#include "rollout/capture/record_convert.h"
 #include "trainer/corpus.h"
 #include "trainer/draft_train.h"
 #include "trainer/grpo.h"
@@ -319,6 +320,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     messaging::SenderOptions sopt;
     sopt.endpoint = bo.endpoints[0];
     sopt.worker = static_cast<uint32_t>(w + 1);
+    sopt.model = record_model(pc, eo, draft0.get());  // the buffer refuses records inconsistent with it
     sopt.zmq_context = zctx.get();
     senders.push_back(std::make_shared<messaging::RecordSender>(sopt));
     WorkerOptions wo;

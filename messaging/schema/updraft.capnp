@@ -47,6 +47,11 @@ struct Record {
 struct Hello {
   worker @0 :UInt32;
   incarnation @1 :UInt64;
+  # The model the worker's records come from (0: not declared; its records get the contract's
+  # checks only). Declared: the buffer refuses records inconsistent with it (docs/messaging.md).
+  vocab @2 :UInt32;            # token and teacher ids lie in [0, vocab)
+  auxWidth @3 :UInt32;         # aux is [tokens, auxWidth]
+  teacherK @4 :UInt32;         # teacher rows are this wide (0: records carry no teacher data)
 }
 
 # Buffer -> worker, answer to Hello.

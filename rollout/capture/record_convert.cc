@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/core/error.h"
+#include "rollout/engine/engine.h"
 
 namespace updraft {
 namespace {
@@ -78,6 +79,15 @@ TttSample to_sample(const messaging::RecordData& r) {
   if (s.teacher_ids.size() != rows * r.teacher_k || s.teacher_logprobs.size() != rows * r.teacher_k)
     throw Error("to_sample: record teacher arrays do not match its response length");
   return s;
+}
+
+messaging::RecordModel record_model(const PolicyConfig& cfg, const EngineOptions& opts, const DraftModel* drafter) {
+  messaging::RecordModel m;
+  m.vocab = static_cast<uint32_t>(cfg.vocab_size);
+  m.aux_width = static_cast<uint32_t>(static_cast<int64_t>(Engine::capture_layers(opts, drafter, cfg).size()) *
+                                      cfg.hidden_size);
+  m.teacher_k = static_cast<uint32_t>(std::min<int64_t>(opts.capture_teacher_k, cfg.vocab_size));
+  return m;
 }
 
 }  // namespace updraft

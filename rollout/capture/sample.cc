@@ -1,5 +1,7 @@
 #include "rollout/capture/sample.h"
 
+#include <cmath>
+
 #include "kernels/core/error.h"
 
 namespace updraft {
@@ -18,6 +20,10 @@ void TttSample::validate(int64_t aux_width, int64_t vocab, const char* where) co
       << where << ": teacher must be [" << response_length() << ", " << teacher_k << "]";
   for (int32_t t : teacher_ids)
     UPD_REQUIRE(t >= 0 && t < vocab) << where << ": teacher id " << t << " outside the vocabulary";
+  for (float lp : teacher_logprobs)
+    UPD_REQUIRE(std::isfinite(lp) && lp <= 1e-3f) << where << ": teacher logprob " << lp << " is not a finite log-probability";
+  const int64_t bad = aux.first_non_finite();
+  UPD_REQUIRE(bad < 0) << where << ": aux element " << bad << " is not finite";
 }
 
 }  // namespace updraft

@@ -34,7 +34,8 @@ struct TttSample {
 
   int64_t length() const { return static_cast<int64_t>(tokens.size()); }
   int64_t response_length() const { return length() - prompt_length; }
-  // Checks the shapes against each other and the policy's sizes (Error naming `where`).
+  // Checks the shapes against each other and the policy's sizes, ids in the vocabulary, aux
+  // and teacher logprobs finite (Error naming `where`).
   void validate(int64_t aux_width, int64_t vocab, const char* where) const;
 };
 

@@ -38,9 +38,7 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
   UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
       << "engine: capture_teacher_k and draft_backlog must be at least 1";
-  aux_layers_ = !opts.capture_aux_layers.empty() ? opts.capture_aux_layers
-                : drafter != nullptr           ? drafter->aux_layers()
-                                               : model.config().default_aux_layers();
+  aux_layers_ = capture_layers(opts, drafter, model.config());
   scheduler_.set_caches(&cache_, nullptr);
   if (drafter != nullptr) {
     check_fits(model, *drafter, opts_.spec, aux_layers_);
@@ -80,6 +78,13 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
   const int64_t need = (len + opts.block_size - 1) / opts.block_size;
   UPD_REQUIRE(need <= cache_blocks) << "request needs " << need << " KV blocks but the whole cache has "
                                     << cache_blocks << "; lower max_new_tokens or grow the cache";
+}
+
+std::vector<int64_t> Engine::capture_layers(const EngineOptions& opts, const DraftModel* drafter,
+                                            const PolicyConfig& cfg) {
+  return !opts.capture_aux_layers.empty() ? opts.capture_aux_layers
+         : drafter != nullptr             ? drafter->aux_layers()
+                                          : cfg.default_aux_layers();
 }
 
 uint64_t Engine::submit(GenRequest req) {

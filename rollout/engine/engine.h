@@ -113,6 +113,7 @@ class Engine {
   const KvCache& cache() const { return cache_; }
   const KvCache* draft_cache() const { return draft_cache_.get(); }
   const DraftModel* drafter() const { return drafter_; }
+  const EngineOptions& options() const { return opts_; }
   const PolicyModel& model() const { return *model_; }
   const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
 
@@ -121,6 +122,9 @@ class Engine {
   // speculation round's tree (then it always finishes: the oldest sequence is never preempted).
   static void validate(const GenRequest& req, const PolicyConfig& cfg, const EngineOptions& opts = {},
                        int64_t cache_blocks = 0);
+  // The aux layers an engine built with these captures (see EngineOptions::capture_aux_layers).
+  static std::vector<int64_t> capture_layers(const EngineOptions& opts, const DraftModel* drafter,
+                                             const PolicyConfig& cfg);
 
  private:
   struct Drafted {

@@ -9,6 +9,7 @@
 #include "messaging/buffer_server.h"
 #include "messaging/zmq_util.h"
 #include "rollout/capture/capture.h"
+#include "rollout/capture/record_convert.h"
 #include "tests/rollout/worker_fixture.h"
 
 namespace updraft {
@@ -231,11 +232,14 @@ TEST(WorkerServing, StreamsAcknowledgedRecordsToTheBufferWithinTheVolumeBounds) 
   sopt.endpoint = bo.endpoints[0];
   sopt.worker = 1;
   sopt.zmq_context = ctx.get();
+  auto draft = std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1));
+  sopt.model = record_model(s.policy->config(), s.options().engine, draft.get());  // checked by the buffer
   auto sender = std::make_shared<messaging::RecordSender>(sopt);
-  auto w = s.worker(std::make_shared<const DraftModel>(fresh_draft(*s.policy, 1)), sender);
+  auto w = s.worker(draft, sender);
   const BatchReport b = w->generate(greedy_requests(s.ps), GenMode::kServing);
   ASSERT_TRUE(sender->flush(10000ms));
   EXPECT_EQ(sender->metrics().records_acked.load(), s.ps.size());
+  EXPECT_EQ(server.metrics().rejected_count(messaging::Reject::kModelMismatch), 0u);
   const auto stored = store->latest(10);
   ASSERT_EQ(stored.size(), s.ps.size());
   int64_t stored_rounds = 0, stored_accepted = 0;

@@ -136,6 +136,50 @@ TEST(OnlineTrainer, ANonFiniteCandidateIsNeverPublished) {
   EXPECT_EQ(latest_version(o.dir, "drafter").version, 0u) << "nothing published";
 }
 
+// Records the trainer cannot use (stored before the buffer checked them, or from a sender that
+// declared no model) never fail a round: each is skipped and quarantined by key, for good and
+// across restarts, and the round trains on the rest.
+TEST(OnlineTrainer, BadRecordsAreQuarantinedAndTheRoundGoesOn) {
+  Bed b("otq");
+  std::vector<TttSample> samples = capture(*b.policy, rollouts(*b.policy, prompts(8, 1)), 1);
+  const size_t good = samples.size();
+  TttSample teacher = samples[0], nan_aux = samples[1], narrow = samples[2];
+  teacher.teacher_ids[3] = -5;
+  nan_aux.aux = Tensor::empty(samples[1].aux.shape(), DType::F32);  // its own storage
+  nan_aux.aux.copy_from(samples[1].aux.to_dtype(DType::F32));
+  nan_aux.aux.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  narrow.aux = narrow.aux.reshape({narrow.aux.size(0) * 2, -1});  // another width
+  narrow.tokens.insert(narrow.tokens.end(), narrow.tokens.begin(), narrow.tokens.end());
+  narrow.prompt_length += narrow.length() / 2;  // the teacher rows still match the response
+  samples.insert(samples.end(), {teacher, nan_aux, narrow});
+  store_samples(*b.store, samples, 1, 0);
+  OnlineTrainerOptions o;
+  o.dir = b.t.str() + "/versions";
+  o.steps_per_round = 2;
+  {
+    OnlineTrainer tr(o, b.store, b.policy, 1, fresh_draft(*b.policy, 5), 1);
+    const RoundReport r = tr.run_round("test");
+    EXPECT_EQ(r.quarantined, 3);
+    EXPECT_EQ(r.train_records + r.heldout_records, good);
+    const RoundReport again = tr.run_round("again");
+    EXPECT_EQ(again.quarantined, 0);
+    EXPECT_EQ(again.skipped_quarantined, 3) << "not even looked at again";
+  }
+  OnlineTrainer restarted(o, b.store, b.policy, 1, fresh_draft(*b.policy, 5), 1);
+  EXPECT_EQ(restarted.quarantined(), 3u);
+  const auto entries = messaging::QuarantineLog::load(restarted.quarantine_path());
+  ASSERT_EQ(entries.size(), 3u);
+  std::string reasons;
+  for (const auto& e : entries) {
+    EXPECT_TRUE(b.store->contains(e.key));
+    EXPECT_EQ(e.round, 1);
+    reasons += e.reason + "\n";
+  }
+  EXPECT_NE(reasons.find("teacher id -5 outside the vocabulary"), std::string::npos) << reasons;
+  EXPECT_NE(reasons.find("not finite"), std::string::npos) << reasons;
+  EXPECT_NE(reasons.find("aux must be"), std::string::npos) << reasons;
+}
+
 TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
   Bed bed("otl");
   TempDir& t = bed.t;

@@ -60,6 +60,8 @@ OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messa
   draft_ = std::make_unique<TrainableDraft>(initial, target);
   opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
   const std::string ckpt = checkpoint_dir(options_);
+  quarantine_ =
+      std::make_unique<messaging::QuarantineLog>((std::filesystem::path(options_.dir) / "quarantine.tsv").string());
   const WeightVersion latest = latest_version(options_.dir, "drafter");
   if (std::filesystem::exists(std::filesystem::path(ckpt) / "trainer_state.json")) {
     const TrainState st = load_train_checkpoint(ckpt, draft_->params(), *opt_);
@@ -246,8 +248,21 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   for (const auto& r : recs) {
     if (r.policy_version < min_keep)
       continue;
-    TttSample s = to_sample(r);
-    s.validate(aux_width, policy->config().vocab_size, "buffer record");
+    const messaging::RecordKey key{r.policy_version, r.worker, r.seq};
+    if (quarantine_->contains(key)) {
+      ++rep.skipped_quarantined;
+      continue;
+    }
+    TttSample s;
+    try {  // one bad record never fails a round: it is skipped, and quarantined for good
+      s = to_sample(r);
+      s.validate(aux_width, policy->config().vocab_size, "buffer record");
+    } catch (const Error& e) {
+      quarantine_->add(key, rep.round, e.what());
+      ++rep.quarantined;
+      spdlog::warn("online trainer: record {} quarantined: {}", messaging::key_text(key), e.what());
+      continue;
+    }
     rep.min_policy_version = std::min(rep.min_policy_version, r.policy_version);
     (is_heldout(r, options_.heldout_fraction) ? heldout : train).push_back(std::move(s));
   }

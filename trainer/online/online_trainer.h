@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "kernels/io/weight_version.h"
+#include "messaging/quarantine.h"
 #include "messaging/record_store.h"
 #include "rollout/policy_model.h"
 #include "trainer/adamw.h"
@@ -91,6 +92,9 @@ struct RoundReport {
   double candidate_tau = 0, serving_tau = 0;
   std::vector<double> candidate_acc, serving_acc;
   bool promoted = false;
+  // Records of the window the trainer could not use (inconsistent with the policy, non-finite):
+  // skipped and quarantined this round, and quarantined earlier (skipped without a look).
+  int64_t quarantined = 0, skipped_quarantined = 0;
   // Non-empty: the candidate held a NaN or infinity (named here); it was not published and
   // training restarted from the serving drafter.
   std::string refused;
@@ -129,6 +133,10 @@ class OnlineTrainer {
   std::vector<RoundReport> reports() const;
   uint64_t serving_version() const;
   bool resumed() const { return resumed_; }
+  // Records quarantined so far (kept across restarts in <dir>/quarantine.tsv,
+  // messaging/quarantine.h).
+  size_t quarantined() const { return quarantine_->size(); }
+  const std::string& quarantine_path() const { return quarantine_->path(); }
 
  private:
   void loop();
@@ -139,6 +147,7 @@ class OnlineTrainer {
   std::shared_ptr<messaging::RecordStore> store_;
   std::unique_ptr<TrainableDraft> draft_, serving_;
   std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<messaging::QuarantineLog> quarantine_;
   std::mt19937_64 rng_;
   bool resumed_ = false;
 
