@@ -68,6 +68,15 @@ rocksdb::Options base_options(size_t write_buffer_bytes) {
   return o;
 }
 
+// With a byte cap RocksDB's own buffers follow it, so the cap bounds the disk and not just the
+// values: memtables (and SST files) of cap/16, between 256 KiB and write_buffer_bytes, and the
+// WAL they bound (twice that).
+size_t write_buffer_for(const StoreOptions& o) {
+  if (o.max_bytes == 0)
+    return o.write_buffer_bytes;
+  return std::clamp<size_t>(o.max_bytes / 16, std::min<size_t>(256 << 10, o.write_buffer_bytes), o.write_buffer_bytes);
+}
+
 std::vector<rocksdb::ColumnFamilyDescriptor> descriptors(const rocksdb::Options& o) {
   return {{rocksdb::kDefaultColumnFamilyName, o}, {"records", o}, {"index", o}};
 }
@@ -129,7 +138,7 @@ std::unique_ptr<RecordStore> RecordStore::open(const StoreOptions& options) {
   UPD_REQUIRE(!ec) << "buffer store: cannot create " << options.path << ": " << ec.message();
   std::unique_ptr<RecordStore> s(new RecordStore());
   s->options_ = options;
-  const rocksdb::Options o = base_options(options.write_buffer_bytes);
+  const rocksdb::Options o = base_options(write_buffer_for(options));
   rocksdb::DB* db = nullptr;
   UPD_ROCKS_CHECK(rocksdb::DB::Open(o, options.path, descriptors(o), &s->handles_, &db)) << options.path;
   s->db_.reset(db);
@@ -310,7 +319,7 @@ void RecordStore::enforce_retention() {
   evicted_records_ += victims.size();
   evicted_bytes_ += freed;
   evicted_since_compaction_ += freed;
-  const uint64_t threshold = cap != 0 ? std::max<uint64_t>(cap / 4, 1) : uint64_t{64} << 20;
+  const uint64_t threshold = cap != 0 ? std::max<uint64_t>(cap / 8, 1) : uint64_t{64} << 20;
   if (evicted_since_compaction_ >= threshold) {
     // Deleted values occupy disk until compaction drops them: compact the evicted key span.
     const std::string lo = encode_key(*evicted_lo_);

@@ -11,8 +11,9 @@
 // low_water * max_bytes) and while a record's policy_version is older than the newest minus
 // version_window - 1, the oldest records go first: lowest policy_version, then earliest
 // arrival. Evicted records are deleted and, once the evicted bytes since the last
-// compaction pass reach a quarter of max_bytes (or 64 MiB without a byte cap), the
-// affected key range is compacted so the disk space is actually freed.
+// compaction pass reach an eighth of max_bytes (or 64 MiB without a byte cap), the
+// affected key range is compacted so the disk space is actually freed. With a byte cap the
+// directory stays within 1.5 x max_bytes under sustained overload (docs/messaging.md).
 //
 // Secondary mode (RecordStore::open_secondary): read-only view of a store another process
 // writes; catch_up() follows the primary.
@@ -54,6 +55,8 @@ struct StoreOptions {
   uint64_t version_window = 0;  // 0: keep every policy version
   double low_water = 0.9;       // byte eviction stops at low_water * max_bytes
   SyncPolicy sync = SyncPolicy::kEveryBatch;
+  // RocksDB memtable (and SST file) size; with max_bytes set, min(this, max_bytes / 16) (at
+  // least 256 KiB), so the WAL and memtables stay a small share of the cap.
   size_t write_buffer_bytes = size_t{64} << 20;
   DecodeLimits limits;  // for reads
 };
