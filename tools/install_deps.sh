@@ -14,6 +14,7 @@ PACKAGES=(
   libopenblas-openmp-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libpcre2-dev
+  libssl-dev
   python3
 )
 

@@ -1,7 +1,7 @@
 // SHA-256 against the FIPS 180-4 / NIST example vectors, the padding boundaries (messages of
 // 55/56/57/63/64/65/119/120/128 bytes, digests from Python's hashlib), incremental updates in
-// every chunk size, files (including the Error for a missing one), and the accelerated block
-// compression against the portable reference on random states and blocks.
+// every chunk size, and files (including the Error for a missing one): the wrapper around
+// OpenSSL's EVP digest (kernels/io/sha256.h).
 #include "kernels/io/sha256.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "kernels/core/error.h"
 
@@ -61,32 +60,6 @@ TEST(Sha256, IncrementalEqualsOneShot) {
       h.update(std::string_view(msg).substr(i, chunk));
     EXPECT_EQ(to_hex(h.digest()), want) << "chunk " << chunk;
   }
-}
-
-TEST(Sha256, AcceleratedCompressionMatchesThePortableReference) {
-  if (!sha256_detail::accelerated_available())
-    GTEST_SKIP() << "this CPU has no SHA instructions; the NIST vectors above ran the portable path";
-  std::mt19937_64 rng(5);
-  for (size_t count : {1, 2, 3, 7, 64}) {
-    std::vector<uint8_t> blocks(64 * count);
-    for (auto& b : blocks)
-      b = static_cast<uint8_t>(rng());
-    uint32_t want[8], got[8];
-    for (int i = 0; i < 8; ++i)
-      want[i] = got[i] = static_cast<uint32_t>(rng());
-    sha256_detail::compress_portable(want, blocks.data() + 0, count);
-    sha256_detail::compress_accelerated(got, blocks.data() + 0, count);
-    for (int i = 0; i < 8; ++i)
-      EXPECT_EQ(got[i], want[i]) << count << " blocks, word " << i;
-  }
-  // Unaligned input.
-  std::vector<uint8_t> buf(64 * 5 + 3);
-  for (auto& b : buf)
-    b = static_cast<uint8_t>(rng());
-  uint32_t want[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  sha256_detail::compress_portable(want, buf.data() + 3, 5);
-  sha256_detail::compress_accelerated(got, buf.data() + 3, 5);
-  EXPECT_TRUE(std::equal(got, got + 8, want));
 }
 
 TEST(Sha256, UseAfterDigestIsAProgrammerError) {
