@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -91,6 +92,10 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->capture_default_str();
   cmd.add_option("--record-max-tokens", a.record_max_tokens, "positions per record (0: no cap, else at least 2)")
       ->capture_default_str();
+  cmd.add_option("--send-queue-bytes", a.send_queue_bytes,
+                 "records held while the buffer is slow or unreachable (e.g. 64M); beyond it the oldest are shed")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   cmd.add_option("--curve-key", a.curve_key_file, "CURVE: this worker's key file (records and weight link)");
   cmd.add_option("--curve-server", a.curve_server_file, "records over CURVE: the buffer's public key file");
   cmd.add_option("--drain-seconds", a.drain_seconds, "at stop, wait this long for records to be acknowledged")
@@ -110,6 +115,7 @@ int run_serve(const ServeArgs& a) {
       << "records over CURVE need --curve-server (the buffer's public key)";
   UPD_REQUIRE(a.weights_curve_server_file.empty() || !a.curve_key_file.empty())
       << "--weights-curve-server needs --curve-key";
+  UPD_REQUIRE(a.send_queue_bytes >= (1u << 20)) << "--send-queue-bytes must be at least 1M";
   UPD_REQUIRE(a.spec_steps >= 0) << "--spec-steps must be >= 0 (0: never speculate)";
   const bool speculate = a.spec_steps > 0;
   const fs::path shipped = fs::path(UPDRAFT_SOURCE_DIR) / "models";
@@ -164,6 +170,8 @@ int run_serve(const ServeArgs& a) {
     messaging::SenderOptions so;
     so.endpoint = a.send;
     so.worker = a.worker_id;
+    so.max_queue_bytes = a.send_queue_bytes;
+    so.max_inflight_bytes = std::min(so.max_inflight_bytes, a.send_queue_bytes);
     so.model = record_model(c, wo.engine, draft.get());  // the buffer refuses records inconsistent with it
     if (!a.curve_key_file.empty())
       so.curve = messaging::curve_client_from_files(a.curve_key_file, a.curve_server_file);

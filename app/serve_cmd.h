@@ -38,6 +38,7 @@ struct ServeArgs {
   uint32_t worker_id = 1;
   double record_rate = 1.0;
   int64_t record_max_tokens = 0;
+  uint64_t send_queue_bytes = uint64_t{256} << 20;  // pending + unacknowledged records held
   std::string curve_key_file, curve_server_file;
   double drain_seconds = 30;
   // Weight link.

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <filesystem>
 #include <random>
 
 #include "kernels/core/error.h"
+#include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/dashboard.h"
@@ -17,6 +19,26 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using api::error;
 using api::json_response;
+
+namespace {
+
+// SGLang's weight_version: null (the manifest's, or the next version), an integer >= 1, or a
+// string of digits; other labels are refused by name (versions here are ordered numbers).
+uint64_t requested_weight_version(const json& body) {
+  if (!body.contains("weight_version") || body["weight_version"].is_null())
+    return 0;
+  const json& wv = body["weight_version"];
+  if (wv.is_number_unsigned() && wv.get<uint64_t>() >= 1)
+    return wv.get<uint64_t>();
+  if (wv.is_string()) {
+    const std::string s = wv.get<std::string>();
+    if (!s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == std::string::npos && std::stoull(s) >= 1)
+      return std::stoull(s);
+  }
+  throw Error("weight_version " + wv.dump() + " is not supported (accepted: null, or a version number >= 1)");
+}
+
+}  // namespace
 
 RolloutService::RolloutService(RolloutServiceOptions options, Worker& worker, const PolicyConfig& policy_config,
                                std::shared_ptr<const Tokenizer> tokenizer,
@@ -271,22 +293,21 @@ http::Response RolloutService::update_weights(const json& body) {
   const std::string path = body["model_path"].get<std::string>();
   const bool draft = api::bool_or(body, "is_draft_model", false);
   const char* kind = draft ? "drafter" : "policy";
+  const uint64_t want = requested_weight_version(body);
+  // The files' digests, reported so the caller can tell what serves (a published version's are
+  // checked against its manifest as well when it is loaded).
+  json digests = json::object();
+  std::string why;
   uint64_t version = 0;
   try {
-    version = verify_version(path, kind, VerifyLevel::kSizes).version;
-  } catch (const Error& e) {
+    for (const auto& f : std::filesystem::directory_iterator(path))
+      if (f.is_regular_file())
+        digests[f.path().filename().string()] = sha256_file_hex(f.path().string());
+  } catch (const std::exception& e) {
     return json_response(400, {{"success", false}, {"message", api::reason(e.what())}});
   }
-  if (body.contains("weight_version") && !body["weight_version"].is_null()) {
-    const json& wv = body["weight_version"];
-    const std::string want = wv.is_string() ? wv.get<std::string>() : wv.dump();
-    if (want != std::to_string(version))
-      return json_response(400, {{"success", false},
-                                 {"message", "weight_version " + want + " does not match the manifest's version " +
-                                                 std::to_string(version)}});
-  }
-  std::string why;
-  const bool ok = draft ? worker_.offer_drafter(path, &why) : worker_.offer_policy(path, &why);
+  const bool ok = draft ? worker_.offer_drafter(path, &why, want, &version)
+                        : worker_.offer_policy(path, &why, want, &version);
   if (!ok)
     return json_response(400, {{"success", false}, {"message", api::reason(why)}});
   if (!worker_.wait_serving(draft, version, std::chrono::hours(24)))
@@ -294,7 +315,9 @@ http::Response RolloutService::update_weights(const json& body) {
   return json_response(200, {{"success", true},
                              {"message", std::string(kind) + " v" + std::to_string(version) + " serving"},
                              {"policy_version", worker_.policy_version()},
-                             {"drafter_version", worker_.drafter_version()}});
+                             {"drafter_version", worker_.drafter_version()},
+                             {"weight_version", std::to_string(version)},
+                             {"sha256", digests}});
 }
 
 }  // namespace updraft

@@ -35,12 +35,16 @@
 //                             reason "abort". {"success": true, "aborted": n}. A rid matches
 //                             exactly: a prompt's own rid, or the string rid a batch was sent
 //                             with (all its prompts); "" matches nothing (SGLang's default).
-//   POST /update_weights_from_disk {"model_path": version dir, "is_draft_model": bool,
-//                             "weight_version": optional, must match the manifest}: the worker's
-//                             hot-swap path (validated beside the serving version). Answers once
+//   POST /update_weights_from_disk {"model_path": dir, "is_draft_model": bool, "weight_version":
+//                             optional}: dir is a published version (manifest; weight_version
+//                             must match it) or a plain Hugging Face policy / EAGLE or speculators
+//                             drafter directory as RL frameworks save them (weight_version, else
+//                             the next version). The worker's hot-swap path (validated beside the
+//                             serving version: config, names, shapes, dtypes, finite). Answers once
 //                             the version serves (a drafter between two engine steps, a policy
 //                             once the running requests have finished): {"success", "message",
-//                             "policy_version", "drafter_version"}; a rejected version: 400,
+//                             "policy_version", "drafter_version", "weight_version", "sha256":
+//                             {file: digest}}; a rejected version: 400,
 //                             serving unchanged.
 //   POST /pause_generation    {"mode": "abort" (default, as SGLang) | "in_place" | "retract"}: the
 //                             worker stops stepping; abort also ends every request in flight

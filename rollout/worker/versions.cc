@@ -3,11 +3,32 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
 
 namespace updraft {
+namespace {
+
+// The version an offered directory carries: its manifest's (verified in full: every file's
+// size and sha256), which `given` must equal when not 0. A plain Hugging Face / EAGLE
+// directory (what RL frameworks save) has no manifest: it takes `given`, or when 0 the version
+// after `newest`; its files are checked by the loader (header, names, shapes, dtypes, finite).
+uint64_t offered_version(const std::string& dir, const char* kind, uint64_t given, uint64_t newest) {
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
+    const uint64_t v = verify_version(dir, kind).version;
+    if (given != 0 && given != v)
+      throw Error("weight_version " + std::to_string(given) + " does not match the manifest's version " +
+                  std::to_string(v));
+    return v;
+  }
+  if (!std::filesystem::is_directory(dir))
+    throw Error(dir + " is not a directory");
+  return given != 0 ? given : newest + 1;
+}
+
+}  // namespace
 
 Versions::Versions(uint32_t worker_id, PolicyVersion policy, DrafterVersion drafter)
     : id_(worker_id), policy_(std::move(policy)), drafter_(std::move(drafter)) {
@@ -16,21 +37,30 @@ Versions::Versions(uint32_t worker_id, PolicyVersion policy, DrafterVersion draf
     policy_.model->check_aux_layers(drafter_.model->aux_layers());
 }
 
-bool Versions::offer_policy(const std::string& dir, std::string* why) {
+bool Versions::offer_policy(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
   try {
-    const WeightVersion v = verify_version(dir, "policy");
+    uint64_t newest = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (v.version <= std::max(policy_.version, staged_policy_.version))
-        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
+      newest = std::max(policy_.version, staged_policy_.version);
+    }
+    const uint64_t ver = offered_version(dir, "policy", version, newest);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ver <= std::max(policy_.version, staged_policy_.version))
+        throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
     }
     auto p = std::make_shared<const PolicyModel>(PolicyModel::load(dir));
     std::lock_guard<std::mutex> lock(mu_);
     check_successor(p->config(), policy_.model->config());
     if (drafter_.model)
       p->check_aux_layers(drafter_.model->aux_layers());
-    staged_policy_ = {std::move(p), v.version};
-    spdlog::debug("worker {}: staged policy v{}", id_, v.version);
+    if (ver <= std::max(policy_.version, staged_policy_.version))
+      throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
+    staged_policy_ = {std::move(p), ver};
+    spdlog::debug("worker {}: staged policy v{}", id_, ver);
+    if (assigned)
+      *assigned = ver;
     return true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -42,16 +72,23 @@ bool Versions::offer_policy(const std::string& dir, std::string* why) {
   }
 }
 
-bool Versions::offer_drafter(const std::string& dir, std::string* why) {
+bool Versions::offer_drafter(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
   try {
-    const WeightVersion v = verify_version(dir, "drafter");
+    uint64_t newest = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      newest = std::max(drafter_.version, staged_drafter_.version);
+      for (uint64_t b : banned_)
+        newest = std::max(newest, b);
+    }
+    const uint64_t ver = offered_version(dir, "drafter", version, newest);
     std::shared_ptr<const PolicyModel> policy;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (v.version <= std::max(drafter_.version, staged_drafter_.version))
-        throw Error("version " + std::to_string(v.version) + " is not newer than the serving or staged one");
-      if (banned_.count(v.version))
-        throw Error("version " + std::to_string(v.version) + " was rolled back");
+      if (ver <= std::max(drafter_.version, staged_drafter_.version))
+        throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
+      if (banned_.count(ver))
+        throw Error("version " + std::to_string(ver) + " was rolled back");
       policy = staged_policy_.model ? staged_policy_.model : policy_.model;
     }
     auto d = std::make_shared<const DraftModel>(DraftModel::load(dir, policy->draft_target()));
@@ -60,8 +97,12 @@ bool Versions::offer_drafter(const std::string& dir, std::string* why) {
     if (drafter_.model)
       UPD_REQUIRE(d->aux_layers() == drafter_.model->aux_layers())
           << "the drafter reads other aux layers than the serving one";
-    staged_drafter_ = {std::move(d), v.version};
-    spdlog::debug("worker {}: staged drafter v{}", id_, v.version);
+    if (ver <= std::max(drafter_.version, staged_drafter_.version))
+      throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
+    staged_drafter_ = {std::move(d), ver};
+    spdlog::debug("worker {}: staged drafter v{}", id_, ver);
+    if (assigned)
+      *assigned = ver;
     return true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,7 +1,8 @@
 // The weight versions a rollout worker serves, and those offered to it (design.md §5.2-5.3).
 //
 // offer_policy / offer_drafter (any thread) load the new version BESIDE the serving one and
-// validate it: manifest and sha256 of every file (kernels/io/weight_version.h), the model's
+// validate it: manifest and sha256 of every file (kernels/io/weight_version.h) when it is a
+// published version (a plain Hugging Face directory has neither), the model's
 // header, names, shapes and dtypes (its loader), version order (strictly newer than the serving
 // and staged ones, never a rolled-back drafter), and for a drafter that it fits the policy it
 // will serve with. A rejected offer changes nothing; it is logged and counted. An accepted one is
@@ -39,9 +40,13 @@ class Versions {
  public:
   Versions(uint32_t worker_id, PolicyVersion policy, DrafterVersion drafter);
 
-  // why (optional): the reason of a rejection.
-  bool offer_policy(const std::string& version_dir, std::string* why = nullptr);
-  bool offer_drafter(const std::string& version_dir, std::string* why = nullptr);
+  // why (optional): the reason of a rejection. A directory with a manifest carries its version
+  // (`version`, when not 0, must equal it); a plain Hugging Face / EAGLE directory takes
+  // `version`, or when 0 the next one. assigned (optional): the version staged.
+  bool offer_policy(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
+                    uint64_t* assigned = nullptr);
+  bool offer_drafter(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
+                     uint64_t* assigned = nullptr);
   void set_reference(DrafterVersion d);  // a fixed drafter to compare against (kReference)
 
   PolicyVersion policy() const;

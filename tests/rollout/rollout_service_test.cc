@@ -1,10 +1,9 @@
 // The rollout service behind `updraft serve` (rollout/serve/rollout_service.h): greedy
 // generation through the API equals plain decoding, bad requests are refused by reason with
 // nothing generated, concurrent requests share engine steps, pause holds them, a request arriving
-// mid-run starts before the running ones finish, abort and flush do their work, seeds behave,
-// weight versions posted to /update_weights_from_disk are validated and hot-swapped (bad ones
-// leave the serving version), a request the KV cache cannot hold fails alone, and shutdown
-// answers what is queued.
+// mid-run starts before the running ones finish, abort and flush do their work, seeds behave, a
+// request the KV cache cannot hold fails alone, and shutdown answers what is queued. Weight
+// updates: weight_update_test.cc.
 #include "rollout/serve/rollout_service.h"
 
 #include <gtest/gtest.h>
@@ -236,101 +235,6 @@ TEST(RolloutService, UnseededSampledRequestsDifferAndSeededOnesRepeat) {
   json seeded = unseeded;
   seeded["sampling_seed"] = 7;
   EXPECT_EQ(gen(seeded), gen(seeded));
-}
-
-TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
-  Bed b;
-  auto update = [&](const std::string& path, bool draft, json version = json()) {
-    json body = {{"model_path", path}, {"is_draft_model", draft}};
-    if (!version.is_null())
-      body["weight_version"] = version;
-    return b.call("POST", "/update_weights_from_disk", body);
-  };
-  const std::string d2 = b.publish_draft(2, 2);
-  auto [s, out] = update(d2, true);
-  ASSERT_EQ(s, 200) << out;
-  EXPECT_EQ(out["success"], true);
-  EXPECT_EQ(out["drafter_version"], 2);
-  EXPECT_EQ(b.call("GET", "/get_weight_version").second["drafter_version"], 2);
-
-  // Damaged: refused with the reason, v2 still serving.
-  const std::string d3 = b.publish_draft(3, 3);
-  {
-    std::fstream f(d3 + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(-4, std::ios::end);
-    f.put('\x7f');
-  }
-  std::tie(s, out) = update(d3, true);
-  EXPECT_EQ(s, 400);
-  EXPECT_EQ(out["success"], false);
-  EXPECT_NE(out["message"].get<std::string>().find("sha256"), std::string::npos) << out;
-  std::tie(s, out) = update(b.publish_draft(4, 4), true, "5");
-  EXPECT_EQ(s, 400);
-  EXPECT_NE(out["message"].get<std::string>().find("does not match"), std::string::npos) << out;
-  std::tie(s, out) = update(d2, true);  // not newer
-  EXPECT_EQ(s, 400);
-  EXPECT_EQ(b.worker->drafter_version(), 2u);
-
-  // A policy version while paused: applied at once (nothing running), labelled from then on.
-  EXPECT_EQ(b.call("POST", "/pause_generation").first, 200);
-  const WeightVersion p2 = publish_policy(make_policy(5), b.dir.str() + "/v", 2);
-  std::tie(s, out) = update(p2.dir, false, 2);
-  ASSERT_EQ(s, 200) << out;
-  EXPECT_EQ(out["policy_version"], 2);
-  EXPECT_EQ(b.call("POST", "/continue_generation").first, 200);
-  std::tie(s, out) = b.call("POST", "/generate", greedy_body({prompts(1, 3)[0]}, 4));
-  ASSERT_EQ(s, 200) << out;
-  EXPECT_EQ(out[0]["meta_info"]["policy_version"], 2);
-  EXPECT_EQ(out[0]["meta_info"]["drafter_version"], 2);
-  EXPECT_EQ(out[0]["meta_info"]["weight_version"], "2");
-  const std::string metrics = b.raw("GET", "/metrics").body;
-  EXPECT_NE(metrics.find("updraft_worker_generated_tokens_total{policy_version=\"2\",drafter_version=\"2\"} 4"),
-            std::string::npos)
-      << metrics;
-  EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 2"), std::string::npos) << metrics;
-}
-
-// Writes a NaN over the first element of `tensor` in a safetensors file (f32, bf16 or f16).
-void poison(const std::string& file, const std::string& tensor) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, '\0');
-  f.read(header.data(), static_cast<std::streamsize>(n));
-  const json t = json::parse(header).at(tensor);
-  f.seekp(static_cast<std::streamoff>(8 + n + t["data_offsets"][0].get<uint64_t>()));
-  const std::string dtype = t["dtype"];
-  const std::string nan = dtype == "F32" ? std::string("\x00\x00\xc0\x7f", 4)
-                          : dtype == "BF16" ? std::string("\xc0\x7f", 2)
-                                            : std::string("\x00\x7e", 2);
-  f.write(nan.data(), static_cast<std::streamsize>(nan.size()));
-  ASSERT_TRUE(f.good()) << file;
-}
-
-// A version in a valid format whose weights hold a NaN is refused by name (a drafter or a
-// policy alike), with the old version serving.
-TEST(RolloutService, UpdateWeightsFromDiskRefusesNonFiniteWeights) {
-  Bed b;
-  const DraftModel d = fresh_draft(*b.policy, 2);
-  const WeightVersion d2 = publish_version(b.dir.str() + "/v", "drafter", 2, [&](const std::string& dir) {
-    d.save(dir);
-    poison(dir + "/model.safetensors", "fc.weight");
-  });
-  auto [s, out] = b.call("POST", "/update_weights_from_disk", {{"model_path", d2.dir}, {"is_draft_model", true}});
-  EXPECT_EQ(s, 400) << out;
-  EXPECT_NE(out["message"].get<std::string>().find("fc.weight holds a non-finite value"), std::string::npos) << out;
-  EXPECT_EQ(b.worker->drafter_version(), 1u);
-  train::TrainableLlama m = make_policy(5);
-  const WeightVersion p2 = publish_version(b.dir.str() + "/v", "policy", 2, [&](const std::string& dir) {
-    m.save_hf(dir, DType::F32);
-    poison(dir + "/model.safetensors", "model.norm.weight");
-  });
-  std::tie(s, out) = b.call("POST", "/update_weights_from_disk", {{"model_path", p2.dir}});
-  EXPECT_EQ(s, 400) << out;
-  EXPECT_NE(out["message"].get<std::string>().find("model.norm.weight holds a non-finite value"), std::string::npos)
-      << out;
-  EXPECT_EQ(b.worker->policy_version(), 1u);
-  EXPECT_EQ(b.call("POST", "/generate", greedy_body({prompts(1, 3)[0]}, 4)).first, 200) << "v1 still serves";
 }
 
 TEST(RolloutService, ARequestTheCacheCannotHoldFailsAlone) {

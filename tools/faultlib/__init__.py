@@ -1,0 +1,1 @@
+"""Library of the multi-host fault harness (tools/fault_cluster.py)."""
