@@ -195,6 +195,7 @@ RecordStore::~RecordStore() {
 void RecordStore::load_index() {
   index_.clear();
   eviction_order_.clear();
+  by_arrival_.clear();
   next_seq_.clear();
   total_bytes_ = 0;
   {
@@ -207,6 +208,7 @@ void RecordStore::load_index() {
               v.size() == 24 ? from_be64(std::string_view(v.data() + 16, 8)) : 0};
       index_[*k] = e;
       eviction_order_[{k->policy_version, e.arrival}] = *k;
+      by_arrival_[e.arrival] = *k;
       total_bytes_ += e.size;
       next_arrival_ = std::max(next_arrival_, e.arrival + 1);
     }
@@ -270,6 +272,7 @@ RecordStore::WriteResult RecordStore::write(const std::vector<Item>& items) {
   for (const auto& [k, e] : added) {
     index_[k] = e;
     eviction_order_[{k.policy_version, e.arrival}] = k;
+    by_arrival_[e.arrival] = k;
     total_bytes_ += e.size;
   }
   for (const auto& [w, next] : seqs)
@@ -311,6 +314,7 @@ void RecordStore::enforce_retention() {
   for (const RecordKey& k : victims) {
     const Entry e = index_.at(k);
     eviction_order_.erase({k.policy_version, e.arrival});
+    by_arrival_.erase(e.arrival);
     index_.erase(k);
     evicted_lo_ = evicted_lo_ ? std::min(*evicted_lo_, k) : k;
     evicted_hi_ = evicted_hi_ ? std::max(*evicted_hi_, k) : k;
@@ -371,8 +375,8 @@ std::vector<RecordData> RecordStore::latest(size_t n) const {
   std::vector<RecordKey> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = index_.rbegin(); it != index_.rend() && keys.size() < n; ++it)
-      keys.push_back(it->first);
+    for (auto it = by_arrival_.rbegin(); it != by_arrival_.rend() && keys.size() < n; ++it)
+      keys.push_back(it->second);
   }
   return read_keys(keys);
 }
@@ -437,21 +441,24 @@ std::vector<RecordKey> RecordStore::keys() const {
 
 void RecordStore::mark_consumed(const RecordKey& k) {
   std::lock_guard<std::mutex> lock(mu_);
-  consumed_ = consumed_ ? std::max(*consumed_, k) : k;
+  const auto it = index_.find(k);
+  if (it != index_.end())
+    consumed_arrival_ = consumed_arrival_ ? std::max(*consumed_arrival_, it->second.arrival) : it->second.arrival;
 }
 
 uint64_t RecordStore::consumer_lag() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!consumed_)
+  if (!consumed_arrival_)
     return index_.size();
-  return static_cast<uint64_t>(std::distance(index_.upper_bound(*consumed_), index_.end()));
+  return static_cast<uint64_t>(std::distance(by_arrival_.upper_bound(*consumed_arrival_), by_arrival_.end()));
 }
 
 uint64_t RecordStore::consumer_lag_tokens() const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t = 0;
-  for (auto it = consumed_ ? index_.upper_bound(*consumed_) : index_.begin(); it != index_.end(); ++it)
-    t += it->second.response_tokens;
+  for (auto it = consumed_arrival_ ? by_arrival_.upper_bound(*consumed_arrival_) : by_arrival_.begin();
+       it != by_arrival_.end(); ++it)
+    t += index_.at(it->second).response_tokens;
   return t;
 }
 

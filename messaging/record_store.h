@@ -100,7 +100,8 @@ class RecordStore {
   uint64_t next_seq(uint32_t worker) const;
   bool contains(const RecordKey& k) const;
 
-  // The n records with the greatest keys (newest policy versions first), newest first.
+  // The n records stored most recently (by arrival at the store, whatever their worker or key),
+  // newest first.
   std::vector<RecordData> latest(size_t n) const;
   // Records of the newest `versions` policy versions present, in key order, at most max_records.
   std::vector<RecordData> last_versions(uint64_t versions, size_t max_records = SIZE_MAX) const;
@@ -112,10 +113,13 @@ class RecordStore {
   std::optional<std::string> get_raw(const RecordKey& k) const;
   std::vector<RecordKey> keys() const;
 
-  // The trainer reports the newest key it has consumed; lag counts stored records above it.
+  // The trainer reports the newest record it has consumed (a stored key; others are ignored):
+  // every record that arrived up to it counts as consumed, and lag counts those that arrived
+  // after. By arrival, not by key: a worker with a lower id whose records arrive later is not
+  // hidden behind one with a higher id.
   void mark_consumed(const RecordKey& k);
   uint64_t consumer_lag() const;
-  // Response tokens in the records above the consumed key (what a token-count trigger reads).
+  // Response tokens in the records that arrived after the consumed one (a token-count trigger).
   uint64_t consumer_lag_tokens() const;
 
   StoreStats stats() const;
@@ -149,6 +153,7 @@ class RecordStore {
   mutable std::mutex mu_;
   std::map<RecordKey, Entry> index_;
   std::map<std::pair<uint64_t, uint64_t>, RecordKey> eviction_order_;  // (policy_version, arrival)
+  std::map<uint64_t, RecordKey> by_arrival_;
   std::map<uint32_t, uint64_t> next_seq_;
   uint64_t total_bytes_ = 0;
   uint64_t next_arrival_ = 0;
@@ -156,7 +161,7 @@ class RecordStore {
   uint64_t evicted_bytes_ = 0;
   uint64_t evicted_since_compaction_ = 0;
   std::optional<RecordKey> evicted_lo_, evicted_hi_;
-  std::optional<RecordKey> consumed_;
+  std::optional<uint64_t> consumed_arrival_;
   mutable std::atomic<uint64_t> corrupt_reads_{0};
 };
 

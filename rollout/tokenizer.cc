@@ -83,6 +83,8 @@ size_t utf8_seq(std::string_view s, size_t i, size_t* bad) {
   return 0;
 }
 
+}  // namespace
+
 std::string utf8_lossy(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -99,6 +101,8 @@ std::string utf8_lossy(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 // The code point of the well-formed sequence of length n at s[i].
 uint32_t utf8_decode(std::string_view s, size_t i, size_t n) {
@@ -1056,7 +1060,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
   return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+std::string Tokenizer::decode_bytes(const std::vector<int32_t>& ids, bool skip_special) const {
   const Impl& m = *impl_;
   std::string bytes;
   for (int32_t id : ids) {
@@ -1066,7 +1070,11 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       continue;
     bytes += m.id_bytes[id];
   }
-  return utf8_lossy(bytes);
+  return bytes;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  return utf8_lossy(decode_bytes(ids, skip_special));
 }
 
 void Tokenizer::pre_tokenize(std::string_view text, const std::function<void(std::string_view)>& fn) const {

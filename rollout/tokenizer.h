@@ -78,6 +78,9 @@ class SplitRegex {
 std::string byte_level_encode(std::string_view bytes);  // raw bytes -> token-string spelling
 // Token-string spelling -> raw bytes; false if a character is not one of the 256.
 bool byte_level_decode(std::string_view token, std::string& bytes);
+// Bytes -> valid UTF-8, each maximal ill-formed sequence replaced by U+FFFD (Rust's
+// String::from_utf8_lossy, as `tokenizers` decodes).
+std::string utf8_lossy(std::string_view bytes);
 
 class Tokenizer {
  public:
@@ -97,6 +100,9 @@ class Tokenizer {
   // Text of `ids`. Ids that are not in the vocabulary are skipped (as in `tokenizers`); with
   // skip_special the special added tokens are skipped too.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  // The raw bytes decode() turns into text (invalid UTF-8 not yet replaced): the text of a
+  // sequence is the lossy UTF-8 of its tokens' bytes concatenated.
+  std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
   // The id of a token spelled as in the vocabulary ("Ġthe", "<|endoftext|>"), or -1.
   int32_t token_id(std::string_view token) const;

@@ -20,9 +20,13 @@ size_t emit(Seq& s, const Verdict& v, const std::vector<int32_t>& eos) {
   while (k < v.tokens.size() && !s.finished()) {
     s.result.tokens.push_back(v.tokens[k]);
     s.result.logprobs.push_back(v.logprobs[k]);
+    int32_t matched = -1;
     if (is_stop(s, v.tokens[k], eos))
       s.result.finish_reason = "stop";
-    else if (s.out_len() >= s.req.params.max_new_tokens)
+    else if (s.req.stop_check && (matched = s.req.stop_check(s.result.tokens)) >= 0) {
+      s.result.finish_reason = "stop";
+      s.result.matched_stop = matched;
+    } else if (s.out_len() >= s.req.params.max_new_tokens)
       s.result.finish_reason = "length";
     ++k;
   }

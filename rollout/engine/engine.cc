@@ -72,6 +72,13 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
   UPD_REQUIRE(p.top_p > 0 && p.top_p <= 1) << "top_p must be in (0, 1] (got " << p.top_p << ")";
   for (int32_t s : p.stop_token_ids)
     UPD_REQUIRE(s >= 0 && s < cfg.vocab_size) << "stop token id " << s << " is outside the vocabulary";
+  UPD_REQUIRE(p.min_p >= 0 && p.min_p <= 1) << "min_p must be in [0, 1] (got " << p.min_p << ")";
+  UPD_REQUIRE(p.min_new_tokens >= 0) << "min_new_tokens must be >= 0 (got " << p.min_new_tokens << ")";
+  UPD_REQUIRE(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0)
+      << "repetition_penalty must be a finite number > 0 (got " << p.repetition_penalty << ")";
+  for (const auto& [name, v] : {std::pair<const char*, float>{"frequency_penalty", p.frequency_penalty},
+                                {"presence_penalty", p.presence_penalty}})
+    UPD_REQUIRE(std::isfinite(v) && v >= -2 && v <= 2) << name << " must be in [-2, 2] (got " << v << ")";
   if (cache_blocks <= 0)
     return;
   const int64_t len = total + std::max<int64_t>(1, opts.spec.draft_tokens);
@@ -121,6 +128,7 @@ std::vector<GenResult> Engine::step() {
     ro.capture |= e.seq->req.capture;
   }
   ro.aux_layers = aux_layers_;
+  ro.eos_token_ids = model_->config().eos_token_ids;
   const RunOut run = run_policy(*model_, cache_, plan, ro);
   const std::vector<Committed> committed =
       verify_commit(plan, run, cache_, {model_->config().eos_token_ids, opts_.accept_rule, model_->config().vocab_size},

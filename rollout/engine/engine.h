@@ -26,7 +26,10 @@
 // the full settings (EngineOptions::spec). Drafters can be set, replaced or removed between steps
 // with sequences in flight (set_drafter).
 //
-// Sampling (per request): temperature 0 = greedy (argmax, lowest id on ties); otherwise the
+// Sampling (per request): the logits first pass the logit processors (logit_process.h:
+// penalties, min_new_tokens, min_p), each row with its own context (for a draft-tree row, the
+// output so far plus the tree path), so plain and speculative decoding see identical rows.
+// Temperature 0 = greedy (argmax, lowest id on ties); otherwise the
 // token is drawn from softmax(logits / temperature), filtered by top_k then top_p and
 // renormalised (ops::sampling_probs), with uniform01(seed, i) for the i-th output token, so a
 // seeded request gives the same tokens whatever else is in the batch, after a preemption too.
@@ -38,7 +41,8 @@
 // log_softmax(logits). Speculative decoding reports the same quantity.
 //
 // Stopping: a token in stop_token_ids (and the model's eos ids unless ignore_eos) ends the
-// request with finish reason "stop"; that token is included. Otherwise "length" after
+// request with finish reason "stop"; that token is included; so does GenRequest::stop_check
+// (the caller's stop strings) when it returns >= 0. Otherwise "length" after
 // max_new_tokens; "abort" after abort(), with the tokens emitted so far.
 //
 // Capture: capture/step_capture.h. Metrics: EngineStats, and per request GenResult::spec,

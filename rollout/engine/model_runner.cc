@@ -4,6 +4,7 @@
 
 #include "kernels/core/error.h"
 #include "kernels/ops.h"
+#include "rollout/engine/logit_process.h"
 
 namespace updraft {
 namespace {
@@ -36,6 +37,23 @@ SeqStep entry_step(const StepEntry& e) {
   if (n > 1)
     st.tree_mask = s.tree.mask();
   return st;
+}
+
+// Applies the logit processors of the entries that have them to their host rows; whether any did.
+bool process_rows(const StepPlan& plan, RunOut& out, int64_t V, const std::vector<int32_t>& eos) {
+  bool any = false;
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const Seq& s = *plan.entries[e].seq;
+    const EntryRows& at = out.at[e];
+    if (at.logits == 0 || !needs_logit_processing(s.req.params))
+      continue;
+    const bool decode = plan.entries[e].prefill == 0;
+    const DraftTree tree = decode ? s.tree : DraftTree::single(s.token_at(at.cached + at.rows - 1));
+    UPD_CHECK(tree.size() == at.logits) << "process_rows: tree of " << tree.size() << " nodes, " << at.logits << " rows";
+    process_logits(s, tree, out.host_logits.data<float>() + at.first_logit * V, V, eos);
+    any = true;
+  }
+  return any;
 }
 
 }  // namespace
@@ -82,6 +100,8 @@ RunOut run_policy(const PolicyModel& model, KvCache& cache, const StepPlan& plan
   UPD_CHECK(out.fo.logits.size(0) == R) << "run_policy: " << out.fo.logits.size(0) << " logit rows, expected " << R;
   const Device d = model.device();
   out.host_logits = out.fo.logits.to(Device::CPU);
+  if (process_rows(plan, out, V, opts.eos_token_ids))
+    out.fo.logits = out.host_logits.to(d);
   if (any_greedy || opts.capture) {
     const auto t1 = Clock::now();
     out.logp = Tensor::empty({R, V}, DType::F32, d);

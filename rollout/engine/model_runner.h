@@ -7,6 +7,8 @@
 // token is already known). Distributions on the host, per logit row: the raw logits; their
 // log_softmax when a greedy row or capture needs it (logp stays on the device for the teacher's
 // top-k); the filtered sampling distribution (ops::sampling_probs) when a sampled row needs it.
+// Requests with logit processors (logit_process.h) have their rows processed on the host first;
+// every distribution above then comes from the processed logits.
 // The aux states of every row come back on the device when `aux` is asked.
 #pragma once
 
@@ -38,6 +40,7 @@ struct RunOptions {
   bool aux = false;      // capture the aux states of every row
   bool capture = false;  // some entry captures: keep the device log_softmax for the teacher
   std::vector<int64_t> aux_layers;
+  std::vector<int32_t> eos_token_ids;  // for min_new_tokens (logit_process.h)
 };
 
 RunOut run_policy(const PolicyModel& model, KvCache& cache, const StepPlan& plan, const RunOptions& opts);

@@ -19,12 +19,24 @@ struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
   int32_t top_k = 0;         // 0: off
   float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
   int64_t max_new_tokens = 128;
+  int64_t min_new_tokens = 0;  // stop tokens (eos, stop_token_ids) masked until this many are out
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Penalties (rollout/engine/logit_process.h): 1 / 0 / 0 are off.
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
   bool has_seed = false;
   uint64_t seed = 0;
 };
+
+// Called on the engine's thread after each token a request emits, with its output so far
+// (the new token last); a value >= 0 ends the request (finish reason "stop", GenResult::
+// matched_stop set to it). The caller's text-level stops (stop strings) live here. It must not
+// call into the engine.
+using StopCheck = std::function<int32_t(const std::vector<int32_t>& output)>;
 
 // Streaming: the tokens a request emitted in one step, in order, with their logprobs. Called on
 // the engine's thread from inside Engine::step(); it must not call into the engine.
@@ -41,6 +53,7 @@ struct GenRequest {
   // start depends on how deep the previous rounds went, so acceptance at mixed depths does not).
   bool probe = false;
   TokenCallback on_tokens;  // optional
+  StopCheck stop_check;     // optional
 };
 
 // One speculation round of a request: draft tokens verified, how many were accepted, and the
@@ -55,6 +68,7 @@ struct GenResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   std::string finish_reason;  // "stop", "length" or "abort"
+  int32_t matched_stop = -1;  // what GenRequest::stop_check returned when it ended the request
   SpecStats spec;
   std::vector<SpecRound> rounds;  // every speculation round, in order (spec sums them)
   // Capture (requests with capture only): aux [prompt + tokens, A*H] bf16; teacher top-k per

@@ -185,15 +185,8 @@ const FieldRules& generate_rules() {
 
 const FieldRules& sampling_rules() {
   using N = Neutral;
-  static const FieldRules rules = {{"stop", N::kEmpty},
-                                   {"stop_regex", N::kEmpty},
+  static const FieldRules rules = {{"stop_regex", N::kEmpty},
                                    {"logit_bias", N::kEmpty},
-                                   {"n", N::kOne},
-                                   {"min_new_tokens", N::kZero},
-                                   {"min_p", N::kZero},
-                                   {"frequency_penalty", N::kZero},
-                                   {"presence_penalty", N::kZero},
-                                   {"repetition_penalty", N::kOne},
                                    {"json_schema", N::kNull},
                                    {"regex", N::kNull},
                                    {"ebnf", N::kNull},
@@ -207,15 +200,11 @@ const FieldRules& completions_rules() {
   using N = Neutral;
   static const FieldRules rules = {{"model", N::kAny},
                                    {"user", N::kAny},
-                                   {"n", N::kOne},
                                    {"best_of", N::kOne},
                                    {"stream", N::kFalse},
                                    {"stream_options", N::kNull},
                                    {"echo", N::kFalse},
                                    {"suffix", N::kEmpty},
-                                   {"stop", N::kEmpty},
-                                   {"presence_penalty", N::kZero},
-                                   {"frequency_penalty", N::kZero},
                                    {"logit_bias", N::kEmpty}};
   return rules;
 }
@@ -240,7 +229,8 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
   static const std::set<std::string> implemented = {
       "temperature", "top_p",         "top_k", "max_new_tokens",      "stop_token_ids",
       "ignore_eos",  "sampling_seed", "seed",  "skip_special_tokens", "spaces_between_special_tokens",
-      "no_stop_trim"};
+      "no_stop_trim", "stop", "min_new_tokens", "min_p", "frequency_penalty", "presence_penalty",
+      "repetition_penalty", "n"};
   SamplingParams p;
   p.max_new_tokens = 128;
   *text = TextOptions{};
@@ -258,6 +248,19 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
     p.max_new_tokens = int_of(sp, "max_new_tokens", 1, INT64_MAX, where);
   if (has(sp, "stop_token_ids"))
     p.stop_token_ids = ids_of(sp["stop_token_ids"], "sampling_params.stop_token_ids");
+  if (has(sp, "min_new_tokens"))
+    p.min_new_tokens = int_of(sp, "min_new_tokens", 0, INT64_MAX, where);
+  if (has(sp, "min_p"))
+    p.min_p = static_cast<float>(number_of(sp, "min_p", where));
+  if (has(sp, "frequency_penalty"))
+    p.frequency_penalty = static_cast<float>(number_of(sp, "frequency_penalty", where));
+  if (has(sp, "presence_penalty"))
+    p.presence_penalty = static_cast<float>(number_of(sp, "presence_penalty", where));
+  if (has(sp, "repetition_penalty"))
+    p.repetition_penalty = static_cast<float>(number_of(sp, "repetition_penalty", where));
+  text->stop = stop_strings_of(sp, where, 64);
+  if (has(sp, "n"))
+    text->n = int_of(sp, "n", 1, kMaxN, where);
   if (has(sp, "ignore_eos"))
     p.ignore_eos = sp["ignore_eos"].get<bool>();
   for (const char* k : {"sampling_seed", "seed"})
@@ -272,6 +275,22 @@ SamplingParams sglang_params(const json& sp, TextOptions* text) {
   if (has(sp, "spaces_between_special_tokens"))
     (void)sp["spaces_between_special_tokens"].get<bool>();  // checked: a fast tokenizer's decode ignores it too
   return p;
+}
+
+std::vector<std::string> stop_strings_of(const json& obj, const std::string& where, size_t max) {
+  if (!has(obj, "stop"))
+    return {};
+  const json& v = obj["stop"];
+  if (v.is_string())  // "" is the neutral value
+    return v.get<std::string>().empty() ? std::vector<std::string>{} : std::vector<std::string>{v.get<std::string>()};
+  UPD_REQUIRE(v.is_array() && v.size() <= max)
+      << where << ".stop must be a string or a list of at most " << max << " strings";
+  std::vector<std::string> out;
+  for (const json& s : v) {
+    UPD_REQUIRE(s.is_string() && !s.get<std::string>().empty()) << where << ".stop must hold non-empty strings";
+    out.push_back(s.get<std::string>());
+  }
+  return out;
 }
 
 std::vector<std::string> rids_of(const json& body, size_t n, bool batch, std::string* group) {

@@ -53,12 +53,19 @@ std::string string_or(const nlohmann::json& obj, const char* key, const std::str
 std::vector<int32_t> ids_of(const nlohmann::json& a, const std::string& where);
 bool is_id_list(const nlohmann::json& a);
 
-// How a completion's "text" is decoded: special tokens skipped, and (SGLang's detokenizer) a
-// matched stop token trimmed unless no_stop_trim. output_ids always hold every token.
+// The API layer's per-prompt options: how a completion's "text" is decoded (special tokens
+// skipped, and, as SGLang's detokenizer, a matched stop token trimmed unless no_stop_trim;
+// output_ids always hold every token), its stop strings, and how many completions it asks for.
 struct TextOptions {
   bool skip_special = true;
   bool no_stop_trim = false;
+  std::vector<std::string> stop;  // stop strings (rollout/serve/stop_strings.h)
+  int64_t n = 1;                  // completions of the prompt (siblings j = 0..n-1 draw from seed + j)
 };
+// The most completions one prompt may ask for (n).
+inline constexpr int64_t kMaxN = 64;
+// A "stop" field: null, a string, or a list of strings (at most `max`); Error naming it otherwise.
+std::vector<std::string> stop_strings_of(const nlohmann::json& obj, const std::string& where, size_t max);
 // SGLang's sampling_params -> ours (null values: the defaults); *text (out) the decode settings.
 SamplingParams sglang_params(const nlohmann::json& sp, TextOptions* text);
 

@@ -5,6 +5,7 @@
 #include "kernels/core/error.h"
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/rollout_service.h"
+#include "rollout/serve/stop_strings.h"
 
 namespace updraft {
 
@@ -35,10 +36,12 @@ std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Token
   return prompts;
 }
 
-json finish_reason(const Completion& c) {
+json finish_reason(const Completion& c, const api::TextOptions& text) {
   const GenResult& g = c.result;
   if (g.finish_reason == "abort")
     return {{"type", "abort"}, {"message", c.error.empty() ? "aborted" : c.error}};
+  if (g.finish_reason == "stop" && g.matched_stop >= 0)
+    return {{"type", "stop"}, {"matched", text.stop.at(static_cast<size_t>(g.matched_stop))}};
   if (g.finish_reason == "stop" && !g.tokens.empty())
     return {{"type", "stop"}, {"matched", g.tokens.back()}};
   return {{"type", "length"}, {"length", g.tokens.size()}};
@@ -70,17 +73,43 @@ http::Response RolloutService::generate(const json& body) {
   const json sp = body.value("sampling_params", json());
   UPD_REQUIRE(!sp.is_array() || sp.size() == prompts.size())
       << "sampling_params: a list needs one entry per prompt (" << prompts.size() << ")";
-  std::vector<GenRequest> reqs(prompts.size());
-  std::vector<api::TextOptions> text(prompts.size());
+  // Prompt i's n completions follow one another (SGLang's order); sibling j draws from seed + j.
+  std::vector<GenRequest> reqs;
+  std::vector<api::TextOptions> text;
+  std::vector<size_t> of;           // each request's prompt
+  std::vector<int64_t> sibling;     // and its place among the prompt's n
+  std::vector<std::shared_ptr<StopMatcher>> stops;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    reqs[i].prompt = std::move(prompts[i]);
-    reqs[i].params = api::sglang_params(sp.is_array() ? sp[i] : sp, &text[i]);
+    api::TextOptions t;
+    const SamplingParams params = api::sglang_params(sp.is_array() ? sp[i] : sp, &t);
+    for (int64_t j = 0; j < t.n; ++j) {
+      GenRequest r;
+      r.prompt = prompts[i];
+      r.params = params;
+      r.params.seed += static_cast<uint64_t>(j);
+      stops.push_back(t.stop.empty() ? nullptr
+                                     : std::make_shared<StopMatcher>(tokenizer_, t.stop, t.skip_special,
+                                                                     params.min_new_tokens));
+      if (stops.back())
+        r.stop_check = stop_check_of(stops.back());
+      reqs.push_back(std::move(r));
+      text.push_back(t);
+      of.push_back(i);
+      sibling.push_back(j);
+    }
   }
-  const std::vector<bool> logprob = per_prompt_flag(body, "return_logprob", reqs.size());
+  const std::vector<bool> per_prompt_logprob = per_prompt_flag(body, "return_logprob", prompts.size());
   const bool lp_text = api::bool_or(body, "return_text_in_logprobs", false);
   UPD_REQUIRE(!lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
   std::string group;
-  const std::vector<std::string> rids = api::rids_of(body, reqs.size(), batch, &group);
+  const std::vector<std::string> prompt_rids = api::rids_of(body, prompts.size(), batch, &group);
+  std::vector<std::string> rids;
+  std::vector<bool> logprob;
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    const std::string& rid = prompt_rids[of[k]];
+    rids.push_back(rid.empty() || text[k].n == 1 ? rid : rid + "-" + std::to_string(sibling[k]));
+    logprob.push_back(per_prompt_logprob[of[k]]);
+  }
   const auto t0 = Clock::now();
   int status = 0;
   std::string why;
@@ -94,7 +123,7 @@ http::Response RolloutService::generate(const json& body) {
     const Completion& c = out[i];
     const GenResult& g = c.result;
     json meta = {{"id", rids[i].empty() ? std::to_string(first_id + i) : rids[i]},
-                 {"finish_reason", finish_reason(c)},
+                 {"finish_reason", finish_reason(c, text[i])},
                  {"prompt_tokens", g.prompt.size()},
                  {"completion_tokens", g.tokens.size()},
                  {"cached_tokens", 0},
@@ -118,13 +147,15 @@ http::Response RolloutService::generate(const json& body) {
       meta["output_token_logprobs"] = std::move(lp);
     }
     json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
-    if (tokenizer_) {
+    if (stops[i] && g.matched_stop >= 0) {
+      r["text"] = stops[i]->text(text[i].no_stop_trim);
+    } else if (tokenizer_) {
       const bool trim = g.finish_reason == "stop" && !g.tokens.empty() && !text[i].no_stop_trim;
       r["text"] = tokenizer_->decode({g.tokens.begin(), g.tokens.end() - (trim ? 1 : 0)}, text[i].skip_special);
     }
     results.push_back(std::move(r));
   }
-  return api::json_response(200, batch ? results : results[0]);
+  return api::json_response(200, batch || results.size() > 1 ? results : results[0]);
 }
 
 http::Response RolloutService::health_generate() {

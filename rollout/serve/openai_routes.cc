@@ -3,13 +3,37 @@
 #include "kernels/core/error.h"
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/rollout_service.h"
+#include "rollout/serve/stop_strings.h"
 
 namespace updraft {
 
 using nlohmann::json;
 
+namespace {
+
+// The sampling fields OpenAI's completions and chat share (null: the default).
+SamplingParams openai_params(const json& body) {
+  SamplingParams p;
+  p.max_new_tokens = api::has(body, "max_tokens") ? api::int_of(body, "max_tokens", 1, INT64_MAX, "body") : 16;
+  p.temperature = api::has(body, "temperature") ? static_cast<float>(api::number_of(body, "temperature", "body")) : 1.0f;
+  p.top_p = api::has(body, "top_p") ? static_cast<float>(api::number_of(body, "top_p", "body")) : 1.0f;
+  if (api::has(body, "seed")) {
+    p.has_seed = true;
+    p.seed = api::seed_of(body, "seed", "body");
+  }
+  if (api::has(body, "presence_penalty"))
+    p.presence_penalty = static_cast<float>(api::number_of(body, "presence_penalty", "body"));
+  if (api::has(body, "frequency_penalty"))
+    p.frequency_penalty = static_cast<float>(api::number_of(body, "frequency_penalty", "body"));
+  return p;
+}
+
+}  // namespace
+
 http::Response RolloutService::completions(const json& body) {
-  api::check_fields(body, {"prompt", "max_tokens", "temperature", "top_p", "seed", "logprobs"},
+  api::check_fields(body,
+                    {"prompt", "max_tokens", "temperature", "top_p", "seed", "logprobs", "stop", "presence_penalty",
+                     "frequency_penalty", "n"},
                     api::completions_rules(), "body");
   UPD_REQUIRE(api::has(body, "prompt")) << "prompt is required";
   const json& pr = body["prompt"];
@@ -33,21 +57,27 @@ http::Response RolloutService::completions(const json& body) {
         << "logprobs > 0 asks for alternatives, which are not computed; 0 returns the sampled tokens' logprobs";
     logprobs = true;
   }
-  std::vector<GenRequest> reqs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    reqs[i].prompt = std::move(prompts[i]);
-    SamplingParams& p = reqs[i].params;
-    p.max_new_tokens = api::has(body, "max_tokens") ? api::int_of(body, "max_tokens", 1, INT64_MAX, "body") : 16;
-    p.temperature = api::has(body, "temperature") ? static_cast<float>(api::number_of(body, "temperature", "body")) : 1.0f;
-    p.top_p = api::has(body, "top_p") ? static_cast<float>(api::number_of(body, "top_p", "body")) : 1.0f;
-    if (api::has(body, "seed")) {
-      p.has_seed = true;
-      p.seed = api::seed_of(body, "seed", "body") + i;
+  const std::vector<std::string> stop = api::stop_strings_of(body, "body", 4);
+  const int64_t n = api::has(body, "n") ? api::int_of(body, "n", 1, api::kMaxN, "body") : 1;
+  const SamplingParams params = openai_params(body);
+  // Choice index i * n + j: prompt i's j-th completion, drawn from seed + i * n + j when seeded.
+  std::vector<std::shared_ptr<StopMatcher>> stops;
+  std::vector<GenRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      GenRequest r;
+      r.prompt = prompts[i];
+      r.params = params;
+      r.params.seed += reqs.size();
+      stops.push_back(stop.empty() ? nullptr : std::make_shared<StopMatcher>(tokenizer_, stop, true, 0));
+      if (stops.back())
+        r.stop_check = stop_check_of(stops.back());
+      reqs.push_back(std::move(r));
     }
-  }
   int status = 0;
   std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(prompts.size()), "", &status, &why);
+  const size_t count = reqs.size();
+  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
   if (status != 0)
     return api::error(status, why);
   json choices = json::array();
@@ -57,7 +87,7 @@ http::Response RolloutService::completions(const json& body) {
     prompt_tokens += static_cast<int64_t>(g.prompt.size());
     completion_tokens += static_cast<int64_t>(g.tokens.size());
     json c = {{"index", i},
-              {"text", tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
+              {"text", stops[i] ? stops[i]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
               {"token_ids", g.tokens},
               {"finish_reason", g.finish_reason},
               {"logprobs", nullptr}};

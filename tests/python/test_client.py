@@ -96,8 +96,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.exception.status, 400)
         self.assertIn("outside the vocabulary", e.exception.message)
         with self.assertRaises(UpdraftError) as e:
-            self.client.generate(input_ids=[1, 2], sampling_params={"presence_penalty": 1.0})
-        self.assertIn("presence_penalty", e.exception.message)
+            self.client.generate(input_ids=[1, 2], sampling_params={"presence_penalty": 3.0})
+        self.assertIn("presence_penalty must be in [-2, 2]", e.exception.message)
         with self.assertRaises(UpdraftError) as e:
             Client("http://127.0.0.1:9", timeout=2).get_weight_version()
         self.assertEqual(e.exception.status, 0)

@@ -130,13 +130,8 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
     return body;
   };
   const std::vector<std::pair<json, std::string>> generate_cases = {
-      {gen({}, {{"stop", {"\n"}}}),
-       "sampling_params.stop is not supported at [\"\\n\"] (accepted only as null or empty)"},
-      {gen({}, {{"n", 2}}), "sampling_params.n is not supported at 2 (accepted only as 1 or null)"},
-      {gen({}, {{"repetition_penalty", 1.1}}), "sampling_params.repetition_penalty is not supported"},
-      {gen({}, {{"min_p", 0.05}}), "sampling_params.min_p is not supported"},
-      {gen({}, {{"min_new_tokens", 4}}), "sampling_params.min_new_tokens is not supported"},
-      {gen({}, {{"presence_penalty", -0.5}}), "sampling_params.presence_penalty is not supported"},
+      {gen({}, {{"n", 65}}), "sampling_params.n must be an integer in [1, 64] (got 65)"},
+      {gen({}, {{"stop_regex", "a+"}}), "sampling_params.stop_regex is not supported"},
       {gen({}, {{"logit_bias", {{"5", 1}}}}), "sampling_params.logit_bias is not supported"},
       {gen({}, {{"json_schema", "{}"}}), "sampling_params.json_schema is not supported"},
       {gen({}, {{"frobnicate", 1}}), "sampling_params.frobnicate is not supported (refused rather than ignored)"},
@@ -156,10 +151,9 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
     EXPECT_NE(out["error"]["message"].get<std::string>().find(says), std::string::npos) << body.dump() << " -> " << out;
   }
   const std::vector<std::pair<json, std::string>> completions_cases = {
-      {{{"n", 2}}, "body.n is not supported at 2"},
+      {{{"n", 0}}, "body.n must be an integer in [1, 64] (got 0)"},
       {{{"stream", true}}, "body.stream is not supported"},
       {{{"echo", true}}, "body.echo is not supported"},
-      {{{"stop", {"\n"}}}, "body.stop is not supported"},
       {{{"best_of", 3}}, "body.best_of is not supported"},
       {{{"suffix", "x"}}, "body.suffix is not supported"},
       {{{"logprobs", 2}}, "alternatives"},
@@ -177,7 +171,7 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
 
 TEST(ApiFields, ErrorsHaveOpenAisShape) {
   Bed b;
-  const auto [s, out] = b.call("POST", "/generate", {{"input_ids", {1, 2}}, {"sampling_params", {{"n", 3}}}});
+  const auto [s, out] = b.call("POST", "/generate", {{"input_ids", {1, 2}}, {"sampling_params", {{"n", 300}}}});
   EXPECT_EQ(s, 400);
   EXPECT_EQ(out["error"]["type"], "invalid_request_error") << out;
   EXPECT_EQ(out["error"]["code"], 400);
@@ -288,6 +282,44 @@ TEST(ApiFields, AbortRequestMatchesRidsExactlyAndNullFieldsAreDefaults) {
                                 {"load_format", nullptr}});
   EXPECT_EQ(us, 200) << up;
   EXPECT_EQ(b.worker->drafter_version(), 2u);
+}
+
+// n completions per prompt: grouped by prompt in SGLang's order, sibling j drawing from seed + j
+// (so each equals a single request with that seed), rids suffixed -j; OpenAI's choices i * n + j.
+TEST(ApiFields, NCompletionsPerPromptAreGroupedWithSeedStreamsOfTheirOwn) {
+  Bed b;
+  const auto ps = prompts(2, 9);
+  auto sampled = [&](const json& prompt_ids, int64_t n, uint64_t seed, json rid = json()) {
+    json body = {{"input_ids", prompt_ids},
+                 {"sampling_params", {{"temperature", 1}, {"max_new_tokens", 8}, {"ignore_eos", true},
+                                      {"sampling_seed", seed}, {"n", n}}}};
+    if (!rid.is_null())
+      body["rid"] = rid;
+    const auto [s, out] = b.call("POST", "/generate", body);
+    EXPECT_EQ(s, 200) << out;
+    return out;
+  };
+  const json three = sampled(ps[0], 3, 7, "g");
+  ASSERT_TRUE(three.is_array() && three.size() == 3) << three;
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(three[j]["output_ids"], sampled(ps[0], 1, 7 + j)["output_ids"]) << "sibling " << j;
+    EXPECT_EQ(three[j]["meta_info"]["id"], "g-" + std::to_string(j));
+  }
+  EXPECT_NE(three[0]["output_ids"], three[1]["output_ids"]) << "siblings should differ";
+  const json grouped = sampled(ps, 2, 11);
+  ASSERT_EQ(grouped.size(), 4u);
+  for (size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(grouped[k]["meta_info"]["prompt_tokens"], ps[k / 2].size()) << k;
+  EXPECT_EQ(grouped[2]["output_ids"], sampled(ps[1], 1, 11)["output_ids"]);
+
+  const auto [s, out] = b.call("POST", "/v1/completions", {{"prompt", ps[0]}, {"n", 2}, {"seed", 5}, {"max_tokens", 8}});
+  ASSERT_EQ(s, 200) << out;
+  ASSERT_EQ(out["choices"].size(), 2u);
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ(out["choices"][j]["index"], j);
+    const auto [s1, one] = b.call("POST", "/v1/completions", {{"prompt", ps[0]}, {"seed", 5 + j}, {"max_tokens", 8}});
+    EXPECT_EQ(out["choices"][j]["token_ids"], one["choices"][0]["token_ids"]) << j;
+  }
 }
 
 }  // namespace
