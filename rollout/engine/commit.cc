@@ -1,6 +1,7 @@
 #include "rollout/engine/commit.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/core/error.h"
 
@@ -31,6 +32,26 @@ size_t emit(Seq& s, const Verdict& v, const std::vector<int32_t>& eos) {
     ++k;
   }
   return k;
+}
+
+// The k most likely tokens of a host row with their log-probabilities (ties: lower id first);
+// a row of probabilities lists only tokens with a non-zero one.
+std::vector<std::pair<int32_t, float>> top_of(const float* row, bool probs, int64_t V, int32_t k) {
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  for (int64_t t = 0; t < V; ++t)
+    ids[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  const size_t n = std::min<size_t>(static_cast<size_t>(k), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  std::vector<std::pair<int32_t, float>> out;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = row[ids[i]];
+    if (probs && x <= 0)
+      break;
+    out.emplace_back(ids[i], probs ? std::log(x) : x);
+  }
+  return out;
 }
 
 int32_t tree_depth(const DraftTree& t) {
@@ -83,6 +104,12 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
     }
     for (size_t i = 0; i < kept; ++i)
       c.teacher_rows.push_back(static_cast<int32_t>(lr + (i == 0 ? 0 : v.nodes[i - 1])));
+    if (s.req.top_logprobs > 0) {
+      const Tensor& dist = p.temperature == 0 ? run.host_logp : run.host_probs;
+      for (size_t i = 0; i < kept; ++i)
+        s.result.top_logprobs.push_back(top_of(dist.data<float>() + c.teacher_rows[i] * V, p.temperature != 0, V,
+                                               s.req.top_logprobs));
+    }
     c.tokens.assign(v.tokens.begin(), v.tokens.begin() + static_cast<std::ptrdiff_t>(kept));
     c.logprobs.assign(v.logprobs.begin(), v.logprobs.begin() + static_cast<std::ptrdiff_t>(kept));
     if (decode) {  // keep the root and the accepted path in the policy's cache

@@ -69,6 +69,8 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
   UPD_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0)
       << "temperature must be a finite number >= 0 (got " << p.temperature << ")";
   UPD_REQUIRE(p.top_k >= 0) << "top_k must be >= 0 (0 disables it; got " << p.top_k << ")";
+  UPD_REQUIRE(req.top_logprobs >= 0 && req.top_logprobs <= cfg.vocab_size)
+      << "top logprobs must be in [0, " << cfg.vocab_size << "] (got " << req.top_logprobs << ")";
   UPD_REQUIRE(p.top_p > 0 && p.top_p <= 1) << "top_p must be in (0, 1] (got " << p.top_p << ")";
   for (int32_t s : p.stop_token_ids)
     UPD_REQUIRE(s >= 0 && s < cfg.vocab_size) << "stop token id " << s << " is outside the vocabulary";

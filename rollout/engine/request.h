@@ -54,6 +54,9 @@ struct GenRequest {
   bool probe = false;
   TokenCallback on_tokens;  // optional
   StopCheck stop_check;     // optional
+  // Alternatives per output token (GenResult::top_logprobs): the k most likely tokens of the
+  // distribution the token was drawn from. 0: none.
+  int32_t top_logprobs = 0;
 };
 
 // One speculation round of a request: draft tokens verified, how many were accepted, and the
@@ -67,6 +70,10 @@ struct GenResult {
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  // With GenRequest::top_logprobs k: per output token, the k most likely (token, logprob) of its
+  // distribution (log_softmax for greedy requests, the filtered sampling distribution otherwise,
+  // whose excluded tokens are not listed), most likely first, ties by lower id.
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   std::string finish_reason;  // "stop", "length" or "abort"
   int32_t matched_stop = -1;  // what GenRequest::stop_check returned when it ended the request
   SpecStats spec;

@@ -107,15 +107,18 @@ bool has(const json& obj, const char* key) {
   return obj.contains(key) && !obj[key].is_null();
 }
 
-int64_t int_of(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
-  const json& v = obj.at(key);
+int64_t int_value(const json& v, int64_t lo, int64_t hi, const std::string& name) {
   bool ok = v.is_number_integer();
   if (ok && v.is_number_unsigned())  // beyond int64's range: out of every range we take
     ok = v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
   const int64_t x = ok ? v.get<int64_t>() : 0;
-  UPD_REQUIRE(ok && x >= lo && x <= hi) << where << "." << key << " must be an integer in [" << lo << ", " << hi
-                                        << "] (got " << v.dump() << ")";
+  UPD_REQUIRE(ok && x >= lo && x <= hi) << name << " must be an integer in [" << lo << ", " << hi << "] (got "
+                                        << v.dump() << ")";
   return x;
+}
+
+int64_t int_of(const json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where) {
+  return int_value(obj.at(key), lo, hi, where + "." + key);
 }
 
 uint64_t seed_of(const json& obj, const char* key, const std::string& where) {
@@ -158,7 +161,6 @@ const FieldRules& generate_rules() {
                                    {"return_bytes", N::kFalse},
                                    {"return_entropy", N::kFalse},
                                    {"return_prompt_token_ids", N::kFalse},
-                                   {"top_logprobs_num", N::kZero},
                                    {"logprob_start_len", N::kMinusOne},
                                    {"token_ids_logprob", N::kEmpty},
                                    {"session_id", N::kNull},

@@ -45,6 +45,7 @@ bool has(const nlohmann::json& obj, const char* key);
 // integer in [lo, hi] (int_of), any integer (seed_of: a negative seed is taken modulo 2^64), or
 // a number (number_of).
 int64_t int_of(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi, const std::string& where);
+int64_t int_value(const nlohmann::json& v, int64_t lo, int64_t hi, const std::string& name);  // `name` in errors
 uint64_t seed_of(const nlohmann::json& obj, const char* key, const std::string& where);
 double number_of(const nlohmann::json& obj, const char* key, const std::string& where);
 // The value of a bool or string field; `def` when absent or null; Error naming it otherwise.

@@ -14,6 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+constexpr int64_t kMaxTopLogprobs = 64;
+
 // /generate's prompts: input_ids (a list, or a list of lists) or text (one, or a list).
 std::vector<std::vector<int32_t>> generate_prompts(const json& body, const Tokenizer* tok, bool* batch) {
   std::vector<std::vector<int32_t>> prompts;
@@ -61,10 +63,42 @@ std::vector<bool> per_prompt_flag(const json& body, const char* key, size_t n) {
   return out;
 }
 
+// top_logprobs_num: one count, or a list of one per prompt; null or absent: 0.
+std::vector<int64_t> per_prompt_top_logprobs(const json& body, size_t n) {
+  if (!api::has(body, "top_logprobs_num"))
+    return std::vector<int64_t>(n, 0);
+  if (!body["top_logprobs_num"].is_array())
+    return std::vector<int64_t>(n, api::int_of(body, "top_logprobs_num", 0, kMaxTopLogprobs, "body"));
+  const json& v = body["top_logprobs_num"];
+  UPD_REQUIRE(v.size() == n) << "top_logprobs_num must be a count or a list of one count per prompt (" << n << ")";
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(api::int_value(v[i], 0, kMaxTopLogprobs, "body.top_logprobs_num[" + std::to_string(i) + "]"));
+  return out;
+}
+
+bool reqs_top(const GenResult& g) {
+  return !g.top_logprobs.empty();
+}
+
+// SGLang's output_top_logprobs: per output token, [[logprob, id, text or null], ...].
+json top_logprobs_json(const GenResult& g, const Tokenizer* tok) {
+  json all = json::array();
+  for (const auto& alts : g.top_logprobs) {
+    json row = json::array();
+    for (const auto& [id, lp] : alts)
+      row.push_back(json::array({lp, id, tok != nullptr ? json(tok->decode({id}, false)) : json()}));
+    all.push_back(std::move(row));
+  }
+  return all;
+}
+
 }  // namespace
 
 http::Response RolloutService::generate(const json& body) {
-  api::check_fields(body, {"input_ids", "text", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid"},
+  api::check_fields(body,
+                    {"input_ids", "text", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid",
+                     "top_logprobs_num"},
                     api::generate_rules(), "body");
   UPD_REQUIRE(api::has(body, "input_ids") != api::has(body, "text")) << "give exactly one of input_ids and text";
   bool batch = false;
@@ -105,10 +139,13 @@ http::Response RolloutService::generate(const json& body) {
   const std::vector<std::string> prompt_rids = api::rids_of(body, prompts.size(), batch, &group);
   std::vector<std::string> rids;
   std::vector<bool> logprob;
+  const std::vector<int64_t> top = per_prompt_top_logprobs(body, prompts.size());
   for (size_t k = 0; k < reqs.size(); ++k) {
     const std::string& rid = prompt_rids[of[k]];
     rids.push_back(rid.empty() || text[k].n == 1 ? rid : rid + "-" + std::to_string(sibling[k]));
     logprob.push_back(per_prompt_logprob[of[k]]);
+    UPD_REQUIRE(top[of[k]] == 0 || logprob.back()) << "top_logprobs_num needs return_logprob";
+    reqs[k].top_logprobs = static_cast<int32_t>(top[of[k]]);
   }
   const auto t0 = Clock::now();
   int status = 0;
@@ -145,6 +182,8 @@ http::Response RolloutService::generate(const json& body) {
         lp.push_back(json::array(
             {g.logprobs[t], g.tokens[t], lp_text ? json(tokenizer_->decode({g.tokens[t]}, false)) : json()}));
       meta["output_token_logprobs"] = std::move(lp);
+      if (reqs_top(g))
+        meta["output_top_logprobs"] = top_logprobs_json(g, lp_text ? tokenizer_.get() : nullptr);
     }
     json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
     if (stops[i] && g.matched_stop >= 0) {

@@ -11,6 +11,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int64_t kMaxLogprobs = 20;  // OpenAI's cap on alternatives per token
+
 // The sampling fields OpenAI's completions and chat share (null: the default).
 SamplingParams openai_params(const json& body) {
   SamplingParams p;
@@ -28,6 +30,40 @@ SamplingParams openai_params(const json& body) {
   return p;
 }
 
+// "prompt": text, token ids, or a list of either.
+std::vector<std::vector<int32_t>> completion_prompts(const json& pr, const Tokenizer* tok) {
+  auto text = [&](const json& t) {
+    UPD_REQUIRE(tok != nullptr) << "a text prompt needs the model's tokenizer.json; send token ids";
+    return tok->encode(t.get<std::string>());
+  };
+  if (pr.is_string())
+    return {text(pr)};
+  if (api::is_id_list(pr) && !pr.empty())
+    return {api::ids_of(pr, "prompt")};
+  UPD_REQUIRE(pr.is_array() && !pr.empty()) << "prompt must be text, token ids, or a list of either";
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < pr.size(); ++i)
+    prompts.push_back(pr[i].is_string() ? text(pr[i]) : api::ids_of(pr[i], "prompt[" + std::to_string(i) + "]"));
+  return prompts;
+}
+
+// The completions' legacy logprobs object: tokens, their logprobs and, with k > 0, the k most
+// likely alternatives of each as {token text: logprob}.
+json logprobs_json(const GenResult& g, const Tokenizer* tok, int64_t k) {
+  auto spell = [&](int32_t t) { return tok != nullptr ? tok->decode({t}, false) : std::to_string(t); };
+  json toks = json::array(), top = k > 0 ? json::array() : json();
+  for (size_t i = 0; i < g.tokens.size(); ++i) {
+    toks.push_back(spell(g.tokens[i]));
+    if (k > 0) {
+      json alts = json::object();
+      for (const auto& [id, lp] : g.top_logprobs.at(i))
+        alts[spell(id)] = lp;
+      top.push_back(std::move(alts));
+    }
+  }
+  return {{"tokens", toks}, {"token_logprobs", g.logprobs}, {"top_logprobs", top}};
+}
+
 }  // namespace
 
 http::Response RolloutService::completions(const json& body) {
@@ -36,27 +72,9 @@ http::Response RolloutService::completions(const json& body) {
                      "frequency_penalty", "n"},
                     api::completions_rules(), "body");
   UPD_REQUIRE(api::has(body, "prompt")) << "prompt is required";
-  const json& pr = body["prompt"];
-  std::vector<std::vector<int32_t>> prompts;
-  auto text = [&](const json& t) {
-    UPD_REQUIRE(tokenizer_ != nullptr) << "a text prompt needs the model's tokenizer.json; send token ids";
-    return tokenizer_->encode(t.get<std::string>());
-  };
-  if (pr.is_string()) {
-    prompts.push_back(text(pr));
-  } else if (api::is_id_list(pr) && !pr.empty()) {
-    prompts.push_back(api::ids_of(pr, "prompt"));
-  } else {
-    UPD_REQUIRE(pr.is_array() && !pr.empty()) << "prompt must be text, token ids, or a list of either";
-    for (size_t i = 0; i < pr.size(); ++i)
-      prompts.push_back(pr[i].is_string() ? text(pr[i]) : api::ids_of(pr[i], "prompt[" + std::to_string(i) + "]"));
-  }
-  bool logprobs = false;
-  if (api::has(body, "logprobs")) {
-    UPD_REQUIRE(api::int_of(body, "logprobs", 0, 20, "body") == 0)
-        << "logprobs > 0 asks for alternatives, which are not computed; 0 returns the sampled tokens' logprobs";
-    logprobs = true;
-  }
+  const std::vector<std::vector<int32_t>> prompts = completion_prompts(body["prompt"], tokenizer_.get());
+  const bool logprobs = api::has(body, "logprobs");
+  const int64_t top = logprobs ? api::int_of(body, "logprobs", 0, kMaxLogprobs, "body") : 0;
   const std::vector<std::string> stop = api::stop_strings_of(body, "body", 4);
   const int64_t n = api::has(body, "n") ? api::int_of(body, "n", 1, api::kMaxN, "body") : 1;
   const SamplingParams params = openai_params(body);
@@ -69,6 +87,7 @@ http::Response RolloutService::completions(const json& body) {
       r.prompt = prompts[i];
       r.params = params;
       r.params.seed += reqs.size();
+      r.top_logprobs = static_cast<int32_t>(top);
       stops.push_back(stop.empty() ? nullptr : std::make_shared<StopMatcher>(tokenizer_, stop, true, 0));
       if (stops.back())
         r.stop_check = stop_check_of(stops.back());
@@ -81,39 +100,39 @@ http::Response RolloutService::completions(const json& body) {
   if (status != 0)
     return api::error(status, why);
   json choices = json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < out.size(); ++i) {
     const GenResult& g = out[i].result;
-    prompt_tokens += static_cast<int64_t>(g.prompt.size());
-    completion_tokens += static_cast<int64_t>(g.tokens.size());
-    json c = {{"index", i},
-              {"text", stops[i] ? stops[i]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
-              {"token_ids", g.tokens},
-              {"finish_reason", g.finish_reason},
-              {"logprobs", nullptr}};
-    if (logprobs) {
-      json toks = json::array();
-      for (int32_t t : g.tokens)
-        toks.push_back(tokenizer_ ? tokenizer_->decode({t}, false) : std::to_string(t));
-      c["logprobs"] = {{"tokens", toks}, {"token_logprobs", g.logprobs}, {"top_logprobs", nullptr}};
-    }
-    choices.push_back(std::move(c));
+    choices.push_back(
+        {{"index", i},
+         {"text", stops[i] ? stops[i]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
+         {"token_ids", g.tokens},
+         {"finish_reason", g.finish_reason},
+         {"logprobs", logprobs ? logprobs_json(g, tokenizer_.get(), top) : json()}});
   }
-  return api::json_response(
-      200,
-      {{"id", "cmpl-" + std::to_string(next_id_.fetch_add(1))},
-       {"object", "text_completion"},
-       {"created",
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()},
-       {"model", options_.model_name},
-       {"choices", choices},
-       {"usage",
-        {{"prompt_tokens", prompt_tokens},
-         {"completion_tokens", completion_tokens},
-         {"total_tokens", prompt_tokens + completion_tokens}}},
-       {"updraft",
-        {{"policy_version", out.empty() ? 0 : out[0].policy_version},
-         {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}});
+  return api::json_response(200, openai_envelope("text_completion", "cmpl-", out, std::move(choices)));
+}
+
+json RolloutService::openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
+                                     json choices) {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (const Completion& c : out) {
+    prompt_tokens += static_cast<int64_t>(c.result.prompt.size());
+    completion_tokens += static_cast<int64_t>(c.result.tokens.size());
+  }
+  return {{"id", id_prefix + std::to_string(next_id_.fetch_add(1))},
+          {"object", object},
+          {"created",
+           std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+               .count()},
+          {"model", options_.model_name},
+          {"choices", std::move(choices)},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}},
+          {"updraft",
+           {{"policy_version", out.empty() ? 0 : out[0].policy_version},
+            {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}};
 }
 
 }  // namespace updraft

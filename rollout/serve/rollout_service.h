@@ -20,15 +20,20 @@
 //                             none), e2e_latency, preemptions, engine_step_{submitted,admitted,
 //                             first_token,finished} (the engine's step counter at each event), and
 //                             with return_logprob (a bool, or one per prompt)
-//                             output_token_logprobs [[logprob, id, text or null]].
+//                             output_token_logprobs [[logprob, id, text or null]], and with
+//                             top_logprobs_num k (a count, or one per prompt) output_top_logprobs
+//                             (per token, its k most likely alternatives, same shape).
 //                             sampling_params: temperature (default 1; 0 greedy), top_p, top_k
-//                             (0 or -1: off), max_new_tokens (default 128), stop_token_ids,
-//                             ignore_eos, sampling_seed (or seed), skip_special_tokens,
-//                             no_stop_trim (text keeps a matched stop token, else trimmed from
-//                             text only). return_text_in_logprobs puts each token's text third.
-//   POST /v1/completions      OpenAI-style: "prompt" (text, ids, or a list of either),
-//                             max_tokens (default 16), temperature, top_p, seed, logprobs (null or
-//                             0: the sampled token's logprob is returned, no alternatives);
+//                             (0 or -1: off), min_p, max_new_tokens (default 128), min_new_tokens,
+//                             stop_token_ids, stop (strings), ignore_eos, the three penalties,
+//                             n, sampling_seed (or seed), skip_special_tokens, no_stop_trim (text
+//                             keeps a matched stop, else it is cut from text only).
+//                             return_text_in_logprobs puts each token's text third. With n > 1
+//                             the prompt's completions follow one another (rid-j as their ids).
+//   POST /v1/completions      OpenAI-style: "prompt" (text, ids, or a list of either), n,
+//                             max_tokens (default 16), temperature, top_p, seed, stop,
+//                             presence_penalty, frequency_penalty, logprobs k (0: the sampled
+//                             token's logprob; k > 0: also its k most likely alternatives);
 //                             "choices", "usage", and "updraft" (versions).
 //   POST /abort_request       {"rid": id} or {"abort_all": true}: the requests end at the worker's
 //                             next step, their KV freed; each answers with what it had and finish
@@ -135,6 +140,9 @@ class RolloutService {
  private:
   http::Response generate(const nlohmann::json& body);
   http::Response completions(const nlohmann::json& body);
+  // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`).
+  nlohmann::json openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
+                                 nlohmann::json choices);
   http::Response update_weights(const nlohmann::json& body);
   http::Response pause(const nlohmann::json& body);
   http::Response abort_request(const nlohmann::json& body);

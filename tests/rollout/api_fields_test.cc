@@ -137,7 +137,7 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
       {gen({}, {{"frobnicate", 1}}), "sampling_params.frobnicate is not supported (refused rather than ignored)"},
       {gen({{"return_hidden_states", true}}), "body.return_hidden_states is not supported at true"},
       {gen({{"image_data", {"x"}}}), "body.image_data is not supported"},
-      {gen({{"top_logprobs_num", 2}}), "body.top_logprobs_num is not supported at 2"},
+      {gen({{"top_logprobs_num", 2}}), "top_logprobs_num needs return_logprob"},
       {gen({{"logprob_start_len", 0}}), "body.logprob_start_len is not supported at 0"},
       {gen({{"priority", 1}}), "body.priority is not supported"},
       {gen({{"stream", true}}), "body.stream is not supported at true"},
@@ -156,7 +156,7 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
       {{{"echo", true}}, "body.echo is not supported"},
       {{{"best_of", 3}}, "body.best_of is not supported"},
       {{{"suffix", "x"}}, "body.suffix is not supported"},
-      {{{"logprobs", 2}}, "alternatives"},
+      {{{"logprobs", 21}}, "body.logprobs must be an integer in [0, 20] (got 21)"},
   };
   for (const auto& [extra, says] : completions_cases) {
     json body = {{"prompt", ids}};

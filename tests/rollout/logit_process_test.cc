@@ -162,6 +162,7 @@ TEST_F(PenalisedSpec, GreedyIsTokenIdenticalToPlainDecoding) {
     r.params.max_new_tokens = 12 + i % 17;
     r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
     r.params.repetition_penalty = i % 2 ? 1.3f : 0.8f;  // < 1 favours repeats: long accepted runs
+    r.top_logprobs = 1 + i % 4;
     reqs.push_back(r);
   }
   const auto plain = run(reqs, 16, nullptr);
@@ -183,6 +184,23 @@ TEST_F(PenalisedSpec, GreedyIsTokenIdenticalToPlainDecoding) {
         ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i;
         for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
           ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 1e-5) << "request " << i << " token " << j;
+        // The alternatives too: the same rows, so the same top tokens (the first is the greedy
+        // token itself, with its logprob).
+        ASSERT_EQ(spec[i].top_logprobs.size(), plain[i].tokens.size()) << "request " << i;
+        for (size_t j = 0; j < plain[i].tokens.size(); ++j) {
+          const auto& a = spec[i].top_logprobs[j];
+          const auto& b = plain[i].top_logprobs[j];
+          ASSERT_EQ(a.size(), static_cast<size_t>(reqs[i].top_logprobs));
+          ASSERT_EQ(a.size(), b.size());
+          EXPECT_EQ(a[0].first, plain[i].tokens[j]);
+          EXPECT_NEAR(a[0].second, plain[i].logprobs[j], 1e-6);
+          for (size_t m = 0; m < a.size(); ++m) {
+            EXPECT_EQ(a[m].first, b[m].first) << "request " << i << " token " << j;
+            EXPECT_NEAR(a[m].second, b[m].second, 1e-5);
+            if (m > 0)
+              EXPECT_LE(a[m].second, a[m - 1].second);
+          }
+        }
       }
       EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise penalised verification (batch " << batch << ")";
     }

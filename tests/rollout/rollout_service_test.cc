@@ -125,7 +125,7 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
       {"POST", "/health", json(), 405, "use GET"},
       {"GET", "/nope", json(), 404, "no route /nope"},
       {"POST", "/v1/completions", {{"prompt", ok_ids}, {"best_of", 2}}, 400, "body.best_of is not supported at 2"},
-      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"logprobs", 5}}, 400, "alternatives"},
+      {"POST", "/v1/completions", {{"prompt", ok_ids}, {"logprobs", 25}}, 400, "body.logprobs must be an integer"},
       {"POST", "/update_weights_from_disk", {{"is_draft_model", true}}, 400, "model_path is required"},
       {"POST", "/pause_generation", {{"mode", "later"}}, 400, "mode must be abort, in_place or retract"},
       {"POST", "/abort_request", json::object(), 400, "give a rid"},

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "rollout/tokenizer.h"
 #include "tests/fixture_util.h"
 #include "tests/rollout/service_fixture.h"
@@ -158,6 +160,56 @@ TEST(StopStrings, AServerWithoutATokenizerRefusesStopStrings) {
   EXPECT_NE(out["error"]["message"].get<std::string>().find("stop strings need the model's tokenizer.json"),
             std::string::npos)
       << out;
+}
+
+// Top logprobs through both APIs: the k most likely tokens of each output token's distribution
+// (for a sampled request, the filtered sampling distribution), most likely first, the sampled
+// token's own logprob among them when it is in the top k.
+TEST(StopStrings, TopLogprobsThroughBothApis) {
+  auto tok = fixture_tokenizer();
+  Bed b(int64_t{64} << 20, 4096, tok);
+  const std::vector<int32_t> prompt = prompts(1, 6)[0];
+  auto [s, out] = b.call("POST", "/generate",
+                         {{"input_ids", prompt},
+                          {"return_logprob", true},
+                          {"top_logprobs_num", 3},
+                          {"return_text_in_logprobs", true},
+                          {"sampling_params", {{"temperature", 0.7}, {"top_k", 5}, {"max_new_tokens", 8},
+                                               {"ignore_eos", true}, {"sampling_seed", 3}}}});
+  ASSERT_EQ(s, 200) << out;
+  const json& tokens = out["meta_info"]["output_token_logprobs"];
+  const json& top = out["meta_info"]["output_top_logprobs"];
+  ASSERT_EQ(top.size(), tokens.size());
+  for (size_t t = 0; t < top.size(); ++t) {
+    ASSERT_EQ(top[t].size(), 3u) << top[t];
+    double total = 0;
+    bool has_sampled = false;
+    for (size_t m = 0; m < 3; ++m) {
+      total += std::exp(top[t][m][0].get<double>());
+      EXPECT_EQ(top[t][m][2], tok->decode({top[t][m][1].get<int32_t>()}, false));
+      if (m > 0)
+        EXPECT_LE(top[t][m][0].get<double>(), top[t][m - 1][0].get<double>());
+      if (top[t][m][1] == tokens[t][1]) {
+        has_sampled = true;
+        EXPECT_NEAR(top[t][m][0].get<double>(), tokens[t][0].get<double>(), 1e-6);
+      }
+    }
+    EXPECT_LE(total, 1.0 + 1e-5);
+    if (tokens[t][0].get<double>() > top[t][2][0].get<double>() + 1e-6) {
+      EXPECT_TRUE(has_sampled) << "a token more likely than the third is listed";
+    }
+  }
+  std::tie(s, out) =
+      b.call("POST", "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
+  ASSERT_EQ(s, 200) << out;
+  const json& lp = out["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["top_logprobs"].size(), lp["tokens"].size());
+  for (size_t t = 0; t < lp["tokens"].size(); ++t) {
+    EXPECT_LE(lp["top_logprobs"][t].size(), 2u);
+    EXPECT_NEAR(lp["top_logprobs"][t][lp["tokens"][t].get<std::string>()].get<double>(),
+                lp["token_logprobs"][t].get<double>(), 1e-6)
+        << "greedy: the chosen token is the most likely";
+  }
 }
 
 }  // namespace
