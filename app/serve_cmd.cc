@@ -69,6 +69,9 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->envname("UPDRAFT_API_KEY");
   cmd.add_flag("--allow-remote", a.allow_remote, "allow a non-loopback --host (needs --api-key)");
   cmd.add_option("--max-connections", a.max_connections, "HTTP connections served at once")->capture_default_str();
+  cmd.add_option("--request-timeout", a.request_timeout,
+                 "seconds a request may take to arrive whole (a slower one gets 408 and its connection closes)")
+      ->capture_default_str();
   cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "the engine's policy KV cache")->capture_default_str();
   cmd.add_option("--max-running", a.max_running, "sequences decoded at once")->capture_default_str();
   cmd.add_option("--spec-steps", a.spec_steps, "draft depth per speculation round (0: never speculate)")
@@ -225,6 +228,8 @@ int run_serve(const ServeArgs& a) {
   ho.bearer_token = a.api_key;
   ho.public_paths = {"/health", "/dashboard"};  // the page holds no data; it asks with the key
   ho.max_connections = a.max_connections;
+  UPD_REQUIRE(a.request_timeout > 0) << "--request-timeout must be positive";
+  ho.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.request_timeout * 1000));
   http::Server server(ho, [&service](const http::Request& r) { return service.handle(r); });
   if (!a.port_file.empty()) {
     const std::string tmp = a.port_file + ".tmp";

@@ -26,6 +26,7 @@ struct ServeArgs {
   std::string api_key;    // bearer token; also from UPDRAFT_API_KEY
   bool allow_remote = false;
   int max_connections = 64;
+  double request_timeout = 20;  // seconds for a request to arrive whole
   // Engine and speculation.
   int64_t kv_cache_mb = 256, max_running = 64;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;

@@ -107,6 +107,35 @@ bool has(const json& obj, const char* key) {
   return obj.contains(key) && !obj[key].is_null();
 }
 
+bool parse_body(const std::string& body, json* out, std::string* why) {
+  struct TooLarge {
+    std::string what;
+  };
+  size_t containers = 0, values = 0;
+  const json::parser_callback_t bound = [&](int depth, json::parse_event_t event, json&) {
+    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
+      if (depth >= kMaxJsonDepth)
+        throw TooLarge{"nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+      if (++containers > kMaxJsonContainers)
+        throw TooLarge{"more than " + std::to_string(kMaxJsonContainers) + " arrays and objects"};
+    } else if (event == json::parse_event_t::value && ++values > kMaxJsonValues) {
+      throw TooLarge{"more than " + std::to_string(kMaxJsonValues) + " values"};
+    }
+    return true;
+  };
+  try {
+    *out = json::parse(body, bound, false);
+  } catch (const TooLarge& e) {
+    *why = "the body is too large in structure: " + e.what;
+    return false;
+  }
+  if (out->is_discarded()) {
+    *why = "the body must be a JSON object";
+    return false;
+  }
+  return true;
+}
+
 int64_t int_value(const json& v, int64_t lo, int64_t hi, const std::string& name) {
   bool ok = v.is_number_integer();
   if (ok && v.is_number_unsigned())  // beyond int64's range: out of every range we take

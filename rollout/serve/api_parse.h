@@ -22,6 +22,17 @@ std::string reason(const std::string& what);
 // routes share, so both APIs' clients show the reason.
 http::Response error(int status, const std::string& why);
 
+// A request body as JSON, bounded in structure as well as in bytes (the HTTP limits cap the
+// bytes; a body small in bytes can still be huge in structure, e.g. millions of empty lists):
+// at most kMaxJsonDepth levels, kMaxJsonContainers arrays and objects and kMaxJsonValues
+// scalars, which bounds the parsed value to about 16 B per scalar and 80 B per container beyond
+// the body itself (~200 MiB at the limits; docs/serving.md). The parse stops at the first
+// limit passed. False with *why when the body is not JSON or passes a limit.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kMaxJsonContainers = size_t{1} << 20;
+inline constexpr size_t kMaxJsonValues = size_t{8} << 20;
+bool parse_body(const std::string& body, nlohmann::json* out, std::string* why);
+
 // Every key of `obj` must be in `allowed` (Error naming `where.key` otherwise).
 void check_keys(const nlohmann::json& obj, const std::set<std::string>& allowed, const std::string& where);
 

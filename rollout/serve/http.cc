@@ -408,6 +408,8 @@ void Server::serve(Conn* c) {
   std::string buf;
   bool sent_continue = false;
   char chunk[64 << 10];
+  // When the request in buf began arriving: the whole of it must be in by request_timeout.
+  auto began = std::chrono::steady_clock::now();
   while (!stopping_.load()) {
     Request req;
     const ParseResult p = parse_request(buf, options_.limits, &req);
@@ -426,7 +428,11 @@ void Server::serve(Conn* c) {
           break;
       }
       pollfd pfd{c->fd, POLLIN, 0};
-      const int n = ::poll(&pfd, 1, static_cast<int>(options_.idle_timeout.count()));
+      auto wait = options_.idle_timeout;
+      if (!buf.empty())
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  began + options_.request_timeout - std::chrono::steady_clock::now()));
+      const int n = wait.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(wait.count())) : 0;
       if (n == 0 && !buf.empty())
         send_all(c->fd, serialize(error_response(408, "request not completed in time"), false));
       if (n <= 0)
@@ -436,10 +442,13 @@ void Server::serve(Conn* c) {
         continue;
       if (got <= 0)
         break;
+      if (buf.empty())
+        began = std::chrono::steady_clock::now();
       buf.append(chunk, static_cast<size_t>(got));
       continue;
     }
     buf.erase(0, p.consumed);
+    began = std::chrono::steady_clock::now();  // a pipelined request's bytes are already here
     sent_continue = false;
     Response resp;
     if (!authorized(req)) {

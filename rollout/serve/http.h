@@ -18,7 +18,8 @@
 // not be open to the network). With a token, every request but a GET of public_paths must carry
 // "Authorization: Bearer <token>" (compared in constant time), else 401. One thread accepts,
 // one thread serves each connection, at most max_connections at once (the next is answered
-// 503 and closed); a connection idle for idle_timeout is closed. The handler runs on the
+// 503 and closed); a connection idle for idle_timeout is closed, and one whose request has not
+// arrived whole within request_timeout of its first byte gets 408 and is closed. The handler runs on the
 // connection's thread and may block (a generation); an exception from it becomes a 500 with
 // its message. stop() (and the destructor) closes the listening socket, shuts every
 // connection down and joins the threads: a handler still running finishes first, so the
@@ -94,6 +95,9 @@ struct ServerOptions {
   std::vector<std::string> public_paths = {"/health"};  // GET without the token (no data behind them)
   int max_connections = 64;
   std::chrono::milliseconds idle_timeout{60000};
+  // A request must arrive whole (header and body) within this of its first byte, else 408 and
+  // the connection closes: a client trickling bytes cannot hold a connection slot for longer.
+  std::chrono::milliseconds request_timeout{20000};
   Limits limits;
 };
 

@@ -215,8 +215,11 @@ http::Response RolloutService::handle(const http::Request& req) {
       return error(404, "no route " + p);
     if (!post)
       return error(405, "use POST");
-    const json body = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object())
+    json body = json::object();
+    std::string why;
+    if (!req.body.empty() && !api::parse_body(req.body, &body, &why))
+      return error(why.rfind("the body is too large", 0) == 0 ? 413 : 400, why);
+    if (!body.is_object())
       return error(400, "the body must be a JSON object");
     if (p == "/generate")
       return generate(body);

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -290,6 +291,39 @@ TEST(HttpServer, IdleConnectionsAreClosedAndAHalfRequestGets408) {
   const std::string in = read_until_closed(fd);
   ::close(fd);
   EXPECT_EQ(in.rfind("HTTP/1.1 408 ", 0), 0u) << in;
+}
+
+// A client trickling a request a byte at a time, each byte well within the idle timeout, is cut
+// off when the whole request has not arrived within request_timeout (slowloris), and the slot it
+// held serves others again.
+TEST(HttpServer, ATricklingRequestIsCutOffAtTheRequestDeadline) {
+  ServerOptions o = local();
+  o.idle_timeout = std::chrono::milliseconds(5000);
+  o.request_timeout = std::chrono::milliseconds(400);
+  o.max_connections = 1;
+  Server s(o, echo);
+  const int fd = connect_to(s.port());
+  const std::string req = "GET /x HTTP/1.1\r\nX-Slow: " + std::string(200, 'a') + "\r\n\r\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t sent = 0;
+  for (; sent < req.size(); ++sent) {  // a byte every 20 ms: 4 s for the whole request
+    pollfd answered{fd, POLLIN, 0};
+    if (::poll(&answered, 1, 0) > 0)  // the server has answered: stop before a reset loses it
+      break;
+    if (::send(fd, req.data() + sent, 1, MSG_NOSIGNAL) != 1)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(3))
+      break;
+  }
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  EXPECT_EQ(in.rfind("HTTP/1.1 408 ", 0), 0u) << in;
+  EXPECT_LT(sent, req.size()) << "the server should have closed before the request was whole";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+  for (int i = 0; i < 200 && s.stats().open_connections > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(request(s.port(), "GET", "/x").first, 200) << "the slot is free again";
 }
 
 TEST(HttpServer, StopWaitsForARunningHandler) {
