@@ -186,6 +186,7 @@ int run_serve(const ServeArgs& a) {
   ro.model_name = fs::path(model).filename().string();
   ro.model_path = model;
   ro.max_inflight_prompts = a.max_inflight_prompts;
+  ro.chat = load_chat_setup(model);
   std::unique_ptr<messaging::WeightSubscriber> follower;  // set below; the service reads it for /metrics
   if (!a.weights_pub.empty())
     ro.extra_metrics = [&follower] { return follower ? subscriber_metrics(*follower) : std::string(); };

@@ -23,6 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kEndOfText = "<|endoftext|>";
+// The chat format of updraft's own models (/v1/chat/completions renders it): a "### Role:" line
+// before each message, and "### Assistant:" to prompt the answer. models/small ships the same.
+constexpr const char* kChatTemplate =
+    "{% for message in messages %}\n### {{ message['role'] | capitalize }}:\n{{ message['content'] }}\n"
+    "{% endfor %}\n{% if add_generation_prompt %}\n### Assistant:\n{% endif %}\n";
 
 struct Preset {
   PolicyConfig arch;
@@ -199,7 +204,8 @@ PretrainResult pretrain(const PretrainOptions& o) {
                     nlohmann::json{{"tokenizer_class", "PreTrainedTokenizerFast"},
                                    {"eos_token", kEndOfText},
                                    {"pad_token", kEndOfText},
-                                   {"model_max_length", p.arch.max_position_embeddings}}
+                                   {"model_max_length", p.arch.max_position_embeddings},
+                                   {"chat_template", kChatTemplate}}
                             .dump(2) +
                         "\n");
 

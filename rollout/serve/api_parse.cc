@@ -240,6 +240,37 @@ const FieldRules& completions_rules() {
   return rules;
 }
 
+const FieldRules& chat_rules() {
+  using N = Neutral;
+  static const FieldRules rules = {{"model", N::kAny},
+                                   {"user", N::kAny},
+                                   {"metadata", N::kAny},
+                                   {"service_tier", N::kAny},
+                                   {"parallel_tool_calls", N::kAny},  // meaningful with tools only
+                                   {"store", N::kFalse},
+                                   {"stream", N::kFalse},
+                                   {"stream_options", N::kNull},
+                                   {"logit_bias", N::kEmpty},
+                                   {"tools", N::kEmpty},
+                                   {"tool_choice", N::kNull},
+                                   {"functions", N::kEmpty},
+                                   {"function_call", N::kNull},
+                                   {"response_format", N::kNull},
+                                   {"audio", N::kNull},
+                                   {"modalities", N::kNull},
+                                   {"prediction", N::kNull},
+                                   {"reasoning_effort", N::kNull},
+                                   {"web_search_options", N::kNull},
+                                   {"echo", N::kFalse},
+                                   {"continue_final_message", N::kFalse},
+                                   {"chat_template_kwargs", N::kNull},
+                                   {"ignore_eos", N::kFalse},
+                                   {"min_tokens", N::kZero},
+                                   {"stop_token_ids", N::kEmpty},
+                                   {"skip_special_tokens", N::kTrue}};
+  return rules;
+}
+
 std::vector<int32_t> ids_of(const json& a, const std::string& where) {
   UPD_REQUIRE(a.is_array()) << where << " must be a list of token ids";
   std::vector<int32_t> ids;

@@ -50,6 +50,7 @@ void check_fields(const nlohmann::json& obj, const std::set<std::string>& implem
 const FieldRules& generate_rules();
 const FieldRules& sampling_rules();
 const FieldRules& completions_rules();
+const FieldRules& chat_rules();  // OpenAI's chat completions body
 // obj has key with a non-null value (null means "the default" in both APIs).
 bool has(const nlohmann::json& obj, const char* key);
 // Numeric fields, present and not null: Error naming `where.key` and the value as sent unless an

@@ -1,5 +1,7 @@
 // POST /v1/completions, the OpenAI-shaped route of the rollout service
-// (rollout/serve/rollout_service.h).
+// (rollout/serve/rollout_service.h), and what it shares with chat (chat_route.cc).
+#include <algorithm>
+
 #include "kernels/core/error.h"
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/rollout_service.h"
@@ -27,6 +29,13 @@ SamplingParams openai_params(const json& body) {
     p.presence_penalty = static_cast<float>(api::number_of(body, "presence_penalty", "body"));
   if (api::has(body, "frequency_penalty"))
     p.frequency_penalty = static_cast<float>(api::number_of(body, "frequency_penalty", "body"));
+  // SGLang's and vLLM's extensions (chat takes them).
+  if (api::has(body, "top_k"))  // -1 and 0: off
+    p.top_k = static_cast<int32_t>(std::max<int64_t>(api::int_of(body, "top_k", -1, INT32_MAX, "body"), 0));
+  if (api::has(body, "min_p"))
+    p.min_p = static_cast<float>(api::number_of(body, "min_p", "body"));
+  if (api::has(body, "repetition_penalty"))
+    p.repetition_penalty = static_cast<float>(api::number_of(body, "repetition_penalty", "body"));
   return p;
 }
 
@@ -75,24 +84,8 @@ http::Response RolloutService::completions(const json& body) {
   const std::vector<std::vector<int32_t>> prompts = completion_prompts(body["prompt"], tokenizer_.get());
   const bool logprobs = api::has(body, "logprobs");
   const int64_t top = logprobs ? api::int_of(body, "logprobs", 0, kMaxLogprobs, "body") : 0;
-  const std::vector<std::string> stop = api::stop_strings_of(body, "body", 4);
-  const int64_t n = api::has(body, "n") ? api::int_of(body, "n", 1, api::kMaxN, "body") : 1;
-  const SamplingParams params = openai_params(body);
-  // Choice index i * n + j: prompt i's j-th completion, drawn from seed + i * n + j when seeded.
   std::vector<std::shared_ptr<StopMatcher>> stops;
-  std::vector<GenRequest> reqs;
-  for (size_t i = 0; i < prompts.size(); ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      GenRequest r;
-      r.prompt = prompts[i];
-      r.params = params;
-      r.params.seed += reqs.size();
-      r.top_logprobs = static_cast<int32_t>(top);
-      stops.push_back(stop.empty() ? nullptr : std::make_shared<StopMatcher>(tokenizer_, stop, true, 0));
-      if (stops.back())
-        r.stop_check = stop_check_of(stops.back());
-      reqs.push_back(std::move(r));
-    }
+  std::vector<GenRequest> reqs = openai_requests(body, prompts, top, &stops);
   int status = 0;
   std::string why;
   const size_t count = reqs.size();
@@ -110,6 +103,29 @@ http::Response RolloutService::completions(const json& body) {
          {"logprobs", logprobs ? logprobs_json(g, tokenizer_.get(), top) : json()}});
   }
   return api::json_response(200, openai_envelope("text_completion", "cmpl-", out, std::move(choices)));
+}
+
+std::vector<GenRequest> RolloutService::openai_requests(const json& body,
+                                                       const std::vector<std::vector<int32_t>>& prompts, int64_t top,
+                                                       std::vector<std::shared_ptr<StopMatcher>>* stops) {
+  const std::vector<std::string> stop = api::stop_strings_of(body, "body", 4);
+  const int64_t n = api::has(body, "n") ? api::int_of(body, "n", 1, api::kMaxN, "body") : 1;
+  const SamplingParams params = openai_params(body);
+  // Choice index i * n + j: prompt i's j-th completion, drawn from seed + i * n + j when seeded.
+  std::vector<GenRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      GenRequest r;
+      r.prompt = prompts[i];
+      r.params = params;
+      r.params.seed += reqs.size();
+      r.top_logprobs = static_cast<int32_t>(top);
+      stops->push_back(stop.empty() ? nullptr : std::make_shared<StopMatcher>(tokenizer_, stop, true, 0));
+      if (stops->back())
+        r.stop_check = stop_check_of(stops->back());
+      reqs.push_back(std::move(r));
+    }
+  return reqs;
 }
 
 json RolloutService::openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,

@@ -11,6 +11,7 @@
 #include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 #include "rollout/serve/api_parse.h"
+#include "rollout/serve/chat_template.h"
 #include "rollout/serve/dashboard.h"
 
 namespace updraft {
@@ -50,6 +51,15 @@ RolloutService::RolloutService(RolloutServiceOptions options, Worker& worker, co
       sender_(std::move(sender)),
       started_(std::chrono::system_clock::now()) {
   UPD_REQUIRE(options_.max_inflight_prompts > 0) << "serve: max_inflight_prompts must be positive";
+  chat_ = options_.chat;
+  if (!chat_.chat_template.empty()) {
+    try {
+      chat_template_ = std::make_unique<chat::Template>(chat_.chat_template);
+    } catch (const Error& e) {  // served without chat; the chat route says why
+      chat_error_ = api::reason(e.what());
+      spdlog::warn("serve: the model's chat template is not usable: {}", chat_error_);
+    }
+  }
 }
 
 RolloutService::~RolloutService() {
@@ -209,7 +219,8 @@ http::Response RolloutService::handle(const http::Request& req) {
       const Worker::FlushResult f = worker_.flush_cache();
       return json_response(f.ok ? 200 : 400, {{"success", f.ok}, {"message", f.message}});
     }
-    const bool body_route = p == "/generate" || p == "/v1/completions" || p == "/update_weights_from_disk" ||
+    const bool body_route = p == "/generate" || p == "/v1/completions" || p == "/v1/chat/completions" ||
+                            p == "/update_weights_from_disk" ||
                             p == "/pause_generation" || p == "/continue_generation" || p == "/abort_request";
     if (!body_route)
       return error(404, "no route " + p);
@@ -225,6 +236,8 @@ http::Response RolloutService::handle(const http::Request& req) {
       return generate(body);
     if (p == "/v1/completions")
       return completions(body);
+    if (p == "/v1/chat/completions")
+      return chat_completions(body);
     if (p == "/update_weights_from_disk")
       return update_weights(body);
     if (p == "/pause_generation")

@@ -102,6 +102,21 @@
 
 namespace updraft {
 
+// What /v1/chat/completions needs from the model's tokenizer_config.json: its chat_template
+// (a string, or the "default" of a named list) and the bos/eos token texts it may use.
+struct ChatSetup {
+  std::string chat_template;  // empty: the chat route answers 400
+  std::string bos_token, eos_token;
+};
+// Read from model_dir/tokenizer_config.json (all empty when there is none); Error when the
+// file is not a JSON object.
+ChatSetup load_chat_setup(const std::string& model_dir);
+
+class StopMatcher;
+namespace chat {
+class Template;
+}  // namespace chat
+
 struct RolloutServiceOptions {
   std::string model_name = "updraft";  // reported by /get_model_info and /v1/models
   std::string model_path;
@@ -110,6 +125,7 @@ struct RolloutServiceOptions {
   std::function<std::string()> extra_metrics;
   // Extra fields for /get_server_info, may be empty.
   std::function<nlohmann::json()> extra_info;
+  ChatSetup chat;              // the chat route's template (load_chat_setup)
   size_t max_history = 2000;  // windows kept for /dashboard/data
   // GET /health_generate answers 503 when its one-token request has not finished by then.
   std::chrono::milliseconds health_generate_timeout{20000};
@@ -140,6 +156,11 @@ class RolloutService {
  private:
   http::Response generate(const nlohmann::json& body);
   http::Response completions(const nlohmann::json& body);
+  http::Response chat_completions(const nlohmann::json& body);
+  // The requests of an OpenAI body (completions or chat): each prompt n times, with its
+  // sampling fields, stop strings (one matcher per request, into *stops) and top logprobs.
+  std::vector<GenRequest> openai_requests(const nlohmann::json& body, const std::vector<std::vector<int32_t>>& prompts,
+                                          int64_t top, std::vector<std::shared_ptr<StopMatcher>>* stops);
   // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`).
   nlohmann::json openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
                                  nlohmann::json choices);
@@ -159,6 +180,9 @@ class RolloutService {
   Worker& worker_;
   PolicyConfig config_;
   std::shared_ptr<const Tokenizer> tokenizer_;
+  ChatSetup chat_;
+  std::unique_ptr<chat::Template> chat_template_;  // null: no template, or chat_error_ says why
+  std::string chat_error_;
   std::shared_ptr<messaging::RecordSender> sender_;
   std::chrono::system_clock::time_point started_;
 

@@ -26,12 +26,16 @@ http::Response RolloutService::info_route(const std::string& p) {
         200, {{"object", "list"},
               {"data", json::array({{{"id", options_.model_name}, {"object", "model"}, {"owned_by", "updraft"}}})}});
   if (p == "/get_load") {
+    // SGLang's shape: one entry per data-parallel rank (one here); num_tokens (what
+    // sglang-router balances on) counts the KV cache in use, in tokens.
     const Worker::Load l = worker_.load();
-    return api::json_response(200, {{"num_reqs", l.running + l.waiting + l.queued},
-                                    {"num_running_reqs", l.running},
-                                    {"num_waiting_reqs", l.waiting + l.queued},
-                                    {"num_free_kv_blocks", l.free_blocks},
-                                    {"num_kv_blocks", l.total_blocks}});
+    return api::json_response(200, json::array({{{"dp_rank", 0},
+                                                 {"num_reqs", l.running + l.waiting + l.queued},
+                                                 {"num_running_reqs", l.running},
+                                                 {"num_waiting_reqs", l.waiting + l.queued},
+                                                 {"num_tokens", (l.total_blocks - l.free_blocks) * l.block_size},
+                                                 {"num_free_kv_blocks", l.free_blocks},
+                                                 {"num_kv_blocks", l.total_blocks}}}));
   }
   if (p == "/dashboard/data") {
     std::lock_guard<std::mutex> lock(mu_);

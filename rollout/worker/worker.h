@@ -233,7 +233,7 @@ class Worker {
 
   struct Load {
     int64_t running = 0, waiting = 0, queued = 0;  // queued: submitted, not yet in an engine
-    int64_t free_blocks = 0, total_blocks = 0;
+    int64_t free_blocks = 0, total_blocks = 0, block_size = 0;
   };
   Load load() const;
   uint64_t policy_version() const;

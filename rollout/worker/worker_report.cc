@@ -99,6 +99,7 @@ void Worker::publish_state() {  // mu_ held
   load_.waiting = waiting;
   load_.free_blocks = s.engine->cache().free_blocks();
   load_.total_blocks = s.engine->cache().num_blocks();
+  load_.block_size = s.engine->cache().block_size();
   serving_policy_version_ = s.policy_version;
   serving_drafter_version_ = s.drafter.version;
   const EngineStats& st = s.engine->stats();

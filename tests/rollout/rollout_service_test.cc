@@ -204,8 +204,10 @@ TEST(RolloutService, AbortRequestAndFlushCacheDoRealWork) {
   const auto [fs, flushed] = b.call("POST", "/flush_cache");
   EXPECT_EQ(fs, 400) << flushed;
   EXPECT_NE(flushed["message"].get<std::string>().find("running"), std::string::npos) << flushed;
-  const json load = b.call("GET", "/get_load").second;
-  EXPECT_EQ(load["num_running_reqs"], 1) << load;
+  const json load = b.call("GET", "/get_load").second;  // SGLang's shape: one entry per DP rank
+  ASSERT_TRUE(load.is_array() && load.size() == 1) << load;
+  EXPECT_EQ(load[0]["num_running_reqs"], 1) << load;
+  EXPECT_GT(load[0]["num_tokens"], 0) << load;
   const auto [as, aborted] = b.call("POST", "/abort_request", {{"rid", "slow"}});
   EXPECT_EQ(as, 200);
   EXPECT_EQ(aborted["aborted"], 1);
@@ -219,7 +221,8 @@ TEST(RolloutService, AbortRequestAndFlushCacheDoRealWork) {
   const auto [fs2, ok] = b.call("GET", "/flush_cache");
   EXPECT_EQ(fs2, 200) << ok;
   const json idle = b.call("GET", "/get_load").second;
-  EXPECT_EQ(idle["num_free_kv_blocks"], idle["num_kv_blocks"]);
+  EXPECT_EQ(idle[0]["num_free_kv_blocks"], idle[0]["num_kv_blocks"]);
+  EXPECT_EQ(idle[0]["num_tokens"], 0);
 }
 
 TEST(RolloutService, UnseededSampledRequestsDifferAndSeededOnesRepeat) {
@@ -345,8 +348,9 @@ TEST(RolloutService, ABodyHugeInStructureIsRefusedWithinTheMemoryBound) {
     EXPECT_NE(r.body.find("too large in structure"), std::string::npos) << r.body;
   }
   const int64_t grew = peak_rss() - before;
-  if (before > 0)
+  if (before > 0) {
     EXPECT_LT(grew, int64_t{256} << 20) << "parsing grew the peak RSS by " << (grew >> 20) << " MiB";
+  }
   EXPECT_EQ(b.worker->metrics().steps, 0);
 }
 

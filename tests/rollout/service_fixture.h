@@ -29,7 +29,7 @@ struct Bed {
   std::shared_ptr<std::atomic<RolloutService*>> dashboard = std::make_shared<std::atomic<RolloutService*>>(nullptr);
 
   explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20, int64_t max_inflight = 4096,
-               std::shared_ptr<const Tokenizer> tokenizer = nullptr) {
+               std::shared_ptr<const Tokenizer> tokenizer = nullptr, ChatSetup chat = {}) {
     WorkerOptions o;
     o.engine.spec = SpecSettings{3, 1, 4};
     o.engine.kv_cache_bytes = kv_cache_bytes;
@@ -41,6 +41,7 @@ struct Bed {
         std::make_unique<Worker>(o, policy, 1, std::make_shared<const DraftModel>(fresh_draft(*policy, 1)), 1, nullptr);
     RolloutServiceOptions so;
     so.max_inflight_prompts = max_inflight;
+    so.chat = std::move(chat);
     service = std::make_unique<RolloutService>(so, *worker, policy->config(), std::move(tokenizer), nullptr);
     *dashboard = service.get();
   }

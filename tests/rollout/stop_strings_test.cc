@@ -187,8 +187,9 @@ TEST(StopStrings, TopLogprobsThroughBothApis) {
     for (size_t m = 0; m < 3; ++m) {
       total += std::exp(top[t][m][0].get<double>());
       EXPECT_EQ(top[t][m][2], tok->decode({top[t][m][1].get<int32_t>()}, false));
-      if (m > 0)
+      if (m > 0) {
         EXPECT_LE(top[t][m][0].get<double>(), top[t][m - 1][0].get<double>());
+      }
       if (top[t][m][1] == tokens[t][1]) {
         has_sampled = true;
         EXPECT_NEAR(top[t][m][0].get<double>(), tokens[t][0].get<double>(), 1e-6);
