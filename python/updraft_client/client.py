@@ -96,6 +96,7 @@ class Client:
         return self._request("POST", "/abort_request", body)
 
     def get_load(self):
+        """SGLang's shape: a list with one load entry per data-parallel rank (one for updraft)."""
         return self._request("GET", "/get_load")
 
     def continue_generation(self):

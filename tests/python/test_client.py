@@ -110,8 +110,11 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(info["vocab_size"], 512)
         self.assertIn("updraft_serve_requests_total", self.client.metrics())
         self.assertTrue(self.client.flush_cache()["success"])
-        load = self.client.get_load()
+        loads = self.client.get_load()  # SGLang's shape: one entry per data-parallel rank
+        self.assertEqual(len(loads), 1)
+        load = loads[0]
         self.assertEqual(load["num_running_reqs"], 0)
+        self.assertEqual(load["num_tokens"], 0)
         self.assertEqual(load["num_free_kv_blocks"], load["num_kv_blocks"])
         self.assertEqual(self.client.abort_request(rid="nobody")["aborted"], 0)
 

@@ -19,11 +19,6 @@ using namespace testing_online;
 using namespace testing_service;
 using nlohmann::json;
 
-std::shared_ptr<const Tokenizer> fixture_tokenizer() {
-  return std::make_shared<const Tokenizer>(
-      Tokenizer::load(fixture_util::source_path("tests/fixtures/tokenizer/hf_bytelevel.json")));
-}
-
 // A service over the fixture policy (vocabulary 512, which covers the fixture tokenizer's 500
 // ids) and its speculators drafter, with a chat template.
 struct ChatBed {

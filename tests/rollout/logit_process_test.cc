@@ -21,7 +21,7 @@
 #include "rollout/engine/sequence.h"
 #include "tests/drafter/test_drafts.h"
 #include "tests/rollout/chi2.h"
-#include "tests/rollout/test_models.h"
+#include "tests/rollout/spec_fixture.h"
 
 namespace updraft {
 namespace {
@@ -102,31 +102,8 @@ TEST(LogitProcess, EachTreeRowIsProcessedWithItsOwnPath) {
   EXPECT_EQ(same, logits);
 }
 
-class PenalisedSpec : public ::testing::Test {
+class PenalisedSpec : public testing_spec::SpecFixture {
  protected:
-  void SetUp() override {
-    cfg_ = testing_models::spec_config();
-    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16));
-    const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
-    draft_ = std::make_unique<DraftModel>(
-        random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4, DType::BF16));
-  }
-  std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
-                             AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {
-    EngineOptions o;
-    o.max_batch = batch;
-    o.kv_cache_bytes = 64 << 20;
-    if (spec != nullptr)
-      o.spec = *spec;
-    o.accept_rule = rule;
-    Engine e(*model_, o, spec != nullptr ? draft_.get() : nullptr);
-    for (const auto& r : reqs)
-      e.submit(r);
-    auto out = e.run();
-    if (stats != nullptr)
-      *stats = e.stats().spec;
-    return out;
-  }
   // p(.|toks) after the reference processor, as ops::sampling_probs draws from it.
   std::vector<float> probs_after(const std::vector<int32_t>& prompt, const std::vector<int32_t>& out,
                                  const SamplingParams& p) {
@@ -146,10 +123,6 @@ class PenalisedSpec : public ::testing::Test {
                         Tensor::from_i32({p.top_k}, {1}), Tensor::from_f32({p.top_p}, {1}), probs);
     return probs.to_f32_vector();
   }
-
-  PolicyConfig cfg_;
-  std::unique_ptr<PolicyModel> model_;
-  std::unique_ptr<DraftModel> draft_;
 };
 
 TEST_F(PenalisedSpec, GreedyIsTokenIdenticalToPlainDecoding) {
@@ -197,8 +170,9 @@ TEST_F(PenalisedSpec, GreedyIsTokenIdenticalToPlainDecoding) {
           for (size_t m = 0; m < a.size(); ++m) {
             EXPECT_EQ(a[m].first, b[m].first) << "request " << i << " token " << j;
             EXPECT_NEAR(a[m].second, b[m].second, 1e-5);
-            if (m > 0)
+            if (m > 0) {
               EXPECT_LE(a[m].second, a[m - 1].second);
+            }
           }
         }
       }

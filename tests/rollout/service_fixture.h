@@ -73,6 +73,12 @@ struct Bed {
   }
 };
 
+// The byte-level BPE tokenizer fixture (500 ids; UPDRAFT_SOURCE_DIR is the test target's).
+inline std::shared_ptr<const Tokenizer> fixture_tokenizer() {
+  return std::make_shared<const Tokenizer>(
+      Tokenizer::load(std::string(UPDRAFT_SOURCE_DIR) + "/tests/fixtures/tokenizer/hf_bytelevel.json"));
+}
+
 inline json greedy_body(const std::vector<std::vector<int32_t>>& ps, int64_t max_new) {
   return {{"input_ids", ps},
           {"sampling_params", {{"temperature", 0}, {"max_new_tokens", max_new}, {"ignore_eos", true}}},

@@ -22,6 +22,7 @@
 #include "tests/drafter/test_drafts.h"
 #include "tests/rollout/chi2.h"
 #include "tests/rollout/random_depth.h"
+#include "tests/rollout/spec_fixture.h"
 #include "tests/rollout/test_models.h"
 
 namespace updraft {
@@ -29,46 +30,7 @@ namespace {
 
 using namespace testing_chi2;
 
-class SpecEngine : public ::testing::Test {
- protected:
-  void SetUp() override {
-    cfg_ = testing_models::spec_config();
-    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16));
-    const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
-    draft_ = std::make_unique<DraftModel>(
-        random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4, DType::BF16));
-  }
-  static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
-    GenRequest r;
-    r.prompt = std::move(prompt);
-    r.params.temperature = temp;
-    r.params.max_new_tokens = max_new;
-    r.params.has_seed = true;
-    r.params.seed = seed;
-    return r;
-  }
-  std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
-                             AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {
-    EngineOptions o;
-    o.max_batch = batch;
-    o.kv_cache_bytes = 64 << 20;
-    o.prefill_chunk = 7;  // several chunks for the longer prompts, beside decoding sequences
-    if (spec != nullptr)
-      o.spec = *spec;
-    o.accept_rule = rule;
-    Engine e(*model_, o, spec != nullptr ? draft_.get() : nullptr);
-    for (const auto& r : reqs)
-      e.submit(r);
-    auto out = e.run();
-    if (stats != nullptr)
-      *stats = e.stats().spec;
-    return out;
-  }
-
-  PolicyConfig cfg_;
-  std::unique_ptr<PolicyModel> model_;
-  std::unique_ptr<DraftModel> draft_;
-};
+using SpecEngine = testing_spec::SpecFixture;
 
 TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   std::vector<GenRequest> reqs;

@@ -23,11 +23,6 @@ using namespace testing_online;
 using namespace testing_service;
 using nlohmann::json;
 
-std::shared_ptr<const Tokenizer> fixture_tokenizer() {
-  return std::make_shared<const Tokenizer>(
-      Tokenizer::load(fixture_util::source_path("tests/fixtures/tokenizer/hf_bytelevel.json")));
-}
-
 // Feeds `ids` one token at a time; the number of tokens at which it matched (0: never).
 size_t feed(StopMatcher& m, const std::vector<int32_t>& ids) {
   std::vector<int32_t> out;

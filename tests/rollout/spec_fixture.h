@@ -1,0 +1,60 @@
+// The speculation tests' fixture: a tiny random policy with a 16-token vocabulary and a random
+// drafter (draft vocabulary of 12 ids, so the d2t mapping is exercised; the small vocabulary
+// makes acceptances frequent enough to exercise every commit path), and a run of requests
+// through one engine, plain (spec null) or speculative.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "drafter/random_draft.h"
+#include "rollout/engine/engine.h"
+#include "tests/drafter/test_drafts.h"
+#include "tests/rollout/test_models.h"
+
+namespace updraft::testing_spec {
+
+class SpecFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cfg_ = testing_models::spec_config();
+    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16));
+    const DraftConfig dc = testing_models::tiny_draft_config(cfg_, 12);
+    draft_ = std::make_unique<DraftModel>(
+        random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4, DType::BF16));
+  }
+  static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
+    GenRequest r;
+    r.prompt = std::move(prompt);
+    r.params.temperature = temp;
+    r.params.max_new_tokens = max_new;
+    r.params.has_seed = true;
+    r.params.seed = seed;
+    return r;
+  }
+  std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
+                             AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {
+    EngineOptions o;
+    o.max_batch = batch;
+    o.kv_cache_bytes = 64 << 20;
+    o.prefill_chunk = 7;  // several chunks for the longer prompts, beside decoding sequences
+    if (spec != nullptr)
+      o.spec = *spec;
+    o.accept_rule = rule;
+    Engine e(*model_, o, spec != nullptr ? draft_.get() : nullptr);
+    for (const auto& r : reqs)
+      e.submit(r);
+    auto out = e.run();
+    if (stats != nullptr)
+      *stats = e.stats().spec;
+    return out;
+  }
+
+  PolicyConfig cfg_;
+  std::unique_ptr<PolicyModel> model_;
+  std::unique_ptr<DraftModel> draft_;
+};
+
+}  // namespace updraft::testing_spec
