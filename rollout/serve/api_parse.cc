@@ -183,7 +183,6 @@ const FieldRules& generate_rules() {
                                    {"log_metrics", N::kAny},
                                    {"no_logs", N::kAny},
                                    {"custom_labels", N::kAny},
-                                   {"stream", N::kFalse},
                                    {"return_hidden_states", N::kFalse},
                                    {"return_routed_experts", N::kFalse},
                                    {"background", N::kFalse},
@@ -223,7 +222,7 @@ const FieldRules& sampling_rules() {
                                    {"ebnf", N::kNull},
                                    {"structural_tag", N::kNull},
                                    {"custom_params", N::kNull},
-                                   {"stream_interval", N::kAny}};  // chunks a stream only, and streams are refused
+                                   {"stream_interval", N::kAny}};  // how often a stream sends; ours sends every engine step
   return rules;
 }
 
@@ -232,8 +231,6 @@ const FieldRules& completions_rules() {
   static const FieldRules rules = {{"model", N::kAny},
                                    {"user", N::kAny},
                                    {"best_of", N::kOne},
-                                   {"stream", N::kFalse},
-                                   {"stream_options", N::kNull},
                                    {"echo", N::kFalse},
                                    {"suffix", N::kEmpty},
                                    {"logit_bias", N::kEmpty}};
@@ -248,8 +245,6 @@ const FieldRules& chat_rules() {
                                    {"service_tier", N::kAny},
                                    {"parallel_tool_calls", N::kAny},  // meaningful with tools only
                                    {"store", N::kFalse},
-                                   {"stream", N::kFalse},
-                                   {"stream_options", N::kNull},
                                    {"logit_bias", N::kEmpty},
                                    {"tools", N::kEmpty},
                                    {"tool_choice", N::kNull},
@@ -375,6 +370,18 @@ std::vector<std::string> rids_of(const json& body, size_t n, bool batch, std::st
     rids[i] = rid[i].get<std::string>();
   }
   return rids;
+}
+
+bool include_usage(const json& body) {
+  if (!has(body, "stream_options"))
+    return false;
+  const json& o = body["stream_options"];
+  UPD_REQUIRE(o.is_object()) << "stream_options must be an object";
+  check_keys(o, {"include_usage", "continuous_usage_stats"}, "stream_options");
+  UPD_REQUIRE(!bool_or(o, "continuous_usage_stats", false)) << "stream_options.continuous_usage_stats is not supported";
+  UPD_REQUIRE(bool_or(body, "stream", false) || !bool_or(o, "include_usage", false))
+      << "stream_options needs stream: true";
+  return bool_or(o, "include_usage", false);
 }
 
 }  // namespace updraft::api

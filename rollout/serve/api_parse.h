@@ -82,6 +82,10 @@ std::vector<std::string> stop_strings_of(const nlohmann::json& obj, const std::s
 // SGLang's sampling_params -> ours (null values: the defaults); *text (out) the decode settings.
 SamplingParams sglang_params(const nlohmann::json& sp, TextOptions* text);
 
+// OpenAI's stream_options: {"include_usage": bool} (a final chunk with the usage), only with
+// stream: true; whether the usage is asked for.
+bool include_usage(const nlohmann::json& body);
+
 // The request ids of a /generate call with n prompts: "rid" as a string (one prompt: itself;
 // a batch: rid-0, rid-1, ..., and *group (out) the string itself, which names the whole batch),
 // a list of n strings, or absent (empty strings).

@@ -10,6 +10,7 @@
 #include "rollout/serve/chat_template.h"
 #include "rollout/serve/rollout_service.h"
 #include "rollout/serve/stop_strings.h"
+#include "rollout/serve/stream.h"
 
 namespace updraft {
 
@@ -114,7 +115,7 @@ http::Response RolloutService::chat_completions(const json& body) {
   api::check_fields(body,
                     {"messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
                      "presence_penalty", "frequency_penalty", "logprobs", "top_logprobs", "top_k", "min_p",
-                     "repetition_penalty", "add_generation_prompt"},
+                     "repetition_penalty", "add_generation_prompt", "stream", "stream_options"},
                     api::chat_rules(), "body");
   UPD_REQUIRE(tokenizer_ != nullptr) << "chat needs the model's tokenizer.json";
   UPD_REQUIRE(chat_template_ != nullptr) << (chat_error_.empty() ? "the model has no chat_template in tokenizer_config.json"
@@ -135,9 +136,13 @@ http::Response RolloutService::chat_completions(const json& body) {
   UPD_REQUIRE(top == 0 || logprobs) << "top_logprobs needs logprobs: true";
   std::vector<std::shared_ptr<StopMatcher>> stops;
   std::vector<GenRequest> reqs = openai_requests(completion, {prompt}, top, &stops);
+  const size_t count = reqs.size();
+  UPD_REQUIRE(!api::bool_or(body, "stream", false) || !logprobs) << "logprobs are not streamed; ask without stream";
+  const bool usage = api::include_usage(body);
+  if (api::bool_or(body, "stream", false))
+    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(true, stops, usage));
   int status = 0;
   std::string why;
-  const size_t count = reqs.size();
   const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
   if (status != 0)
     return api::error(status, why);

@@ -6,6 +6,7 @@
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/rollout_service.h"
 #include "rollout/serve/stop_strings.h"
+#include "rollout/serve/stream.h"
 
 namespace updraft {
 
@@ -77,10 +78,6 @@ std::vector<int64_t> per_prompt_top_logprobs(const json& body, size_t n) {
   return out;
 }
 
-bool reqs_top(const GenResult& g) {
-  return !g.top_logprobs.empty();
-}
-
 // SGLang's output_top_logprobs: per output token, [[logprob, id, text or null], ...].
 json top_logprobs_json(const GenResult& g, const Tokenizer* tok) {
   json all = json::array();
@@ -95,106 +92,149 @@ json top_logprobs_json(const GenResult& g, const Tokenizer* tok) {
 
 }  // namespace
 
-http::Response RolloutService::generate(const json& body) {
+// A /generate body's requests and what shapes each one's result.
+struct RolloutService::GenerateJob {
+  std::vector<GenRequest> reqs;
+  std::vector<api::TextOptions> text;                 // per request
+  std::vector<std::shared_ptr<StopMatcher>> stops;    // per request (null: no stop strings)
+  std::vector<std::string> rids;                      // per request
+  std::vector<bool> logprob;                          // per request
+  std::string group;
+  bool batch = false, lp_text = false;
+};
+
+RolloutService::GenerateJob RolloutService::parse_generate(const json& body) {
   api::check_fields(body,
                     {"input_ids", "text", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid",
-                     "top_logprobs_num"},
+                     "top_logprobs_num", "stream"},
                     api::generate_rules(), "body");
   UPD_REQUIRE(api::has(body, "input_ids") != api::has(body, "text")) << "give exactly one of input_ids and text";
-  bool batch = false;
-  std::vector<std::vector<int32_t>> prompts = generate_prompts(body, tokenizer_.get(), &batch);
+  GenerateJob job;
+  const std::vector<std::vector<int32_t>> prompts = generate_prompts(body, tokenizer_.get(), &job.batch);
   UPD_REQUIRE(!prompts.empty()) << "no prompt given";
   const json sp = body.value("sampling_params", json());
   UPD_REQUIRE(!sp.is_array() || sp.size() == prompts.size())
       << "sampling_params: a list needs one entry per prompt (" << prompts.size() << ")";
+  const std::vector<bool> logprob = per_prompt_flag(body, "return_logprob", prompts.size());
+  job.lp_text = api::bool_or(body, "return_text_in_logprobs", false);
+  UPD_REQUIRE(!job.lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
+  const std::vector<std::string> prompt_rids = api::rids_of(body, prompts.size(), job.batch, &job.group);
+  const std::vector<int64_t> top = per_prompt_top_logprobs(body, prompts.size());
   // Prompt i's n completions follow one another (SGLang's order); sibling j draws from seed + j.
-  std::vector<GenRequest> reqs;
-  std::vector<api::TextOptions> text;
-  std::vector<size_t> of;           // each request's prompt
-  std::vector<int64_t> sibling;     // and its place among the prompt's n
-  std::vector<std::shared_ptr<StopMatcher>> stops;
   for (size_t i = 0; i < prompts.size(); ++i) {
     api::TextOptions t;
     const SamplingParams params = api::sglang_params(sp.is_array() ? sp[i] : sp, &t);
+    UPD_REQUIRE(top[i] == 0 || logprob[i]) << "top_logprobs_num needs return_logprob";
     for (int64_t j = 0; j < t.n; ++j) {
       GenRequest r;
       r.prompt = prompts[i];
       r.params = params;
       r.params.seed += static_cast<uint64_t>(j);
-      stops.push_back(t.stop.empty() ? nullptr
-                                     : std::make_shared<StopMatcher>(tokenizer_, t.stop, t.skip_special,
-                                                                     params.min_new_tokens));
-      if (stops.back())
-        r.stop_check = stop_check_of(stops.back());
-      reqs.push_back(std::move(r));
-      text.push_back(t);
-      of.push_back(i);
-      sibling.push_back(j);
+      r.top_logprobs = static_cast<int32_t>(top[i]);
+      job.stops.push_back(t.stop.empty() ? nullptr
+                                         : std::make_shared<StopMatcher>(tokenizer_, t.stop, t.skip_special,
+                                                                         params.min_new_tokens));
+      if (job.stops.back())
+        r.stop_check = stop_check_of(job.stops.back());
+      job.reqs.push_back(std::move(r));
+      job.text.push_back(t);
+      job.rids.push_back(prompt_rids[i].empty() || t.n == 1 ? prompt_rids[i]
+                                                             : prompt_rids[i] + "-" + std::to_string(j));
+      job.logprob.push_back(logprob[i]);
     }
   }
-  const std::vector<bool> per_prompt_logprob = per_prompt_flag(body, "return_logprob", prompts.size());
-  const bool lp_text = api::bool_or(body, "return_text_in_logprobs", false);
-  UPD_REQUIRE(!lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
-  std::string group;
-  const std::vector<std::string> prompt_rids = api::rids_of(body, prompts.size(), batch, &group);
-  std::vector<std::string> rids;
-  std::vector<bool> logprob;
-  const std::vector<int64_t> top = per_prompt_top_logprobs(body, prompts.size());
-  for (size_t k = 0; k < reqs.size(); ++k) {
-    const std::string& rid = prompt_rids[of[k]];
-    rids.push_back(rid.empty() || text[k].n == 1 ? rid : rid + "-" + std::to_string(sibling[k]));
-    logprob.push_back(per_prompt_logprob[of[k]]);
-    UPD_REQUIRE(top[of[k]] == 0 || logprob.back()) << "top_logprobs_num needs return_logprob";
-    reqs[k].top_logprobs = static_cast<int32_t>(top[of[k]]);
+  return job;
+}
+
+json RolloutService::generate_result(const GenerateJob& job, size_t k, const Completion& c, const std::string& id,
+                                     double latency) const {
+  const GenResult& g = c.result;
+  json meta = {{"id", id},
+               {"finish_reason", finish_reason(c, job.text[k])},
+               {"prompt_tokens", g.prompt.size()},
+               {"completion_tokens", g.tokens.size()},
+               {"cached_tokens", 0},
+               {"spec_verify_ct", g.spec.rounds},
+               {"weight_version", std::to_string(c.policy_version)},
+               {"policy_version", c.policy_version},
+               {"drafter_version", c.drafter_version},
+               {"e2e_latency", latency},
+               {"preemptions", g.preemptions},
+               {"engine_step_submitted", g.submitted_step},
+               {"engine_step_admitted", g.admitted_step},
+               {"engine_step_first_token", g.first_token_step},
+               {"engine_step_finished", g.finished_step}};
+  if (g.spec.rounds > 0)
+    meta["spec_accept_length"] = g.spec.tau();
+  if (job.logprob[k]) {
+    json lp = json::array();
+    for (size_t t = 0; t < g.tokens.size(); ++t)
+      lp.push_back(json::array(
+          {g.logprobs[t], g.tokens[t], job.lp_text ? json(tokenizer_->decode({g.tokens[t]}, false)) : json()}));
+    meta["output_token_logprobs"] = std::move(lp);
+    if (!g.top_logprobs.empty())
+      meta["output_top_logprobs"] = top_logprobs_json(g, job.lp_text ? tokenizer_.get() : nullptr);
   }
+  json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
+  const api::TextOptions& text = job.text[k];
+  if (job.stops[k] && g.matched_stop >= 0) {
+    r["text"] = job.stops[k]->text(text.no_stop_trim);
+  } else if (tokenizer_) {
+    const bool trim = g.finish_reason == "stop" && !g.tokens.empty() && !text.no_stop_trim;
+    r["text"] = tokenizer_->decode({g.tokens.begin(), g.tokens.end() - (trim ? 1 : 0)}, text.skip_special);
+  }
+  return r;
+}
+
+http::Response RolloutService::generate(const json& body) {
+  auto job = std::make_shared<GenerateJob>(parse_generate(body));
   const auto t0 = Clock::now();
+  const uint64_t first_id = next_id_.fetch_add(job->reqs.size());
+  auto id_of = [job, first_id](size_t k) { return job->rids[k].empty() ? std::to_string(first_id + k) : job->rids[k]; };
+  auto result = [this, job, t0, id_of](size_t k, const Completion& c) {
+    return generate_result(*job, k, c, id_of(k), std::chrono::duration<double>(Clock::now() - t0).count());
+  };
+  if (api::bool_or(body, "stream", false))
+    return stream_generate(job, id_of, result);
   int status = 0;
   std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), rids, group, &status, &why);
+  const std::vector<Completion> out = run_job(std::move(job->reqs), job->rids, job->group, &status, &why);
   if (status != 0)
     return api::error(status, why);
-  const double latency = std::chrono::duration<double>(Clock::now() - t0).count();
-  const uint64_t first_id = next_id_.fetch_add(out.size());
   json results = json::array();
-  for (size_t i = 0; i < out.size(); ++i) {
-    const Completion& c = out[i];
-    const GenResult& g = c.result;
-    json meta = {{"id", rids[i].empty() ? std::to_string(first_id + i) : rids[i]},
-                 {"finish_reason", finish_reason(c, text[i])},
-                 {"prompt_tokens", g.prompt.size()},
-                 {"completion_tokens", g.tokens.size()},
-                 {"cached_tokens", 0},
-                 {"spec_verify_ct", g.spec.rounds},
-                 {"weight_version", std::to_string(c.policy_version)},
-                 {"policy_version", c.policy_version},
-                 {"drafter_version", c.drafter_version},
-                 {"e2e_latency", latency},
-                 {"preemptions", g.preemptions},
-                 {"engine_step_submitted", g.submitted_step},
-                 {"engine_step_admitted", g.admitted_step},
-                 {"engine_step_first_token", g.first_token_step},
-                 {"engine_step_finished", g.finished_step}};
-    if (g.spec.rounds > 0)
-      meta["spec_accept_length"] = g.spec.tau();
-    if (logprob[i]) {
-      json lp = json::array();
-      for (size_t t = 0; t < g.tokens.size(); ++t)
-        lp.push_back(json::array(
-            {g.logprobs[t], g.tokens[t], lp_text ? json(tokenizer_->decode({g.tokens[t]}, false)) : json()}));
-      meta["output_token_logprobs"] = std::move(lp);
-      if (reqs_top(g))
-        meta["output_top_logprobs"] = top_logprobs_json(g, lp_text ? tokenizer_.get() : nullptr);
+  for (size_t k = 0; k < out.size(); ++k)
+    results.push_back(result(k, out[k]));
+  return api::json_response(200, job->batch || results.size() > 1 ? results : results[0]);
+}
+
+// SGLang's stream: per event one request's output so far ({"index", "text", "output_ids",
+// "meta_info": {"id", "finish_reason": null, "completion_tokens"}}), then each final result
+// with its index, then [DONE].
+http::Response RolloutService::stream_generate(const std::shared_ptr<GenerateJob>& job,
+                                               const std::function<std::string(size_t)>& id_of,
+                                               const std::function<json(size_t, const Completion&)>& result) {
+  auto texts = std::make_shared<std::vector<std::string>>(job->reqs.size());
+  auto deltas = std::make_shared<std::vector<TextDelta>>();
+  for (size_t k = 0; k < job->reqs.size(); ++k)
+    deltas->emplace_back(tokenizer_, job->text[k].skip_special, job->text[k].stop);
+  StreamEvents ev;
+  ev.update = [texts, deltas, id_of](size_t k, const std::vector<int32_t>& toks) {
+    (*texts)[k] += (*deltas)[k].next(toks);
+    return sse({{"index", k},
+                {"text", (*texts)[k]},
+                {"output_ids", toks},
+                {"meta_info", {{"id", id_of(k)}, {"finish_reason", nullptr}, {"completion_tokens", toks.size()}}}});
+  };
+  ev.finish = [result](const std::vector<Completion>& out) {
+    std::string events;
+    for (size_t k = 0; k < out.size(); ++k) {
+      json r = result(k, out[k]);
+      r["index"] = k;
+      events += sse(r);
     }
-    json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
-    if (stops[i] && g.matched_stop >= 0) {
-      r["text"] = stops[i]->text(text[i].no_stop_trim);
-    } else if (tokenizer_) {
-      const bool trim = g.finish_reason == "stop" && !g.tokens.empty() && !text[i].no_stop_trim;
-      r["text"] = tokenizer_->decode({g.tokens.begin(), g.tokens.end() - (trim ? 1 : 0)}, text[i].skip_special);
-    }
-    results.push_back(std::move(r));
-  }
-  return api::json_response(200, batch || results.size() > 1 ? results : results[0]);
+    return events;
+  };
+  return stream_job(std::move(job->reqs), job->rids, job->group, std::move(ev));
 }
 
 http::Response RolloutService::health_generate() {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "kernels/core/error.h"
@@ -75,6 +76,26 @@ bool send_all(int fd, const std::string& bytes) {
   return true;
 }
 
+// Sends a streamed body as chunks, then the last chunk; false when the client went away (or the
+// stream threw, after the head was out: nothing but closing is left to do).
+bool stream_body(int fd, const Response& resp) {
+  bool ok = true;
+  const ChunkWriter write = [&](std::string_view piece) {
+    if (ok && !piece.empty()) {
+      char size[24];
+      std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+      ok = send_all(fd, std::string(size) + std::string(piece) + "\r\n");
+    }
+    return ok;
+  };
+  try {
+    resp.stream(write);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return ok && send_all(fd, "0\r\n\r\n");
+}
+
 Response error_response(int status, const std::string& reason) {
   Response r;
   r.status = status;
@@ -132,13 +153,15 @@ const char* error_type(int status) {
 std::string serialize(const Response& r, bool keep_alive) {
   std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + status_text(r.status) + "\r\n";
   out += "Content-Type: " + r.content_type + "\r\n";
-  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += r.stream ? std::string("Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n")
+                  : "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
   for (const auto& [k, v] : r.headers)
     out += k + ": " + v + "\r\n";
   if (r.status == 401)
     out += "WWW-Authenticate: Bearer\r\n";
   out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  out += r.body;
+  if (!r.stream)
+    out += r.body;
   return out;
 }
 
@@ -469,7 +492,7 @@ void Server::serve(Conn* c) {
       }
     }
     const bool keep = req.keep_alive && !stopping_.load();
-    if (!send_all(c->fd, serialize(resp, keep)) || !keep)
+    if (!send_all(c->fd, serialize(resp, keep)) || (resp.stream && !stream_body(c->fd, resp)) || !keep)
       break;
   }
   ::shutdown(c->fd, SHUT_RDWR);

@@ -54,11 +54,18 @@ struct Request {
   std::string header(const std::string& lower_name) const;  // "" when absent
 };
 
+// Sends one piece of a streamed body; false once the client is gone (nothing more is sent).
+using ChunkWriter = std::function<bool(std::string_view)>;
+
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra fields
+  // A streamed body (server-sent events): when set, `body` is ignored, the head goes out with
+  // "Transfer-Encoding: chunked", and the server calls stream() on the connection's thread,
+  // sending each piece it writes as a chunk, then the last chunk once it returns.
+  std::function<void(const ChunkWriter&)> stream;
 };
 
 const char* status_text(int status);

@@ -6,6 +6,7 @@
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/rollout_service.h"
 #include "rollout/serve/stop_strings.h"
+#include "rollout/serve/stream.h"
 
 namespace updraft {
 
@@ -78,7 +79,7 @@ json logprobs_json(const GenResult& g, const Tokenizer* tok, int64_t k) {
 http::Response RolloutService::completions(const json& body) {
   api::check_fields(body,
                     {"prompt", "max_tokens", "temperature", "top_p", "seed", "logprobs", "stop", "presence_penalty",
-                     "frequency_penalty", "n"},
+                     "frequency_penalty", "n", "stream", "stream_options"},
                     api::completions_rules(), "body");
   UPD_REQUIRE(api::has(body, "prompt")) << "prompt is required";
   const std::vector<std::vector<int32_t>> prompts = completion_prompts(body["prompt"], tokenizer_.get());
@@ -86,9 +87,13 @@ http::Response RolloutService::completions(const json& body) {
   const int64_t top = logprobs ? api::int_of(body, "logprobs", 0, kMaxLogprobs, "body") : 0;
   std::vector<std::shared_ptr<StopMatcher>> stops;
   std::vector<GenRequest> reqs = openai_requests(body, prompts, top, &stops);
+  UPD_REQUIRE(!api::bool_or(body, "stream", false) || !logprobs) << "logprobs are not streamed; ask without stream";
+  const size_t count = reqs.size();
+  const bool usage = api::include_usage(body);
+  if (api::bool_or(body, "stream", false))
+    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(false, stops, usage));
   int status = 0;
   std::string why;
-  const size_t count = reqs.size();
   const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
   if (status != 0)
     return api::error(status, why);
@@ -126,6 +131,57 @@ std::vector<GenRequest> RolloutService::openai_requests(const json& body,
       reqs.push_back(std::move(r));
     }
   return reqs;
+}
+
+// OpenAI's stream: chunks of each choice's new text ("text" for completions, "delta" for chat,
+// whose first chunk carries the role), then each choice's last text with its finish_reason,
+// then with include_usage a chunk with the usage and no choices.
+StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops,
+                                           bool usage) {
+  auto deltas = std::make_shared<std::vector<TextDelta>>();
+  auto started = std::make_shared<std::vector<bool>>(stops.size(), false);
+  for (const auto& m : stops)
+    deltas->emplace_back(tokenizer_, true, m ? m->stops() : std::vector<std::string>{});
+  const json head = {{"id", (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_.fetch_add(1))},
+                     {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                     {"created", std::chrono::duration_cast<std::chrono::seconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count()},
+                     {"model", options_.model_name}};
+  auto chunk = [head, chat, started](size_t k, const std::string& text, const json& finish) {
+    json c = {{"index", k}, {"finish_reason", finish}};
+    if (chat) {
+      c["delta"] = (*started)[k] ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
+      (*started)[k] = true;
+    } else {
+      c["text"] = text;
+      c["logprobs"] = nullptr;
+    }
+    json e = head;
+    e["choices"] = json::array({std::move(c)});
+    return sse(e);
+  };
+  StreamEvents ev;
+  ev.update = [deltas, chunk](size_t k, const std::vector<int32_t>& toks) {
+    const std::string d = (*deltas)[k].next(toks);
+    return d.empty() ? std::string() : chunk(k, d, nullptr);
+  };
+  ev.finish = [this, deltas, chunk, stops, head, usage](const std::vector<Completion>& out) {
+    std::string events;
+    for (size_t k = 0; k < out.size(); ++k) {
+      const GenResult& g = out[k].result;
+      const std::string text = stops[k] ? stops[k]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : "";
+      events += chunk(k, (*deltas)[k].rest(text), g.finish_reason);
+    }
+    if (usage) {
+      json e = openai_envelope(head["object"].get<std::string>().c_str(), "", out, json::array());
+      e["id"] = head["id"];
+      e["created"] = head["created"];
+      events += sse(e);
+    }
+    return events;
+  };
+  return ev;
 }
 
 json RolloutService::openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,

@@ -30,11 +30,14 @@
 //                             keeps a matched stop, else it is cut from text only).
 //                             return_text_in_logprobs puts each token's text third. With n > 1
 //                             the prompt's completions follow one another (rid-j as their ids).
+//                             stream: server-sent events (docs/serving.md, "Streaming").
 //   POST /v1/completions      OpenAI-style: "prompt" (text, ids, or a list of either), n,
 //                             max_tokens (default 16), temperature, top_p, seed, stop,
 //                             presence_penalty, frequency_penalty, logprobs k (0: the sampled
-//                             token's logprob; k > 0: also its k most likely alternatives);
-//                             "choices", "usage", and "updraft" (versions).
+//                             token's logprob; k > 0: also its k most likely alternatives),
+//                             stream and stream_options; "choices", "usage", and "updraft".
+//   POST /v1/chat/completions OpenAI chat: messages rendered by the model's chat template
+//                             (ChatSetup), then generated as a completion (chat_route.cc).
 //   POST /abort_request       {"rid": id} or {"abort_all": true}: the requests end at the worker's
 //                             next step, their KV freed; each answers with what it had and finish
 //                             reason "abort". {"success": true, "aborted": n}. A rid matches
@@ -113,6 +116,7 @@ struct ChatSetup {
 ChatSetup load_chat_setup(const std::string& model_dir);
 
 class StopMatcher;
+struct StreamEvents;
 namespace chat {
 class Template;
 }  // namespace chat
@@ -154,13 +158,26 @@ class RolloutService {
   RolloutServiceStats stats() const;
 
  private:
+  struct GenerateJob;  // generate_route.cc
+  GenerateJob parse_generate(const nlohmann::json& body);
+  nlohmann::json generate_result(const GenerateJob& job, size_t k, const Completion& c, const std::string& id,
+                                 double latency) const;
   http::Response generate(const nlohmann::json& body);
+  http::Response stream_generate(const std::shared_ptr<GenerateJob>& job, const std::function<std::string(size_t)>& id_of,
+                                 const std::function<nlohmann::json(size_t, const Completion&)>& result);
+  // Runs a job as run_job does and answers with a stream (rollout/serve/stream.h): `events`
+  // shapes what is sent as tokens arrive and at the end; a client that goes away aborts the job
+  // (by `group`, or a name made for it).
+  http::Response stream_job(std::vector<GenRequest> reqs, std::vector<std::string> rids, std::string group,
+                            StreamEvents events);
   http::Response completions(const nlohmann::json& body);
   http::Response chat_completions(const nlohmann::json& body);
   // The requests of an OpenAI body (completions or chat): each prompt n times, with its
   // sampling fields, stop strings (one matcher per request, into *stops) and top logprobs.
   std::vector<GenRequest> openai_requests(const nlohmann::json& body, const std::vector<std::vector<int32_t>>& prompts,
                                           int64_t top, std::vector<std::shared_ptr<StopMatcher>>* stops);
+  // OpenAI's stream events for completions (chat false) or chat (openai_routes.cc).
+  StreamEvents openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops, bool usage);
   // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`).
   nlohmann::json openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
                                  nlohmann::json choices);

@@ -33,6 +33,7 @@ class StopMatcher {
   // The output so far, the new token last: the index of the stop string it completes, or -1.
   int32_t operator()(const std::vector<int32_t>& output);
   int32_t matched() const { return matched_; }  // -1: none
+  const std::vector<std::string>& stops() const { return stops_; }
   // The completion's text once it finished (its output given to operator() up to the end).
   std::string text(bool no_stop_trim) const;
 

@@ -7,7 +7,9 @@ Checks:
   router   greedy /generate through the router equals a direct request; traffic reaches both
            workers; /flush_cache fans out to both; the router reads each worker's load.
   openai   completions (n=2, stop, logprobs=2) and chat (messages through the model's chat
-           template, n=2, logprobs with top_logprobs), and an error shown with its message.
+           template, n=2, logprobs with top_logprobs), stream=True for both (the chunks put
+           together equal the whole answer; include_usage), and an error shown with its message.
+  router   also a streamed /generate through the router.
 """
 import json
 import os
@@ -30,14 +32,18 @@ def venv_python():
     """The venv's python with the pinned clients, made or refreshed when the pins change."""
     py = os.path.join(VENV, "bin", "python")
     stamp = os.path.join(VENV, "requirements.stamp")
-    pins = open(REQS).read()
-    if os.path.exists(stamp) and open(stamp).read() == pins:
-        return py
+    with open(REQS) as f:
+        pins = f.read()
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if f.read() == pins:
+                return py
     subprocess.run([sys.executable, "-m", "venv", "--clear", VENV], check=True, capture_output=True)
     r = subprocess.run([py, "-m", "pip", "install", "-q", "-r", REQS], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("pip install failed: " + r.stderr.strip()[-400:])
-    open(stamp, "w").write(pins)
+    with open(stamp, "w") as f:
+        f.write(pins)
     return py
 
 
@@ -132,6 +138,14 @@ class RealClients(unittest.TestCase):
             self.assertEqual(r["text"], direct["text"])
         after = [metric(get(w + "/metrics"), "updraft_serve_requests_total") for w in self.workers]
         self.assertTrue(all(a > b for a, b in zip(after, before)), (before, after))
+        # A stream through the router: SGLang's events, the last result equal to the direct one.
+        req = urllib.request.Request(self.router + "/generate", data=json.dumps(dict(body, stream=True)).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            events = [line[6:] for line in r.read().decode().split("\n") if line.startswith("data: ")]
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(json.loads(events[-2])["output_ids"], direct["output_ids"])
+        self.assertGreater(len(events), 3, "tokens should arrive in several events")
         flushed = get(self.router + "/flush_cache", {})
         self.assertEqual(flushed.get("workers_flushed"), 2, flushed)
         loads = get(self.router + "/get_loads")
@@ -146,12 +160,25 @@ comp = c.completions.create(model="small", prompt="def add(a, b):", max_tokens=1
                             stop=["\\n\\n"], logprobs=2)
 chat = c.chat.completions.create(model="small", messages=[{{"role": "user", "content": "Write is_prime."}}],
                                  max_tokens=12, temperature=1, seed=3, n=2, logprobs=True, top_logprobs=2)
+whole = c.completions.create(model="small", prompt="def add(a, b):", max_tokens=12, temperature=0)
+streamed = "".join(ch.choices[0].text for ch in
+                   c.completions.create(model="small", prompt="def add(a, b):", max_tokens=12, temperature=0,
+                                        stream=True))
+chat_whole = c.chat.completions.create(model="small", messages=[{{"role": "user", "content": "Hi"}}], max_tokens=10,
+                                       temperature=0)
+chunks = list(c.chat.completions.create(model="small", messages=[{{"role": "user", "content": "Hi"}}], max_tokens=10,
+                                        temperature=0, stream=True, stream_options={{"include_usage": True}}))
+chat_streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+usage = [ch.usage.completion_tokens for ch in chunks if ch.usage]
 try:
     c.completions.create(model="small", prompt="x", max_tokens=2, logit_bias={{"5": 1}})
     err = ""
 except openai.BadRequestError as e:
     err = e.message
-print(json.dumps({{"comp": comp.model_dump(), "chat": chat.model_dump(), "err": err}}))
+print(json.dumps({{"comp": comp.model_dump(), "chat": chat.model_dump(), "err": err,
+                  "stream": [whole.choices[0].text, streamed],
+                  "chat_stream": [chat_whole.choices[0].message.content, chat_streamed],
+                  "usage": [chat_whole.usage.completion_tokens, usage]}}))
 """)
         comp, chat = out["comp"], out["chat"]
         self.assertEqual(len(comp["choices"]), 2)
@@ -166,6 +193,9 @@ print(json.dumps({{"comp": comp.model_dump(), "chat": chat.model_dump(), "err": 
                 self.assertEqual(len(e["top_logprobs"]), 2)
         self.assertGreater(chat["usage"]["prompt_tokens"], 5)
         self.assertIn("logit_bias is not supported", out["err"])
+        self.assertEqual(out["stream"][0], out["stream"][1], "streamed completion differs")
+        self.assertEqual(out["chat_stream"][0], out["chat_stream"][1], "streamed chat differs")
+        self.assertEqual(out["usage"][1], [out["usage"][0]])
 
 
 if __name__ == "__main__":

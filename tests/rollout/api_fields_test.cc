@@ -140,7 +140,7 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
       {gen({{"top_logprobs_num", 2}}), "top_logprobs_num needs return_logprob"},
       {gen({{"logprob_start_len", 0}}), "body.logprob_start_len is not supported at 0"},
       {gen({{"priority", 1}}), "body.priority is not supported"},
-      {gen({{"stream", true}}), "body.stream is not supported at true"},
+      {gen({{"stream", "yes"}}), "stream"},
       {gen({{"frobnicate", nullptr}}), "body.frobnicate is not supported (refused rather than ignored)"},
       {gen({{"return_logprob", {true, false}}}), "one bool per prompt (1)"},
       {gen({{"return_text_in_logprobs", true}}), "tokenizer"},
@@ -152,7 +152,8 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
   }
   const std::vector<std::pair<json, std::string>> completions_cases = {
       {{{"n", 0}}, "body.n must be an integer in [1, 64] (got 0)"},
-      {{{"stream", true}}, "body.stream is not supported"},
+      {{{"stream", true}, {"logprobs", 0}}, "logprobs are not streamed"},
+      {{{"stream_options", {{"include_usage", true}}}}, "stream_options needs stream: true"},
       {{{"echo", true}}, "body.echo is not supported"},
       {{{"best_of", 3}}, "body.best_of is not supported"},
       {{{"suffix", "x"}}, "body.suffix is not supported"},

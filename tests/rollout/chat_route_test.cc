@@ -115,7 +115,7 @@ TEST(ChatRoute, WhatCannotBeServedIsRefusedByName) {
       {{{"messages", json::array()}}, "messages must be a non-empty list"},
       {{{"messages", json::array({{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}})}}, "only text parts"},
       {{{"messages", hi}, {"tools", json::array({{{"type", "function"}}})}}, "body.tools is not supported"},
-      {{{"messages", hi}, {"stream", true}}, "body.stream is not supported"},
+      {{{"messages", hi}, {"stream", true}, {"logprobs", true}}, "logprobs are not streamed"},
       {{{"messages", hi}, {"top_logprobs", 2}}, "top_logprobs needs logprobs: true"},
       {{{"messages", json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}})}},
        "alternate"},  // the template's own raise_exception

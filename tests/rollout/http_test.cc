@@ -326,6 +326,54 @@ TEST(HttpServer, ATricklingRequestIsCutOffAtTheRequestDeadline) {
   EXPECT_EQ(request(s.port(), "GET", "/x").first, 200) << "the slot is free again";
 }
 
+// A streamed response goes out chunked, piece by piece, and the connection then serves the next
+// request; when the client goes away mid-stream the writer says so and the stream stops.
+TEST(HttpServer, StreamedResponsesAreChunkedAndNoticeAClientThatLeft) {
+  std::atomic<int> pieces_after_close{-1};
+  Server s(local(), [&](const Request& r) {
+    Response out;
+    out.content_type = "text/event-stream";
+    if (r.path == "/three") {
+      out.stream = [](const ChunkWriter& write) {
+        for (const char* piece : {"data: a\n\n", "data: bb\n\n", "data: [DONE]\n\n"})
+          write(piece);
+      };
+    } else {
+      out.stream = [&](const ChunkWriter& write) {
+        int n = 0;
+        while (write("data: x\n\n") && n < 2000) {
+          ++n;
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        pieces_after_close = n;
+      };
+    }
+    return out;
+  });
+  const int fd = connect_to(s.port());
+  const std::string two = "GET /three HTTP/1.1\r\n\r\nGET /three HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ::send(fd, two.data(), two.size(), 0);
+  const std::string in = read_until_closed(fd);
+  ::close(fd);
+  const std::string body = "9\r\ndata: a\n\n\r\na\r\ndata: bb\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n";
+  EXPECT_NE(in.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << in;
+  EXPECT_EQ(in.find("Content-Length"), std::string::npos) << in;
+  const size_t first = in.find(body);
+  ASSERT_NE(first, std::string::npos) << in;
+  EXPECT_NE(in.find(body, first + body.size()), std::string::npos) << "the second request was not answered: " << in;
+
+  const int gone = connect_to(s.port());
+  const std::string req = "GET /forever HTTP/1.1\r\n\r\n";
+  ::send(gone, req.data(), req.size(), 0);
+  char buf[256];
+  ASSERT_GT(::recv(gone, buf, sizeof buf, 0), 0);
+  ::close(gone);
+  for (int i = 0; i < 500 && pieces_after_close < 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(pieces_after_close.load(), 0) << "the stream did not notice the client leaving";
+  EXPECT_LT(pieces_after_close.load(), 2000);
+}
+
 TEST(HttpServer, StopWaitsForARunningHandler) {
   auto s = std::make_unique<Server>(local(), echo);
   std::atomic<int> status{0};

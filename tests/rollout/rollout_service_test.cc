@@ -83,7 +83,7 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
        "frequency_penalty must be in [-2, 2] (got 2.5)"},
       {"POST", "/generate", {{"input_ids", {1, 100000}}}, 400, "outside the vocabulary"},
       {"POST", "/generate", {{"input_ids", {1, 2.5}}}, 400, "integer token ids"},
-      {"POST", "/generate", {{"input_ids", ok_ids}, {"stream", true}}, 400, "stream is not supported"},
+      {"POST", "/generate", {{"input_ids", ok_ids}, {"stream", 1}}, 400, "stream"},
       {"POST", "/generate", {{"text", "hello"}}, 400, "tokenizer"},
       {"POST", "/generate", {{"text", "a"}, {"input_ids", ok_ids}}, 400, "exactly one of input_ids and text"},
       {"POST", "/generate", {{"input_ids", ok_ids}, {"lora_path", "x"}}, 400, "body.lora_path is not supported"},
