@@ -54,6 +54,21 @@ std::vector<std::pair<int32_t, float>> top_of(const float* row, bool probs, int6
   return out;
 }
 
+// Records the input logprobs of the prompt rows an entry ran (log_softmax of the raw logits).
+void record_input_logprobs(Seq& s, const EntryRows& at, const Tensor& host_logits, int64_t V) {
+  for (int64_t i = 0; i < at.inputs; ++i) {
+    const int64_t pos = at.input_pos + i;
+    UPD_CHECK(s.wants_input_logprob(pos)) << "input logprob of position " << pos << " not asked for";
+    const float* row = host_logits.data<float>() + (at.first_input + i) * V;
+    const float top = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int64_t t = 0; t < V; ++t)
+      sum += std::exp(static_cast<double>(row[t] - top));
+    s.result.input_logprobs[static_cast<size_t>(pos - s.req.input_logprobs_from)] =
+        static_cast<float>(row[s.token_at(pos)] - top - std::log(sum));
+  }
+}
+
 int32_t tree_depth(const DraftTree& t) {
   return t.depth.empty() ? 0 : *std::max_element(t.depth.begin(), t.depth.end());
 }
@@ -72,6 +87,7 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
     if (plan.entries[e].prefill > 0)
       for (int64_t i = 0; i < at.rows; ++i)
         c.rows.push_back(static_cast<int32_t>(at.first_row + i));
+    record_input_logprobs(s, at, run.host_logits, V);
     if (at.logits == 0)
       continue;
     const bool decode = plan.entries[e].prefill == 0;

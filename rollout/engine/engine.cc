@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "kernels/core/error.h"
@@ -69,6 +70,8 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
   UPD_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0)
       << "temperature must be a finite number >= 0 (got " << p.temperature << ")";
   UPD_REQUIRE(p.top_k >= 0) << "top_k must be >= 0 (0 disables it; got " << p.top_k << ")";
+  UPD_REQUIRE(req.input_logprobs_from >= -1 && req.input_logprobs_from < static_cast<int64_t>(req.prompt.size()))
+      << "the input logprobs' start must be in [-1, " << req.prompt.size() << ") (got " << req.input_logprobs_from << ")";
   UPD_REQUIRE(req.top_logprobs >= 0 && req.top_logprobs <= cfg.vocab_size)
       << "top logprobs must be in [0, " << cfg.vocab_size << "] (got " << req.top_logprobs << ")";
   UPD_REQUIRE(p.top_p > 0 && p.top_p <= 1) << "top_p must be in (0, 1] (got " << p.top_p << ")";
@@ -105,6 +108,9 @@ uint64_t Engine::submit(GenRequest req) {
   s->seed = req.params.has_seed ? req.params.seed : ops::mix64(opts_.seed ^ ops::mix64(s->id));
   s->result.id = s->id;
   s->result.prompt = req.prompt;
+  if (req.input_logprobs_from >= 0)
+    s->result.input_logprobs.assign(req.prompt.size() - static_cast<size_t>(req.input_logprobs_from),
+                                    std::numeric_limits<float>::quiet_NaN());
   s->result.submitted_step = stats_.steps;
   s->req = std::move(req);
   const uint64_t id = s->id;

@@ -15,15 +15,21 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The entry's rows: a context chunk (with the last prompt row's logits when it completes a new
 // sequence's prompt), or its tree.
-SeqStep entry_step(const StepEntry& e) {
+SeqStep entry_step(const StepEntry& e, EntryRows* r) {
   Seq& s = *e.seq;
   SeqStep st;
   st.kv = &s.kv;
   if (e.prefill > 0) {
-    for (int64_t p = s.kv.length; p < s.kv.length + e.prefill; ++p)
+    for (int64_t p = s.kv.length; p < s.kv.length + e.prefill; ++p) {
       st.tokens.push_back(s.token_at(p));
+      if (s.wants_input_logprob(p + 1)) {  // row p predicts prompt token p + 1
+        if (r->inputs++ == 0)
+          r->input_pos = p + 1;
+        st.logit_rows.push_back(static_cast<int32_t>(p - s.kv.length));
+      }
+    }
     if (s.out_len() == 0 && s.kv.length + e.prefill == s.prompt_len())
-      st.logit_rows = {static_cast<int32_t>(e.prefill - 1)};
+      st.logit_rows.push_back(static_cast<int32_t>(e.prefill - 1));
     return st;
   }
   if (s.tree.tokens.empty())
@@ -66,19 +72,20 @@ RunOut run_policy(const PolicyModel& model, KvCache& cache, const StepPlan& plan
   bool any_greedy = false, any_sampled = false;
   int64_t logit_rows = 0;
   for (const StepEntry& e : plan.entries) {
-    batch.push_back(entry_step(e));
-    const SeqStep& st = batch.back();
     EntryRows r;
+    batch.push_back(entry_step(e, &r));
+    const SeqStep& st = batch.back();
     r.first_row = out.rows;
     r.rows = static_cast<int64_t>(st.tokens.size());
     r.cached = e.seq->kv.length;
-    r.first_logit = logit_rows;
-    r.logits = static_cast<int64_t>(st.logit_rows.size());
+    r.first_input = logit_rows;
+    r.first_logit = logit_rows + r.inputs;
+    r.logits = static_cast<int64_t>(st.logit_rows.size()) - r.inputs;
     out.rows += r.rows;
     out.prefill_rows += e.prefill;
-    logit_rows += r.logits;
+    logit_rows += r.inputs + r.logits;
     const SamplingParams& p = e.seq->req.params;
-    for (int64_t i = 0; i < r.logits; ++i) {
+    for (int64_t i = 0; i < r.inputs + r.logits; ++i) {
       temp.push_back(p.temperature);
       top_k.push_back(p.top_k);
       top_p.push_back(p.top_p);

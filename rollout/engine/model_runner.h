@@ -4,7 +4,8 @@
 //
 // Logit rows: every node of a tree; the last prompt token of a sequence that completes its
 // prompt this step (it draws the first output token); none for a recompute chunk (its next
-// token is already known). Distributions on the host, per logit row: the raw logits; their
+// token is already known); and for a request that asks for input logprobs, the prompt rows of a
+// prefill chunk whose next token's logprob is not recorded yet (EntryRows::inputs). Distributions on the host, per logit row: the raw logits; their
 // log_softmax when a greedy row or capture needs it (logp stays on the device for the teacher's
 // top-k); the filtered sampling distribution (ops::sampling_probs) when a sampled row needs it.
 // Requests with logit processors (logit_process.h) have their rows processed on the host first;
@@ -23,7 +24,10 @@ namespace updraft {
 struct EntryRows {
   int64_t first_row = 0, rows = 0;   // this entry's token rows in the forward
   int64_t cached = 0;                // kv.length before the step
-  int64_t first_logit = 0, logits = 0;  // its logit rows
+  int64_t first_logit = 0, logits = 0;  // its logit rows that verify (or draw the first token)
+  // Rows for input logprobs (GenRequest::input_logprobs_from), before those: row i predicts the
+  // prompt token at input_pos + i.
+  int64_t first_input = 0, inputs = 0, input_pos = 0;
 };
 
 struct RunOut {

@@ -57,6 +57,9 @@ struct GenRequest {
   // Alternatives per output token (GenResult::top_logprobs): the k most likely tokens of the
   // distribution the token was drawn from. 0: none.
   int32_t top_logprobs = 0;
+  // >= 0: also the logprobs of the prompt's tokens from this position on (GenResult::
+  // input_logprobs). -1: none.
+  int64_t input_logprobs_from = -1;
 };
 
 // One speculation round of a request: draft tokens verified, how many were accepted, and the
@@ -74,6 +77,10 @@ struct GenResult {
   // distribution (log_softmax for greedy requests, the filtered sampling distribution otherwise,
   // whose excluded tokens are not listed), most likely first, ties by lower id.
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // With GenRequest::input_logprobs_from f: for prompt tokens [f, prompt length), log p(token |
+  // the tokens before it) under the unscaled, unfiltered policy (log_softmax of the logits);
+  // NaN for position 0, which has no context.
+  std::vector<float> input_logprobs;
   std::string finish_reason;  // "stop", "length" or "abort"
   int32_t matched_stop = -1;  // what GenRequest::stop_check returned when it ended the request
   SpecStats spec;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +51,12 @@ struct Seq {
                               : result.tokens[static_cast<size_t>(pos - prompt_len())];
   }
   int32_t pending_token() const { return result.tokens.back(); }
+  // The prompt token at pos needs its input logprob (asked for, and not recorded yet).
+  bool wants_input_logprob(int64_t pos) const {
+    const int64_t from = req.input_logprobs_from;
+    return from >= 0 && pos >= std::max<int64_t>(1, from) && pos < prompt_len() &&
+           std::isnan(result.input_logprobs[static_cast<size_t>(pos - from)]);
+  }
   int64_t pending() const { return static_cast<int64_t>(pending_tokens.size()); }
   void drop_pending() {
     pending_aux.clear();

@@ -189,7 +189,6 @@ const FieldRules& generate_rules() {
                                    {"return_bytes", N::kFalse},
                                    {"return_entropy", N::kFalse},
                                    {"return_prompt_token_ids", N::kFalse},
-                                   {"logprob_start_len", N::kMinusOne},
                                    {"token_ids_logprob", N::kEmpty},
                                    {"session_id", N::kNull},
                                    {"session_params", N::kNull},

@@ -1,6 +1,7 @@
 // POST /generate and GET /health_generate, the SGLang-shaped generation routes of the rollout
 // service (rollout/serve/rollout_service.h).
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/core/error.h"
 #include "rollout/serve/api_parse.h"
@@ -64,17 +65,20 @@ std::vector<bool> per_prompt_flag(const json& body, const char* key, size_t n) {
   return out;
 }
 
-// top_logprobs_num: one count, or a list of one per prompt; null or absent: 0.
-std::vector<int64_t> per_prompt_top_logprobs(const json& body, size_t n) {
-  if (!api::has(body, "top_logprobs_num"))
-    return std::vector<int64_t>(n, 0);
-  if (!body["top_logprobs_num"].is_array())
-    return std::vector<int64_t>(n, api::int_of(body, "top_logprobs_num", 0, kMaxTopLogprobs, "body"));
-  const json& v = body["top_logprobs_num"];
-  UPD_REQUIRE(v.size() == n) << "top_logprobs_num must be a count or a list of one count per prompt (" << n << ")";
+// A per-prompt count (top_logprobs_num, logprob_start_len): one value, or a list of one per
+// prompt; null or absent: def.
+std::vector<int64_t> per_prompt_counts(const json& body, const char* key, int64_t lo, int64_t hi, int64_t def,
+                                       size_t n) {
+  if (!api::has(body, key))
+    return std::vector<int64_t>(n, def);
+  if (!body[key].is_array())
+    return std::vector<int64_t>(n, api::int_of(body, key, lo, hi, "body"));
+  const json& v = body[key];
+  UPD_REQUIRE(v.size() == n) << key << " must be a number or a list of one per prompt (" << n << ")";
   std::vector<int64_t> out;
   for (size_t i = 0; i < n; ++i)
-    out.push_back(api::int_value(v[i], 0, kMaxTopLogprobs, "body.top_logprobs_num[" + std::to_string(i) + "]"));
+    out.push_back(v[i].is_null() ? def
+                                 : api::int_value(v[i], lo, hi, std::string("body.") + key + "[" + std::to_string(i) + "]"));
   return out;
 }
 
@@ -106,7 +110,7 @@ struct RolloutService::GenerateJob {
 RolloutService::GenerateJob RolloutService::parse_generate(const json& body) {
   api::check_fields(body,
                     {"input_ids", "text", "sampling_params", "return_logprob", "return_text_in_logprobs", "rid",
-                     "top_logprobs_num", "stream"},
+                     "top_logprobs_num", "stream", "logprob_start_len"},
                     api::generate_rules(), "body");
   UPD_REQUIRE(api::has(body, "input_ids") != api::has(body, "text")) << "give exactly one of input_ids and text";
   GenerateJob job;
@@ -119,18 +123,23 @@ RolloutService::GenerateJob RolloutService::parse_generate(const json& body) {
   job.lp_text = api::bool_or(body, "return_text_in_logprobs", false);
   UPD_REQUIRE(!job.lp_text || tokenizer_) << "return_text_in_logprobs needs the model's tokenizer.json";
   const std::vector<std::string> prompt_rids = api::rids_of(body, prompts.size(), job.batch, &job.group);
-  const std::vector<int64_t> top = per_prompt_top_logprobs(body, prompts.size());
+  const std::vector<int64_t> top = per_prompt_counts(body, "top_logprobs_num", 0, kMaxTopLogprobs, 0, prompts.size());
+  const std::vector<int64_t> start = per_prompt_counts(body, "logprob_start_len", -1, INT32_MAX, -1, prompts.size());
   // Prompt i's n completions follow one another (SGLang's order); sibling j draws from seed + j.
   for (size_t i = 0; i < prompts.size(); ++i) {
     api::TextOptions t;
     const SamplingParams params = api::sglang_params(sp.is_array() ? sp[i] : sp, &t);
     UPD_REQUIRE(top[i] == 0 || logprob[i]) << "top_logprobs_num needs return_logprob";
+    UPD_REQUIRE(start[i] < 0 || logprob[i]) << "logprob_start_len needs return_logprob";
+    UPD_REQUIRE(start[i] < static_cast<int64_t>(prompts[i].size()))
+        << "logprob_start_len " << start[i] << " is beyond the prompt's " << prompts[i].size() << " tokens";
     for (int64_t j = 0; j < t.n; ++j) {
       GenRequest r;
       r.prompt = prompts[i];
       r.params = params;
       r.params.seed += static_cast<uint64_t>(j);
       r.top_logprobs = static_cast<int32_t>(top[i]);
+      r.input_logprobs_from = start[i];
       job.stops.push_back(t.stop.empty() ? nullptr
                                          : std::make_shared<StopMatcher>(tokenizer_, t.stop, t.skip_special,
                                                                          params.min_new_tokens));
@@ -174,6 +183,17 @@ json RolloutService::generate_result(const GenerateJob& job, size_t k, const Com
     meta["output_token_logprobs"] = std::move(lp);
     if (!g.top_logprobs.empty())
       meta["output_top_logprobs"] = top_logprobs_json(g, job.lp_text ? tokenizer_.get() : nullptr);
+    if (!g.input_logprobs.empty()) {  // the prompt's tokens from logprob_start_len (position 0: null)
+      json in = json::array();
+      const size_t from = g.prompt.size() - g.input_logprobs.size();
+      for (size_t t = 0; t < g.input_logprobs.size(); ++t) {
+        const float v = g.input_logprobs[t];
+        const int32_t id = g.prompt[from + t];
+        in.push_back(json::array({std::isnan(v) ? json() : json(v), id,
+                                  job.lp_text ? json(tokenizer_->decode({id}, false)) : json()}));
+      }
+      meta["input_token_logprobs"] = std::move(in);
+    }
   }
   json r = {{"output_ids", g.tokens}, {"meta_info", std::move(meta)}};
   const api::TextOptions& text = job.text[k];

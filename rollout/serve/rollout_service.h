@@ -22,7 +22,8 @@
 //                             with return_logprob (a bool, or one per prompt)
 //                             output_token_logprobs [[logprob, id, text or null]], and with
 //                             top_logprobs_num k (a count, or one per prompt) output_top_logprobs
-//                             (per token, its k most likely alternatives, same shape).
+//                             (per token, its k most likely alternatives, same shape), and with
+//                             logprob_start_len s input_token_logprobs (prompt tokens from s).
 //                             sampling_params: temperature (default 1; 0 greedy), top_p, top_k
 //                             (0 or -1: off), min_p, max_new_tokens (default 128), min_new_tokens,
 //                             stop_token_ids, stop (strings), ignore_eos, the three penalties,

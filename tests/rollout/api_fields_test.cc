@@ -138,7 +138,7 @@ TEST(ApiFields, OtherValuesAreRefusedByNameWithNothingGenerated) {
       {gen({{"return_hidden_states", true}}), "body.return_hidden_states is not supported at true"},
       {gen({{"image_data", {"x"}}}), "body.image_data is not supported"},
       {gen({{"top_logprobs_num", 2}}), "top_logprobs_num needs return_logprob"},
-      {gen({{"logprob_start_len", 0}}), "body.logprob_start_len is not supported at 0"},
+      {gen({{"logprob_start_len", 0}}), "logprob_start_len needs return_logprob"},
       {gen({{"priority", 1}}), "body.priority is not supported"},
       {gen({{"stream", "yes"}}), "stream"},
       {gen({{"frobnicate", nullptr}}), "body.frobnicate is not supported (refused rather than ignored)"},

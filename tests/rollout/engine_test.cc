@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -246,6 +247,53 @@ TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinishByPreemption) {
   }
   EXPECT_EQ(preempted, e.stats().preemptions);
   EXPECT_THROW(e.submit(req({1, 2, 3}, 0.f, 60)), Error) << "larger than the whole cache";
+}
+
+// Input logprobs: each prompt token's log p(token | the tokens before it) under the raw policy,
+// equal to a direct forward of the prefix, whether the prompt is prefilled in one chunk or in
+// several beside decoding sequences, from any start position (position 0: NaN), and the output
+// unchanged by asking for them.
+TEST_F(EngineTest, InputLogprobsAreThePolicysOwnForEveryChunking) {
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < 11; ++j)
+    prompt.push_back(static_cast<int32_t>((j * 7 + 3) % cfg_.vocab_size));
+  std::vector<float> want(prompt.size(), std::nanf(""));
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    std::vector<float> logits = last_logits({prompt.begin(), prompt.begin() + static_cast<long>(p)});
+    const float top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits)
+      sum += std::exp(static_cast<double>(x - top));
+    want[p] = static_cast<float>(logits[prompt[p]] - top - std::log(sum));
+  }
+  for (int64_t chunk : {64, 4, 1})
+    for (int64_t from : {0, 1, 5}) {
+      EngineOptions o;
+      o.prefill_chunk = chunk;
+      Engine e(*model_, o);
+      GenRequest asked = req(prompt, 0.f, 5), plain = req(prompt, 0.f, 5), other = req({4, 2}, 0.8f, 9, 3);
+      asked.input_logprobs_from = from;
+      e.submit(other);  // decodes beside the chunks
+      e.submit(asked);
+      e.submit(plain);
+      auto out = e.run();
+      std::sort(out.begin(), out.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
+      ASSERT_EQ(out[1].input_logprobs.size(), prompt.size() - static_cast<size_t>(from));
+      for (size_t i = 0; i < out[1].input_logprobs.size(); ++i) {
+        const size_t pos = static_cast<size_t>(from) + i;
+        if (pos == 0) {
+          EXPECT_TRUE(std::isnan(out[1].input_logprobs[i]));
+        } else {
+          EXPECT_NEAR(out[1].input_logprobs[i], want[pos], 1e-4) << "chunk " << chunk << ", position " << pos;
+        }
+      }
+      EXPECT_EQ(out[1].tokens, out[2].tokens) << "asking for input logprobs changed the output";
+      EXPECT_TRUE(out[2].input_logprobs.empty());
+    }
+  GenRequest bad = req(prompt, 0.f, 2);
+  bad.input_logprobs_from = static_cast<int64_t>(prompt.size());
+  Engine e(*model_);
+  EXPECT_THROW(e.submit(bad), Error);
 }
 
 }  // namespace

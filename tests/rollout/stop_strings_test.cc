@@ -195,6 +195,22 @@ TEST(StopStrings, TopLogprobsThroughBothApis) {
       EXPECT_TRUE(has_sampled) << "a token more likely than the third is listed";
     }
   }
+  // Input logprobs from logprob_start_len: the prompt's tokens from there, the first one null.
+  std::tie(s, out) = b.call("POST", "/generate",
+                            {{"input_ids", prompt},
+                             {"return_logprob", true},
+                             {"logprob_start_len", 0},
+                             {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 2}}}});
+  ASSERT_EQ(s, 200) << out;
+  const json& in = out["meta_info"]["input_token_logprobs"];
+  ASSERT_EQ(in.size(), prompt.size());
+  EXPECT_TRUE(in[0][0].is_null());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    EXPECT_EQ(in[t][1], prompt[t]);
+    if (t > 0) {
+      EXPECT_LE(in[t][0].get<double>(), 0.0);
+    }
+  }
   std::tie(s, out) =
       b.call("POST", "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
   ASSERT_EQ(s, 200) << out;
