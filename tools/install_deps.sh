@@ -15,6 +15,7 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libpcre2-dev
   libssl-dev
+  libboost1.81-dev
   python3
 )
 

@@ -230,11 +230,12 @@ void Server::serve(Conn* c) {
   std::string buf;
   bool sent_continue = false;
   char chunk[64 << 10];
-  // When the request in buf began arriving: the whole of it must be in by request_timeout.
+  // When the request being read began arriving: the whole of it must be in by request_timeout.
   auto began = std::chrono::steady_clock::now();
+  auto reader = std::make_unique<RequestReader>(options_.limits);
+  Request req;
   while (!stopping_.load()) {
-    Request req;
-    const ParseResult p = parse_request(buf, options_.limits, &req);
+    const ParseResult p = reader->feed(&buf, &req);
     if (p.kind == ParseResult::kBad) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -250,12 +251,13 @@ void Server::serve(Conn* c) {
           break;
       }
       pollfd pfd{c->fd, POLLIN, 0};
+      const bool reading = reader->started() || !buf.empty();
       auto wait = options_.idle_timeout;
-      if (!buf.empty())
+      if (reading)
         wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
                                   began + options_.request_timeout - std::chrono::steady_clock::now()));
       const int n = wait.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(wait.count())) : 0;
-      if (n == 0 && !buf.empty())
+      if (n == 0 && reading)
         send_all(c->fd, serialize(error_response(408, "request not completed in time"), false));
       if (n <= 0)
         break;
@@ -264,13 +266,13 @@ void Server::serve(Conn* c) {
         continue;
       if (got <= 0)
         break;
-      if (buf.empty())
+      if (!reading)
         began = std::chrono::steady_clock::now();
       buf.append(chunk, static_cast<size_t>(got));
       continue;
     }
-    buf.erase(0, p.consumed);
-    began = std::chrono::steady_clock::now();  // a pipelined request's bytes are already here
+    reader = std::make_unique<RequestReader>(options_.limits);  // buf holds the next request's bytes
+    began = std::chrono::steady_clock::now();
     sent_continue = false;
     Response resp;
     if (!authorized(req)) {
@@ -293,6 +295,7 @@ void Server::serve(Conn* c) {
     const bool keep = req.keep_alive && !stopping_.load();
     if (!send_all(c->fd, serialize(resp, keep)) || (resp.stream && !stream_body(c->fd, resp)) || !keep)
       break;
+    req = Request();
   }
   ::shutdown(c->fd, SHUT_RDWR);
   {

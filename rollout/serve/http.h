@@ -1,17 +1,21 @@
-// A small HTTP/1.1 server for the request API (design.md §11): enough of the protocol for JSON
-// request/response APIs driven by RL frameworks, written to be safe on untrusted input.
+// The HTTP/1.1 server of the request API (design.md §11): enough of the protocol for JSON
+// request/response APIs driven by RL frameworks and their streams, safe on untrusted input.
+// Parsing is Boost.Beast's (maintained, fuzzed upstream); this file's part is the connection
+// handling Beast leaves to its user: the connection cap, the idle and whole-request deadlines,
+// the bearer token and the loopback rule.
 //
-// Protocol subset. Requests: a request line (method, origin-form target, HTTP/1.0 or 1.1),
-// header fields, and a body framed by Content-Length (none: empty body). Transfer-Encoding is
-// refused (501), as are obsolete line folding, header names that are not tokens, a second
-// Content-Length and bare CR/LF quirks (400). Limits: header section bytes (431) and body bytes
-// (413), checked before anything is buffered beyond them. "Expect: 100-continue" is answered
-// before the body is read. Connections persist (HTTP/1.1 default, "Connection: close" and
-// HTTP/1.0 without keep-alive end them after the response); requests on one connection are
-// served in order. Responses always carry Content-Length.
+// Protocol subset. Requests are read by Boost.Beast's HTTP/1.1 parser (RequestReader): a
+// request line (method, origin-form target, HTTP/1.0 or 1.1), header fields, and a body framed
+// by Content-Length (none: empty body). Transfer-Encoding is refused (501), as are obsolete line
+// folding, header names that are not tokens, conflicting Content-Lengths and bare CR/LF quirks
+// (400; identical repeated Content-Lengths are one, as RFC 9110 allows). Limits: header section
+// bytes (431) and body bytes (413), checked before anything is buffered beyond them. "Expect:
+// 100-continue" is answered before the body is read. Connections persist (HTTP/1.1 default,
+// "Connection: close" and HTTP/1.0 without keep-alive end them after the response); requests on
+// one connection are served in order. Responses carry Content-Length, or are chunked streams.
 //
-// parse_request() is the whole parser, a pure function over the bytes received so far, so it
-// can be fuzzed and tested without sockets.
+// parse_request() reads one request from given bytes with a fresh reader, so the parsing can be
+// fuzzed and tested without sockets.
 //
 // Server. Binds host:port (port 0: any free port, see port()); loopback only unless
 // allow_remote, and then only with a bearer token (a request API that starts generations must
@@ -88,8 +92,30 @@ struct ParseResult {
   std::string reason;     // kBad: why
 };
 
-// Parses the request at the start of `data`. On kComplete fills *out; on kIncomplete with
-// headers_done, out->expect_continue tells whether the client waits for "100 Continue".
+// Reads one request as its bytes arrive, on Boost.Beast's HTTP/1.1 parser (a maintained
+// parser; the limits are checked before anything beyond them is buffered). feed() takes what it
+// can from the front of *buf (body bytes are consumed as they come, so a large body is read in
+// linear time; the rest of *buf is the next request's). kComplete: *out is the request;
+// kIncomplete with headers_done: *out holds the header fields (expect_continue tells whether
+// the client waits for "100 Continue"); kBad: answer `status` and close. One reader per request.
+class RequestReader {
+ public:
+  explicit RequestReader(const Limits& limits);
+  ~RequestReader();
+  RequestReader(const RequestReader&) = delete;
+  RequestReader& operator=(const RequestReader&) = delete;
+  ParseResult feed(std::string* buf, Request* out);
+  bool started() const { return started_; }  // a byte of this request has arrived
+
+ private:
+  ParseResult header_checks(Request* out);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  size_t max_header_ = 0;
+  bool started_ = false;
+};
+
+// The request at the start of `data` with a fresh reader (consumed: its bytes).
 ParseResult parse_request(std::string_view data, const Limits& limits, Request* out);
 
 using Handler = std::function<Response(const Request&)>;

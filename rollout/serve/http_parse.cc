@@ -1,19 +1,21 @@
-// The HTTP/1.1 request parser and response serialization of rollout/serve/http.h.
+// The request reader (on Boost.Beast's HTTP parser) and response serialization of
+// rollout/serve/http.h.
 #include "rollout/serve/http.h"
 
+#include <boost/beast/http.hpp>
+
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/core/error.h"
 
 namespace updraft::http {
-namespace {
 
-bool is_tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-    return true;
-  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != '\0';
-}
+namespace beast_http = boost::beast::http;
+
+namespace {
 
 std::string lower(std::string s) {
   for (char& c : s)
@@ -103,117 +105,111 @@ std::string serialize(const Response& r, bool keep_alive) {
   return out;
 }
 
-ParseResult parse_request(std::string_view data, const Limits& limits, Request* out) {
-  // Empty lines before the request line are ignored (RFC 9112 §2.2).
-  size_t lead = 0;
-  while (data.size() - lead >= 2 && data[lead] == '\r' && data[lead + 1] == '\n')
-    lead += 2;
-  if (lead > 8)
-    return bad(400, "empty lines before the request line");
-  const std::string_view d = data.substr(lead);
-  const size_t window = std::min(d.size(), limits.max_header_bytes);
-  const size_t end = d.substr(0, window).find("\r\n\r\n");
-  if (end == std::string_view::npos) {
-    if (d.size() >= limits.max_header_bytes)
-      return bad(431, "header section longer than " + std::to_string(limits.max_header_bytes) + " bytes");
-    return {};
-  }
-  const std::string_view head = d.substr(0, end + 2);  // lines, each ending in CRLF
+// Boost.Beast's parser reads the request; what it accepts that we do not serve is refused
+// here: a target that is not an absolute path or has non-ASCII bytes, obsolete line folding
+// (Beast would fold it), and Transfer-Encoding (501; requests carry a Content-Length).
+struct RequestReader::Impl {
+  beast_http::request_parser<beast_http::string_body> parser;
+  bool checked = false;
+};
+
+RequestReader::RequestReader(const Limits& limits) : impl_(std::make_unique<Impl>()) {
+  impl_->parser.header_limit(static_cast<std::uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+  impl_->parser.body_limit(limits.max_body_bytes);
+  impl_->parser.eager(true);
+  max_header_ = limits.max_header_bytes;
+}
+
+RequestReader::~RequestReader() = default;
+
+ParseResult RequestReader::header_checks(Request* out) {
+  const auto& m = impl_->parser.get();
+  const std::string target(m.target());
+  if (target.empty() || target[0] != '/')
+    return bad(400, "request target must be an absolute path");
+  for (char c : target)
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+      return bad(400, "request target has a control or non-ASCII byte");
+  if (m.version() != 10 && m.version() != 11)
+    return bad(505, "only HTTP/1.0 and HTTP/1.1 are served");
+  if (impl_->parser.chunked() || m.find(beast_http::field::transfer_encoding) != m.end())
+    return bad(501, "Transfer-Encoding is not supported; send a Content-Length");
   Request req;
-  size_t pos = 0;
-  bool first = true;
-  bool have_length = false;
-  size_t content_length = 0;
-  while (pos < head.size()) {
-    const size_t eol = head.find("\r\n", pos);
-    const std::string_view line = head.substr(pos, eol - pos);
-    pos = eol + 2;
-    for (char c : line)
-      if (c == '\r' || c == '\n' || c == '\0')
-        return bad(400, "bare CR, LF or NUL in the header section");
-    if (first) {
-      first = false;
-      const size_t sp1 = line.find(' ');
-      const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-      if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
-        return bad(400, "malformed request line");
-      const std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
-                             version = line.substr(sp2 + 1);
-      if (method.empty())
-        return bad(400, "empty method");
-      for (char c : method)
-        if (!is_tchar(c))
-          return bad(400, "method is not a token");
-      if (target.empty() || target[0] != '/')
-        return bad(400, "request target must be an absolute path");
-      for (char c : target)
-        if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
-          return bad(400, "request target has a control or non-ASCII byte");
-      if (version != "HTTP/1.1" && version != "HTTP/1.0")
-        return bad(505, "only HTTP/1.0 and HTTP/1.1 are served");
-      req.method = std::string(method);
-      req.target = std::string(target);
-      const size_t q = target.find('?');
-      req.path = std::string(target.substr(0, q));
-      req.query = q == std::string_view::npos ? "" : std::string(target.substr(q + 1));
-      req.keep_alive = version == "HTTP/1.1";
-      continue;
-    }
-    if (line.empty())
-      break;
-    if (line[0] == ' ' || line[0] == '\t')
-      return bad(400, "obsolete header line folding");
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0)
-      return bad(400, "header line without a field name");
-    for (size_t i = 0; i < colon; ++i)
-      if (!is_tchar(line[i]))
-        return bad(400, "header field name is not a token");
-    const std::string name = lower(std::string(line.substr(0, colon)));
-    const std::string value(trim_ows(line.substr(colon + 1)));
-    if (name == "content-length") {
-      if (have_length)
-        return bad(400, "more than one Content-Length");
-      if (value.empty() || value.size() > 19)
-        return bad(400, "bad Content-Length");
-      size_t v = 0;
-      for (char c : value) {
-        if (c < '0' || c > '9')
-          return bad(400, "bad Content-Length");
-        v = v * 10 + static_cast<size_t>(c - '0');
-      }
-      have_length = true;
-      content_length = v;
-    }
-    if (name == "transfer-encoding")
-      return bad(501, "Transfer-Encoding is not supported; send a Content-Length");
-    auto [it, inserted] = req.headers.emplace(name, value);
+  req.method = std::string(m.method_string());
+  req.target = target;
+  const size_t q = target.find('?');
+  req.path = target.substr(0, q);
+  req.query = q == std::string::npos ? "" : target.substr(q + 1);
+  for (const auto& f : m) {
+    auto [it, inserted] = req.headers.emplace(lower(std::string(f.name_string())), std::string(f.value()));
     if (!inserted)
-      it->second += ", " + value;
+      it->second += ", " + std::string(f.value());
   }
-  if (content_length > limits.max_body_bytes)
-    return bad(413, "body of " + std::to_string(content_length) + " bytes is over the limit of " +
-                        std::to_string(limits.max_body_bytes));
-  const std::string connection = req.header("connection");
-  if (has_token(connection, "close"))
-    req.keep_alive = false;
-  else if (has_token(connection, "keep-alive"))
-    req.keep_alive = true;
+  req.keep_alive = m.keep_alive();
   req.expect_continue = has_token(req.header("expect"), "100-continue");
-  const size_t body_at = lead + end + 4;
-  if (data.size() - body_at < content_length) {
-    ParseResult r;
-    r.headers_done = true;
-    *out = std::move(req);
-    return r;
-  }
-  req.body = std::string(data.substr(body_at, content_length));
   *out = std::move(req);
   ParseResult r;
-  r.kind = ParseResult::kComplete;
-  r.consumed = body_at + content_length;
+  r.headers_done = true;
   return r;
 }
 
+ParseResult RequestReader::feed(std::string* buf, Request* out) {
+  if (!started_) {  // empty lines before the request line are ignored (RFC 9112 §2.2)
+    size_t lead = 0;
+    while (buf->size() - lead >= 2 && (*buf)[lead] == '\r' && (*buf)[lead + 1] == '\n')
+      lead += 2;
+    if (lead > 8)
+      return bad(400, "empty lines before the request line");
+    buf->erase(0, lead);
+    started_ = !buf->empty();
+  }
+  if (!impl_->checked) {  // obsolete line folding, which Beast would accept, within the header
+    const size_t end = buf->find("\r\n\r\n");
+    const size_t scan = std::min(end == std::string::npos ? buf->size() : end + 2, max_header_);
+    for (size_t i = 0; i + 2 < scan; ++i)
+      if ((*buf)[i] == '\r' && (*buf)[i + 1] == '\n' && ((*buf)[i + 2] == ' ' || (*buf)[i + 2] == '\t'))
+        return bad(400, "obsolete header line folding");
+  }
+  auto& p = impl_->parser;
+  boost::system::error_code ec;
+  while (!buf->empty() && !p.is_done()) {
+    const size_t n = p.put(boost::asio::buffer(buf->data(), buf->size()), ec);
+    buf->erase(0, n);
+    if (ec == beast_http::error::need_more) {
+      ec = {};
+      break;
+    }
+    if (ec)
+      return bad(ec == beast_http::error::header_limit ? 431
+                 : ec == beast_http::error::body_limit ? 413
+                 : ec == beast_http::error::bad_version ? 505
+                                                         : 400,
+                 "malformed request: " + ec.message());
+    if (n == 0)
+      break;
+  }
+  ParseResult r;
+  if (p.is_header_done() && !impl_->checked) {
+    impl_->checked = true;
+    r = header_checks(out);
+    if (r.kind == ParseResult::kBad)
+      return r;
+  }
+  r.headers_done = p.is_header_done();
+  if (!p.is_done())
+    return r;
+  out->body = p.get().body();
+  r.kind = ParseResult::kComplete;
+  return r;
+}
+
+ParseResult parse_request(std::string_view data, const Limits& limits, Request* out) {
+  RequestReader reader(limits);
+  std::string buf(data);
+  ParseResult r = reader.feed(&buf, out);
+  if (r.kind == ParseResult::kComplete)
+    r.consumed = data.size() - buf.size();
+  return r;
+}
 
 }  // namespace updraft::http
