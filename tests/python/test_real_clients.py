@@ -22,6 +22,9 @@ import time
 import unittest
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import venv_util  # noqa: E402
+
 BIN = os.environ.get("UPDRAFT_BIN", "build/bin/updraft")
 SRC = os.environ.get("UPDRAFT_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VENV = os.environ.get("UPDRAFT_CLIENT_VENV", os.path.join(tempfile.gettempdir(), "updraft-client-venv"))
@@ -29,22 +32,7 @@ REQS = os.path.join(SRC, "tools", "requirements-clients.txt")
 
 
 def venv_python():
-    """The venv's python with the pinned clients, made or refreshed when the pins change."""
-    py = os.path.join(VENV, "bin", "python")
-    stamp = os.path.join(VENV, "requirements.stamp")
-    with open(REQS) as f:
-        pins = f.read()
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if f.read() == pins:
-                return py
-    subprocess.run([sys.executable, "-m", "venv", "--clear", VENV], check=True, capture_output=True)
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "-r", REQS], capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError("pip install failed: " + r.stderr.strip()[-400:])
-    with open(stamp, "w") as f:
-        f.write(pins)
-    return py
+    return venv_util.venv_python(VENV, REQS)
 
 
 def free_port():
