@@ -2,7 +2,8 @@
 # deploy/slurm/updraft.sbatch on a real single-node Slurm cluster made for the test (Debian's
 # slurm-wlm and munge; slurmctld and slurmd in a temporary directory, this machine's CPUs):
 # records reach the buffer, the trainer promotes a drafter that every worker then serves, and
-# scancel stops the job with every acknowledged record stored once. Needs root; installs the
+# scancel stops the job with every acknowledged record stored once. All traffic stays on loopback
+# (the daemons and the job's endpoints use 127.0.0.1). Needs root; installs the
 # packages when missing; skipped (exit 77) with the reason where it cannot run.
 set -euo pipefail
 bin=$(realpath "$1") src=$(realpath "$2")
@@ -30,7 +31,7 @@ pids+=("$(cat "$work/munge/munged.pid")")
 host=$(hostname -s) port=$((40000 + RANDOM % 20000))
 cat >"$work/slurm.conf" <<CONF
 ClusterName=updraft-test
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -51,7 +52,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 KillWait=90
 ReturnToService=2
-NodeName=$host CPUs=$(nproc) RealMemory=4000 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=4000 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 export SLURM_CONF=$work/slurm.conf
@@ -64,7 +65,7 @@ for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep
 sinfo -h -o %T | grep -q idle || fail "the single-node cluster did not come up"
 
 job=$(UPDRAFT_BIN=$bin UPDRAFT_MODEL=$src/tests/fixtures/policy/llama UPDRAFT_DRAFTER=$src/tests/fixtures/drafter/spec_default \
-  UPDRAFT_JOB_DIR=$work/job UPDRAFT_BASE_PORT=$((port + 10)) UPDRAFT_DRIVER_ROUNDS=12 OMP_NUM_THREADS=1 \
+  UPDRAFT_JOB_DIR=$work/job UPDRAFT_BASE_PORT=$((port + 10)) UPDRAFT_HOST=127.0.0.1 UPDRAFT_DRIVER_ROUNDS=12 OMP_NUM_THREADS=1 \
   UPDRAFT_TRAIN_ARGS="--steps-per-round 20 --lr 2e-3 --ttt-steps 2 --min-new-records 8 --promote-margin -0.5" \
   sbatch --parsable --ntasks=2 --output="$work/job-%j.out" "$src/deploy/slurm/updraft.sbatch")
 echo "job $job submitted"
