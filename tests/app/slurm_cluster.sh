@@ -14,7 +14,12 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
 fi
 work=$(mktemp -d /tmp/updraft-slurm-XXXXXX)
 pids=()
+job=
 cleanup() {
+  [ -n "$job" ] && scancel "$job" 2>/dev/null && sleep 2 || true  # a failed run leaves no job behind
+  # What is left of the job (its steps carry this cluster's SLURM_CONF, its commands our paths).
+  for p in $(pgrep slurmstepd); do grep -qa "$work" "/proc/$p/environ" 2>/dev/null && kill -9 "$p"; done
+  pkill -9 -f "$work/" 2>/dev/null || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 1
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
