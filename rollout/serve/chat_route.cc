@@ -136,26 +136,13 @@ http::Response RolloutService::chat_completions(const json& body) {
   UPD_REQUIRE(top == 0 || logprobs) << "top_logprobs needs logprobs: true";
   std::vector<std::shared_ptr<StopMatcher>> stops;
   std::vector<GenRequest> reqs = openai_requests(completion, {prompt}, top, &stops);
-  const size_t count = reqs.size();
   UPD_REQUIRE(!api::bool_or(body, "stream", false) || !logprobs) << "logprobs are not streamed; ask without stream";
-  const bool usage = api::include_usage(body);
-  if (api::bool_or(body, "stream", false))
-    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(true, stops, usage));
-  int status = 0;
-  std::string why;
-  const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
-  if (status != 0)
-    return api::error(status, why);
-  json choices = json::array();
-  for (size_t i = 0; i < out.size(); ++i) {
-    const GenResult& g = out[i].result;
-    choices.push_back({{"index", i},
-                       {"message", {{"role", "assistant"}, {"content", stops[i] ? stops[i]->text(false)
-                                                                                : tokenizer_->decode(g.tokens, true)}}},
-                       {"logprobs", logprobs ? chat_logprobs(g, *tokenizer_, top) : json()},
-                       {"finish_reason", g.finish_reason}});
-  }
-  return api::json_response(200, openai_envelope("chat.completion", "chatcmpl-", out, std::move(choices)));
+  return run_openai(std::move(reqs), stops, body, true, [&](size_t i, const GenResult& g, const std::string& text) {
+    return json{{"index", i},
+                {"message", {{"role", "assistant"}, {"content", text}}},
+                {"logprobs", logprobs ? chat_logprobs(g, *tokenizer_, top) : json()},
+                {"finish_reason", g.finish_reason}};
+  });
 }
 
 }  // namespace updraft

@@ -88,26 +88,36 @@ http::Response RolloutService::completions(const json& body) {
   std::vector<std::shared_ptr<StopMatcher>> stops;
   std::vector<GenRequest> reqs = openai_requests(body, prompts, top, &stops);
   UPD_REQUIRE(!api::bool_or(body, "stream", false) || !logprobs) << "logprobs are not streamed; ask without stream";
+  return run_openai(std::move(reqs), stops, body, false, [&](size_t i, const GenResult& g, const std::string& text) {
+    return json{{"index", i},
+                {"text", text},
+                {"token_ids", g.tokens},
+                {"finish_reason", g.finish_reason},
+                {"logprobs", logprobs ? logprobs_json(g, tokenizer_.get(), top) : json()}};
+  });
+}
+
+std::string RolloutService::openai_text(const GenResult& g, const std::shared_ptr<StopMatcher>& stop) const {
+  return stop ? stop->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : "";
+}
+
+http::Response RolloutService::run_openai(std::vector<GenRequest> reqs,
+                                          const std::vector<std::shared_ptr<StopMatcher>>& stops, const json& body,
+                                          bool chat, const OpenAiChoice& choice) {
   const size_t count = reqs.size();
   const bool usage = api::include_usage(body);
   if (api::bool_or(body, "stream", false))
-    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(false, stops, usage));
+    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(chat, stops, usage));
   int status = 0;
   std::string why;
   const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
   if (status != 0)
     return api::error(status, why);
   json choices = json::array();
-  for (size_t i = 0; i < out.size(); ++i) {
-    const GenResult& g = out[i].result;
-    choices.push_back(
-        {{"index", i},
-         {"text", stops[i] ? stops[i]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : ""},
-         {"token_ids", g.tokens},
-         {"finish_reason", g.finish_reason},
-         {"logprobs", logprobs ? logprobs_json(g, tokenizer_.get(), top) : json()}});
-  }
-  return api::json_response(200, openai_envelope("text_completion", "cmpl-", out, std::move(choices)));
+  for (size_t i = 0; i < out.size(); ++i)
+    choices.push_back(choice(i, out[i].result, openai_text(out[i].result, stops[i])));
+  return api::json_response(200, chat ? openai_envelope("chat.completion", "chatcmpl-", out, std::move(choices))
+                                      : openai_envelope("text_completion", "cmpl-", out, std::move(choices)));
 }
 
 std::vector<GenRequest> RolloutService::openai_requests(const json& body,
@@ -170,8 +180,7 @@ StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::sha
     std::string events;
     for (size_t k = 0; k < out.size(); ++k) {
       const GenResult& g = out[k].result;
-      const std::string text = stops[k] ? stops[k]->text(false) : tokenizer_ ? tokenizer_->decode(g.tokens, true) : "";
-      events += chunk(k, (*deltas)[k].rest(text), g.finish_reason);
+      events += chunk(k, (*deltas)[k].rest(openai_text(g, stops[k])), g.finish_reason);
     }
     if (usage) {
       json e = openai_envelope(head["object"].get<std::string>().c_str(), "", out, json::array());

@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <filesystem>
 #include <random>
 
 #include "kernels/core/error.h"
-#include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 #include "rollout/serve/api_parse.h"
 #include "rollout/serve/chat_template.h"
@@ -310,22 +308,13 @@ http::Response RolloutService::update_weights(const json& body) {
   const bool draft = api::bool_or(body, "is_draft_model", false);
   const char* kind = draft ? "drafter" : "policy";
   const uint64_t want = requested_weight_version(body);
-  // The files' digests, reported so the caller can tell what serves (a published version's are
-  // checked against its manifest as well when it is loaded).
-  json digests = json::object();
   std::string why;
-  uint64_t version = 0;
-  try {
-    for (const auto& f : std::filesystem::directory_iterator(path))
-      if (f.is_regular_file())
-        digests[f.path().filename().string()] = sha256_file_hex(f.path().string());
-  } catch (const std::exception& e) {
-    return json_response(400, {{"success", false}, {"message", api::reason(e.what())}});
-  }
-  const bool ok = draft ? worker_.offer_drafter(path, &why, want, &version)
-                        : worker_.offer_policy(path, &why, want, &version);
+  WeightVersion accepted;
+  const bool ok = draft ? worker_.offer_drafter(path, &why, want, &accepted)
+                        : worker_.offer_policy(path, &why, want, &accepted);
   if (!ok)
     return json_response(400, {{"success", false}, {"message", api::reason(why)}});
+  const uint64_t version = accepted.version;
   if (!worker_.wait_serving(draft, version, std::chrono::hours(24)))
     return json_response(503, {{"success", false}, {"message", "the server is shutting down"}});
   return json_response(200, {{"success", true},
@@ -333,7 +322,7 @@ http::Response RolloutService::update_weights(const json& body) {
                              {"policy_version", worker_.policy_version()},
                              {"drafter_version", worker_.drafter_version()},
                              {"weight_version", std::to_string(version)},
-                             {"sha256", digests}});
+                             {"sha256", accepted.sha256}});
 }
 
 }  // namespace updraft

@@ -177,6 +177,12 @@ class RolloutService {
   // sampling fields, stop strings (one matcher per request, into *stops) and top logprobs.
   std::vector<GenRequest> openai_requests(const nlohmann::json& body, const std::vector<std::vector<int32_t>>& prompts,
                                           int64_t top, std::vector<std::shared_ptr<StopMatcher>>* stops);
+  // Runs an OpenAI job (completions, or chat): streamed when the body asks, else each choice's
+  // object from `choice` (index, result, text after stop strings) inside openai_envelope().
+  using OpenAiChoice = std::function<nlohmann::json(size_t, const GenResult&, const std::string&)>;
+  http::Response run_openai(std::vector<GenRequest> reqs, const std::vector<std::shared_ptr<StopMatcher>>& stops,
+                            const nlohmann::json& body, bool chat, const OpenAiChoice& choice);
+  std::string openai_text(const GenResult& g, const std::shared_ptr<StopMatcher>& stop) const;
   // OpenAI's stream events for completions (chat false) or chat (openai_routes.cc).
   StreamEvents openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops, bool usage);
   // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`).

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -25,33 +26,40 @@ TextDelta::TextDelta(std::shared_ptr<const Tokenizer> tok, bool skip_special, st
 std::string TextDelta::next(const std::vector<int32_t>& tokens) {
   if (!tok_)
     return "";
-  std::string bytes = tok_->decode_bytes(tokens, skip_special_);
-  for (const std::string& s : stops_) {
-    const size_t at = bytes.find(s);  // the final text ends before a match
-    if (at != std::string::npos)
-      bytes.resize(at);
-    // An ending that is the start of a stop string may still become one: held back.
-    for (size_t n = std::min(s.size() - 1, bytes.size()); n > 0; --n)
-      if (bytes.compare(bytes.size() - n, n, s, 0, n) == 0) {
-        bytes.resize(bytes.size() - n);
-        break;
-      }
+  if (tokens.size() > decoded_) {  // only the new tokens are decoded
+    bytes_ += tok_->decode_bytes({tokens.begin() + static_cast<std::ptrdiff_t>(decoded_), tokens.end()}, skip_special_);
+    decoded_ = tokens.size();
   }
-  // Only whole UTF-8 characters: drop a trailing sequence that is not complete yet.
-  size_t start = bytes.size();
-  while (start > 0 && (static_cast<unsigned char>(bytes[start - 1]) & 0xC0) == 0x80 && bytes.size() - start < 3)
+  size_t end = bytes_.size();
+  for (const std::string& s : stops_) {  // the final text ends before the first match
+    const size_t at = bytes_.find(s, sent_bytes_ >= s.size() ? sent_bytes_ - s.size() + 1 : 0);
+    end = std::min(end, at);
+  }
+  if (end == bytes_.size()) {  // an ending that is the start of a stop string may still become one
+    size_t hold = 0;
+    for (const std::string& s : stops_)
+      for (size_t n = std::min(s.size() - 1, end); n > hold; --n)
+        if (bytes_.compare(end - n, n, s, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    end -= hold;
+  }
+  // Only whole UTF-8 characters: a trailing sequence that is not complete yet waits.
+  size_t start = end;
+  while (start > 0 && (static_cast<unsigned char>(bytes_[start - 1]) & 0xC0) == 0x80 && end - start < 3)
     --start;
   if (start > 0) {
-    const auto lead = static_cast<unsigned char>(bytes[start - 1]);
+    const auto lead = static_cast<unsigned char>(bytes_[start - 1]);
     const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (need > 1 && bytes.size() - (start - 1) < need)
-      bytes.resize(start - 1);
+    if (need > 1 && end - (start - 1) < need)
+      end = start - 1;
   }
-  const std::string text = utf8_lossy(bytes);
-  if (text.size() <= sent_.size() || text.compare(0, sent_.size(), sent_) != 0)
+  if (end <= sent_bytes_)
     return "";
-  std::string delta = text.substr(sent_.size());
-  sent_ = text;
+  std::string delta = utf8_lossy(std::string_view(bytes_).substr(sent_bytes_, end - sent_bytes_));
+  sent_bytes_ = end;
+  sent_ += delta;
   return delta;
 }
 
@@ -70,7 +78,8 @@ struct StreamState {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<int32_t>> tokens;
-  std::deque<size_t> changed;  // requests with tokens not sent yet
+  std::deque<size_t> changed;  // requests with tokens not sent yet, each once
+  std::vector<bool> queued;    // in changed
   bool done = false;
   std::vector<Completion> out;
   int status = 0;
@@ -85,11 +94,15 @@ http::Response RolloutService::stream_job(std::vector<GenRequest> reqs, std::vec
     group = "stream-" + std::to_string(next_id_.fetch_add(1));
   auto st = std::make_shared<StreamState>();
   st->tokens.resize(reqs.size());
+  st->queued.resize(reqs.size(), false);
   for (size_t k = 0; k < reqs.size(); ++k)
     reqs[k].on_tokens = [st, k](uint64_t, const std::vector<int32_t>& toks, const std::vector<float>&) {
       std::lock_guard<std::mutex> lock(st->mu);
       st->tokens[k].insert(st->tokens[k].end(), toks.begin(), toks.end());
-      st->changed.push_back(k);
+      if (!st->queued[k]) {  // one event carries whatever arrived since the last one
+        st->queued[k] = true;
+        st->changed.push_back(k);
+      }
       st->cv.notify_all();
     };
   http::Response r;
@@ -115,6 +128,7 @@ http::Response RolloutService::stream_job(std::vector<GenRequest> reqs, std::vec
         break;
       const size_t k = st->changed.front();
       st->changed.pop_front();
+      st->queued[k] = false;
       const std::vector<int32_t> toks = st->tokens[k];
       lock.unlock();
       const std::string bytes = client ? events.update(k, toks) : "";

@@ -33,7 +33,8 @@ std::string sse(const nlohmann::json& event);
 class TextDelta {
  public:
   TextDelta(std::shared_ptr<const Tokenizer> tok, bool skip_special, std::vector<std::string> stops = {});
-  // The text of `tokens` not sent yet that is safe to send now (possibly "").
+  // The text of `tokens` (the output so far: each call extends the last one's) not sent yet
+  // that is safe to send now (possibly "").
   std::string next(const std::vector<int32_t>& tokens);
   // What remains of the completion's final text after what was sent.
   std::string rest(const std::string& final_text);
@@ -42,7 +43,10 @@ class TextDelta {
   std::shared_ptr<const Tokenizer> tok_;
   bool skip_special_;
   std::vector<std::string> stops_;
-  std::string sent_;
+  std::string bytes_;      // the output's bytes so far (tokens decoded incrementally)
+  size_t decoded_ = 0;     // tokens in bytes_
+  size_t sent_bytes_ = 0;  // bytes_ sent (a character boundary)
+  std::string sent_;       // the text sent
 };
 
 }  // namespace updraft

@@ -6,26 +6,36 @@
 #include <filesystem>
 
 #include "kernels/core/error.h"
+#include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 
 namespace updraft {
 namespace {
 
-// The version an offered directory carries: its manifest's (verified in full: every file's
-// size and sha256), which `given` must equal when not 0. A plain Hugging Face / EAGLE
-// directory (what RL frameworks save) has no manifest: it takes `given`, or when 0 the version
-// after `newest`; its files are checked by the loader (header, names, shapes, dtypes, finite).
-uint64_t offered_version(const std::string& dir, const char* kind, uint64_t given, uint64_t newest) {
-  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
-    const uint64_t v = verify_version(dir, kind).version;
-    if (given != 0 && given != v)
+// The version an offered directory carries, with its files' sha256: a published version's from
+// its manifest (verified in full: every file's size and digest), and `given` must equal its
+// version when not 0. A plain Hugging Face / EAGLE directory (what RL frameworks save) has no
+// manifest: it takes `given`, or when 0 the version after `newest`, and its files are hashed
+// here; the loader checks them (header, names, shapes, dtypes, finite).
+WeightVersion offered_version(const std::string& dir, const char* kind, uint64_t given, uint64_t newest) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(dir) / "manifest.json")) {
+    WeightVersion v = verify_version(dir, kind);
+    if (given != 0 && given != v.version)
       throw Error("weight_version " + std::to_string(given) + " does not match the manifest's version " +
-                  std::to_string(v));
+                  std::to_string(v.version));
     return v;
   }
-  if (!std::filesystem::is_directory(dir))
+  if (!fs::is_directory(dir))
     throw Error(dir + " is not a directory");
-  return given != 0 ? given : newest + 1;
+  WeightVersion v;
+  v.dir = dir;
+  v.kind = kind;
+  v.version = given != 0 ? given : newest + 1;
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.is_regular_file())
+      v.sha256[f.path().filename().string()] = sha256_file_hex(f.path().string());
+  return v;
 }
 
 }  // namespace
@@ -37,14 +47,15 @@ Versions::Versions(uint32_t worker_id, PolicyVersion policy, DrafterVersion draf
     policy_.model->check_aux_layers(drafter_.model->aux_layers());
 }
 
-bool Versions::offer_policy(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
+bool Versions::offer_policy(const std::string& dir, std::string* why, uint64_t version, WeightVersion* accepted) {
   try {
     uint64_t newest = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       newest = std::max(policy_.version, staged_policy_.version);
     }
-    const uint64_t ver = offered_version(dir, "policy", version, newest);
+    WeightVersion offered = offered_version(dir, "policy", version, newest);
+    const uint64_t ver = offered.version;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ver <= std::max(policy_.version, staged_policy_.version))
@@ -59,8 +70,8 @@ bool Versions::offer_policy(const std::string& dir, std::string* why, uint64_t v
       throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
     staged_policy_ = {std::move(p), ver};
     spdlog::debug("worker {}: staged policy v{}", id_, ver);
-    if (assigned)
-      *assigned = ver;
+    if (accepted)
+      *accepted = std::move(offered);
     return true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -72,7 +83,7 @@ bool Versions::offer_policy(const std::string& dir, std::string* why, uint64_t v
   }
 }
 
-bool Versions::offer_drafter(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
+bool Versions::offer_drafter(const std::string& dir, std::string* why, uint64_t version, WeightVersion* accepted) {
   try {
     uint64_t newest = 0;
     {
@@ -81,7 +92,8 @@ bool Versions::offer_drafter(const std::string& dir, std::string* why, uint64_t 
       for (uint64_t b : banned_)
         newest = std::max(newest, b);
     }
-    const uint64_t ver = offered_version(dir, "drafter", version, newest);
+    WeightVersion offered = offered_version(dir, "drafter", version, newest);
+    const uint64_t ver = offered.version;
     std::shared_ptr<const PolicyModel> policy;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -101,8 +113,8 @@ bool Versions::offer_drafter(const std::string& dir, std::string* why, uint64_t 
       throw Error("version " + std::to_string(ver) + " is not newer than the serving or staged one");
     staged_drafter_ = {std::move(d), ver};
     spdlog::debug("worker {}: staged drafter v{}", id_, ver);
-    if (assigned)
-      *assigned = ver;
+    if (accepted)
+      *accepted = std::move(offered);
     return true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "drafter/draft_model.h"
+#include "kernels/io/weight_version.h"
 #include "rollout/policy_model.h"
 
 namespace updraft {
@@ -42,11 +43,12 @@ class Versions {
 
   // why (optional): the reason of a rejection. A directory with a manifest carries its version
   // (`version`, when not 0, must equal it); a plain Hugging Face / EAGLE directory takes
-  // `version`, or when 0 the next one. assigned (optional): the version staged.
+  // `version`, or when 0 the next one. accepted (optional): the version staged and its files'
+  // sha256 (the manifest's, verified; a plain directory's, computed as it is offered).
   bool offer_policy(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
-                    uint64_t* assigned = nullptr);
+                    WeightVersion* accepted = nullptr);
   bool offer_drafter(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
-                     uint64_t* assigned = nullptr);
+                     WeightVersion* accepted = nullptr);
   void set_reference(DrafterVersion d);  // a fixed drafter to compare against (kReference)
 
   PolicyVersion policy() const;

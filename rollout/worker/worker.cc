@@ -158,21 +158,21 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
   return rep;
 }
 
-bool Worker::offer_policy(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
-  const bool ok = versions_.offer_policy(dir, why, version, assigned);
+bool Worker::offer_policy(const std::string& dir, std::string* why, uint64_t version, WeightVersion* accepted) {
+  const bool ok = versions_.offer_policy(dir, why, version, accepted);
   std::lock_guard<std::mutex> lock(mu_);
   wake_ = true;
   cv_.notify_all();
   return ok;
 }
 
-bool Worker::offer_drafter(const std::string& dir, std::string* why, uint64_t version, uint64_t* assigned) {
+bool Worker::offer_drafter(const std::string& dir, std::string* why, uint64_t version, WeightVersion* accepted) {
   if (!options_.speculate) {
     if (why)
       *why = "this worker does not speculate (speculation is off in its options)";
     return false;
   }
-  const bool ok = versions_.offer_drafter(dir, why, version, assigned);
+  const bool ok = versions_.offer_drafter(dir, why, version, accepted);
   std::lock_guard<std::mutex> lock(mu_);
   wake_ = true;
   cv_.notify_all();

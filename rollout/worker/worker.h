@@ -207,9 +207,9 @@ class Worker {
   // Versions::offer_policy / offer_drafter (a published version, or a plain Hugging Face /
   // EAGLE directory with an explicit or the next version), then wakes the engine thread.
   bool offer_policy(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
-                    uint64_t* assigned = nullptr);
+                    WeightVersion* accepted = nullptr);
   bool offer_drafter(const std::string& dir, std::string* why = nullptr, uint64_t version = 0,
-                     uint64_t* assigned = nullptr);
+                     WeightVersion* accepted = nullptr);
   void set_reference_drafter(std::shared_ptr<const DraftModel> drafter, uint64_t version);
   // Waits until the serving policy (or drafter) version is at least `version`; false on timeout
   // or stop.
