@@ -120,6 +120,15 @@ def flowing(d, w):
 # --- scenarios -----------------------------------------------------------------------------------
 
 
+def heal_and_drain(d, row, checks):
+    """Brings w1's link to the buffer back, times until every record queue is empty, finishes."""
+    d.c.link("w1", "buf", True)
+    t_heal = time.monotonic()
+    d.wait(lambda: d.sample() or d.queues_drained(), 180, "the record queues did not drain after healing", every=0.25)
+    row["recover_s"] = round(time.monotonic() - t_heal, 1)
+    finish(d, row, checks)
+
+
 def scenario_a(d, secs, row, checks):
     """A worker partitioned from the buffer while it serves, then healed."""
     d.start()
@@ -136,11 +145,7 @@ def scenario_a(d, secs, row, checks):
     checks.append((f"w1 queued {queued:.0f} records ({metric(m, 'updraft_sender_queue_bytes'):.0f} B), "
                    f"shed {metric(m, 'updraft_records_shed_total'):.0f}, none acknowledged meanwhile",
                    queued > 0 and metric(m, "updraft_records_acked_total") == acked0))
-    d.c.link("w1", "buf", True)
-    t_heal = time.monotonic()
-    d.wait(lambda: d.sample() or d.queues_drained(), 180, "w1's queue did not drain after healing", every=0.25)
-    row["recover_s"] = round(time.monotonic() - t_heal, 1)
-    finish(d, row, checks)
+    heal_and_drain(d, row, checks)
 
 
 def scenario_b(d, secs, row, checks):
@@ -195,11 +200,7 @@ def scenario_c(d, secs, row, checks):
     ok, failed, _ = requests_between(d, time.time() - secs, time.time(), "w1")
     checks.append((f"w1 kept serving through the partition and the buffer's restart: {ok} answered, {failed} failed",
                    ok > 0 and failed == 0))
-    d.c.link("w1", "buf", True)
-    t_heal = time.monotonic()
-    d.wait(lambda: d.sample() or d.queues_drained(), 180, "the queues did not drain after healing", every=0.25)
-    row["recover_s"] = round(time.monotonic() - t_heal, 1)
-    finish(d, row, checks)
+    heal_and_drain(d, row, checks)
 
 
 def scenario_d(d, secs, row, checks):

@@ -23,22 +23,10 @@ class EngineTest : public ::testing::Test {
   }
   // Logits after feeding `tokens` to a fresh sequence (last position).
   std::vector<float> last_logits(const std::vector<int32_t>& tokens) {
-    KvCache cache(model_->kv_shape(), 64, 4);
-    SeqKv kv;
-    EXPECT_TRUE(cache.reserve(kv, static_cast<int64_t>(tokens.size())));
-    std::vector<SeqStep> b(1);
-    b[0].kv = &kv;
-    b[0].tokens = tokens;
-    b[0].logit_rows = {static_cast<int32_t>(tokens.size() - 1)};
-    return model_->forward(cache, b).logits.to_f32_vector();
+    return testing_models::last_logits(*model_, tokens);
   }
   static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed = 0) {
-    GenRequest r;
-    r.prompt = std::move(prompt);
-    r.params.temperature = temp;
-    r.params.max_new_tokens = max_new;
-    r.params.has_seed = true;
-    r.params.seed = seed;
+    GenRequest r = testing_models::seeded_request(std::move(prompt), temp, max_new, seed);
     r.params.ignore_eos = true;
     return r;
   }

@@ -52,13 +52,8 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
     for (int64_t batch : {1, 4, 16, 64}) {
       SpecStats st;
       const auto spec = run(reqs, batch, &s, AcceptRule::Exact, &st);
-      ASSERT_EQ(spec.size(), plain.size());
-      for (size_t i = 0; i < plain.size(); ++i) {
-        ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", batch " << batch << ", top_k " << s.top_k;
-        ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i;
-        for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
-          ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 1e-5) << "request " << i << " token " << j;
-      }
+      ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
+          spec, plain, "batch " + std::to_string(batch) + ", top_k " + std::to_string(s.top_k)));
       EXPECT_GT(st.rounds, 0);
       EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
       // Stops and length limits must land inside rounds (accepted tokens cut short), and every
@@ -103,16 +98,9 @@ std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>
                                 float top_p) {
   const int64_t V = m.config().vocab_size;
   auto probs_after = [&](const std::vector<int32_t>& toks) {
-    KvCache cache(m.kv_shape(), 16, 4);
-    SeqKv kv;
-    EXPECT_TRUE(cache.reserve(kv, static_cast<int64_t>(toks.size())));
-    std::vector<SeqStep> b(1);
-    b[0].kv = &kv;
-    b[0].tokens = toks;
-    b[0].logit_rows = {static_cast<int32_t>(toks.size() - 1)};
     Tensor p = Tensor::empty({1, V}, DType::F32);
-    ops::sampling_probs(m.forward(cache, b).logits, Tensor::from_f32({temp}, {1}), Tensor::from_i32({top_k}, {1}),
-                        Tensor::from_f32({top_p}, {1}), p);
+    ops::sampling_probs(Tensor::from_f32(testing_models::last_logits(m, toks), {1, V}), Tensor::from_f32({temp}, {1}),
+                        Tensor::from_i32({top_k}, {1}), Tensor::from_f32({top_p}, {1}), p);
     return p.to_f32_vector();
   };
   const auto p0 = probs_after(prompt);

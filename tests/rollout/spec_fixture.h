@@ -26,13 +26,7 @@ class SpecFixture : public ::testing::Test {
         random_draft(dc, spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4, DType::BF16));
   }
   static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
-    GenRequest r;
-    r.prompt = std::move(prompt);
-    r.params.temperature = temp;
-    r.params.max_new_tokens = max_new;
-    r.params.has_seed = true;
-    r.params.seed = seed;
-    return r;
+    return testing_models::seeded_request(std::move(prompt), temp, max_new, seed);
   }
   std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
                              AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {

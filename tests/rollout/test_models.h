@@ -1,6 +1,14 @@
 // Small random policies shared by the rollout tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/nn/kv_cache.h"
+#include "rollout/engine/request.h"
+#include "rollout/policy_model.h"
 #include "rollout/random_policy.h"
 
 namespace updraft::testing_models {
@@ -32,6 +40,41 @@ inline PolicyConfig spec_config() {
   c.vocab_size = 16;
   c.eos_token_ids = {};
   return c;
+}
+
+// The policy's logits after feeding `tokens` to a fresh sequence (its last position).
+inline std::vector<float> last_logits(const PolicyModel& m, const std::vector<int32_t>& tokens) {
+  KvCache cache(m.kv_shape(), 16, (static_cast<int64_t>(tokens.size()) + 15) / 16 + 1);
+  SeqKv kv;
+  EXPECT_TRUE(cache.reserve(kv, static_cast<int64_t>(tokens.size())));
+  std::vector<SeqStep> b(1);
+  b[0].kv = &kv;
+  b[0].tokens = tokens;
+  b[0].logit_rows = {static_cast<int32_t>(tokens.size() - 1)};
+  return m.forward(cache, b).logits.to_f32_vector();
+}
+
+// A request with its own seed.
+inline GenRequest seeded_request(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
+  GenRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = temp;
+  r.params.max_new_tokens = max_new;
+  r.params.has_seed = true;
+  r.params.seed = seed;
+  return r;
+}
+
+// Speculative results equal plain decoding's: tokens, finish reasons and logprobs.
+inline void expect_same_outputs(const std::vector<GenResult>& spec, const std::vector<GenResult>& plain,
+                                const std::string& where) {
+  ASSERT_EQ(spec.size(), plain.size()) << where;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", " << where;
+    ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i << ", " << where;
+    for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
+      ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 1e-5) << "request " << i << " token " << j << ", " << where;
+  }
 }
 
 }  // namespace updraft::testing_models
