@@ -16,7 +16,8 @@ PACKAGES=(
   libpcre2-dev
   libssl-dev
   libboost1.81-dev
-  python3
+  python3 python3-venv
+  curl iproute2
 )
 
 missing=()
