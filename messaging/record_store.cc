@@ -323,7 +323,7 @@ void RecordStore::enforce_retention() {
   evicted_records_ += victims.size();
   evicted_bytes_ += freed;
   evicted_since_compaction_ += freed;
-  const uint64_t threshold = cap != 0 ? std::max<uint64_t>(cap / 8, 1) : uint64_t{64} << 20;
+  const uint64_t threshold = cap != 0 ? std::max<uint64_t>(cap / 16, 1) : uint64_t{64} << 20;
   if (evicted_since_compaction_ >= threshold) {
     // Deleted values occupy disk until compaction drops them: compact the evicted key span.
     const std::string lo = encode_key(*evicted_lo_);

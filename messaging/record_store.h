@@ -11,7 +11,7 @@
 // low_water * max_bytes) and while a record's policy_version is older than the newest minus
 // version_window - 1, the oldest records go first: lowest policy_version, then earliest
 // arrival. Evicted records are deleted and, once the evicted bytes since the last
-// compaction pass reach an eighth of max_bytes (or 64 MiB without a byte cap), the
+// compaction pass reach a sixteenth of max_bytes (or 64 MiB without a byte cap), the
 // affected key range is compacted so the disk space is actually freed. With a byte cap the
 // directory stays within 1.5 x max_bytes under sustained overload (docs/messaging.md).
 //
