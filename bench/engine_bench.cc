@@ -19,7 +19,7 @@
 // usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--sequences S]
 //                     [--ignore-eos] [--reps R]
 //                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
-//                     [--dump-prompts FILE]
+//                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench/machine_probe.h"
+#include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
 #include "rollout/tokenizer.h"
 #include "trainer/corpus.h"
@@ -264,6 +265,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-new" && has) max_new = std::stoll(argv[++i]);
     else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
     else if (a == "--dump-prompts" && has) dump = argv[++i];
+    else if (a == "--cpu-kernel" && has) ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else {
       std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
       return 2;
@@ -297,7 +299,8 @@ int main(int argc, char** argv) {
   eo.spec = SpecSettings{4, 1, 5};
   eo.max_batch = 64;
   eo.prefill_chunk = 4096;
-  std::printf("updraft engine benchmark\nmachine: %d threads, streaming read %.1f GB/s\n", mach.threads, mach.read_gbps);
+  std::printf("updraft engine benchmark\nmachine: %d threads, streaming read %.1f GB/s, cpu bf16 kernel %s\n",
+              mach.threads, mach.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
   std::printf("policy %s (%ld layers, hidden %ld), drafter %s, speculation chain of %ld\n\n", model_dir.c_str(),
               model.config().num_layers, model.config().hidden_size, draft_dir.c_str(), eo.spec.steps);
   std::vector<Mode> modes = make_modes(model, draft, eo);

@@ -18,6 +18,7 @@
 //
 // usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
 //                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
+//                   [--cpu-kernel auto|portable|fma|dot|amx]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
 #include "drafter/random_draft.h"
+#include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
 #include "rollout/tokenizer.h"
@@ -201,6 +203,8 @@ int main(int argc, char** argv) {
       batches = {std::stoll(argv[++i])};
     else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
       draft_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
+      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
       model_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc)
@@ -228,7 +232,8 @@ int main(int argc, char** argv) {
 
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
-  std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s\n", m.threads, m.read_gbps);
+  std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
+              m.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
   PolicyModel model = model_dir.empty() ? random_policy(bench::bench_policy_config(quick), 1, DType::BF16)
                                         : PolicyModel::load(model_dir);
   const PolicyConfig cfg = model.config();

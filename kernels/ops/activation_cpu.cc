@@ -1,18 +1,28 @@
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
 
-void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+// Built for AVX-512 and baseline x86-64, chosen at load time (as paged_attention).
+__attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor& gate, const Tensor& up,
+                                                                 Tensor& out) {
   const int64_t n = gate.numel();
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
   float* o = out.data<float>();
-  // An exp per element: worth two threads from a few thousand elements (one decode row's MLP).
-#pragma omp parallel for schedule(static) if (n > (1 << 12))
-  for (int64_t i = 0; i < n; ++i)
-    o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  // 16 at a time (a vector exp); worth two threads from tens of thousands of elements.
+  const int64_t chunks = (n + 15) / 16;
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i = c * 16, len = std::min<int64_t>(16, n - i);
+    const v16f gv = load16_partial(g + i, len, 0.f), uv = load16_partial(u + i, len, 0.f);
+    const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
+    std::memcpy(o + i, &ov, sizeof(float) * static_cast<size_t>(len));
+  }
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {

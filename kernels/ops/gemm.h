@@ -9,8 +9,8 @@
 //                bf16/f16 weights and T <= 64 the same GEMV kernel runs tile by tile, so each
 //                output row is bitwise the same whatever T is (decode vs verification).
 //                CPU with bf16 weights: x is rounded to bf16 first (as on the GPU), products
-//                are exact and summed in f32 (vdpbf16ps where the CPU has AVX512-BF16, for
-//                every T, so there every row is also the same in prefill).
+//                are exact and summed in f32 by the process's bf16 kernel (below), which
+//                computes every row the same whatever T is, prefill included.
 //
 // dtypes
 //   CPU : a, c f32; b f32, bf16 or f16 (weights); accumulation in f32.
@@ -18,7 +18,18 @@
 //   bias (linear) has b's dtype or f32.
 // Preconditions (CheckFailure otherwise): shapes agree, all tensors on one device, c does not
 // alias a or b. beta != 0 reads c.
+//
+// CPU bf16 kernel: one per process, since a row's last bits depend on the kernel. kAuto (the
+// default) resolves at the first bf16 linear(): kPortable without AVX-512; otherwise kDot
+// (vdpbf16ps) or kFma (weights widened in registers, f32 FMAs), whichever this core's measured
+// issue rates make cheaper for a 4-row verification. kAmx (AMX-BF16 tiles; K not a multiple of
+// 32 runs kFma) is opt-in: far faster for many rows (prefill, large batches), slower for one.
+// set_cpu_bf16_kernel (CheckFailure if the CPU lacks the kernel) belongs before the first
+// forward pass: switching mid-run changes the last bits of later rows against earlier ones
+// (benchmarks switch between runs to compare kernels side by side).
 #pragma once
+
+#include <string_view>
 
 #include "kernels/core/tensor.h"
 
@@ -30,5 +41,12 @@ void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
                   float beta = 0.f);
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
+
+enum class CpuBf16Kernel { kAuto, kPortable, kFma, kDot, kAmx };
+void set_cpu_bf16_kernel(CpuBf16Kernel k);
+CpuBf16Kernel cpu_bf16_kernel();  // the kernel in use, resolving kAuto on the first call
+bool cpu_bf16_kernel_available(CpuBf16Kernel k);
+const char* cpu_bf16_kernel_name(CpuBf16Kernel k);
+CpuBf16Kernel parse_cpu_bf16_kernel(std::string_view name);  // auto|portable|fma|dot|amx, else CheckFailure
 
 }  // namespace updraft::ops

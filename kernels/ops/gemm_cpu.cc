@@ -1,18 +1,32 @@
 // CPU matrix products: OpenBLAS sgemm for compute-bound shapes, our own GEMV for decode
 // shapes (T <= 8), and bf16/f16 weights widened to f32 panel by panel for sgemm. With bf16
-// weights the activations are rounded to bf16 first, and decode/verification shapes run the
-// vdpbf16ps kernel where the CPU has AVX512-BF16.
+// weights the activations are rounded to bf16 first and every shape runs the process's bf16
+// kernel (gemm.h: vdpbf16ps, widening + FMA, or AMX tiles; the portable path without AVX-512).
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/gemm.h"
 #include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::ops::cpu {
 namespace {
+
+// 64-byte aligned storage for the kernels' prepared activations (aligned vector loads).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}  // NOLINT(google-explicit-constructor): rebinding
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const AlignedAllocator&) const { return true; }
+};
 
 // Widens rows [r0, r1) of a row-major [*, K] 16-bit matrix into dst (f32, row stride K).
 void widen_rows(const void* src, DType dt, int64_t K, int64_t r0, int64_t r1, float* dst) {
@@ -86,6 +100,12 @@ namespace {
 // tile would pay the full per-row overhead for little work). Each thread takes a contiguous run
 // of blocks, and its last tile of a block gets next = the first row of the thread's next block
 // (else -1), so that a kernel can fetch that block from memory while it computes from L2.
+// Token rows per tile: T itself up to kGemvMaxT, else tiles as even as possible.
+int64_t gemv_tile_rows(int64_t T) {
+  const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT;
+  return (T + tiles - 1) / tiles;
+}
+
 template <typename Fn>
 void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
   if (T <= kGemvMaxT) {
@@ -98,7 +118,7 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
       fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
-  const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT, tile = (T + tiles - 1) / tiles;
+  const int64_t tile = gemv_tile_rows(T);
   // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
   const int64_t per_thread = ((N + omp_get_max_threads() - 1) / omp_get_max_threads() + 7) / 8 * 8;
   const int64_t block = std::max<int64_t>(
@@ -118,21 +138,43 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
   }
 }
 
-// Decode shapes with bf16 weights on a CPU with AVX512-BF16: x rounded to bf16 once, then the
-// vdpbf16ps GEMV for any T (at twice the f32 FMA rate it also beats widening the weights for
-// sgemm on prefill shapes).
-void linear_bf16dot(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp) {
+// bf16 weights through a GEMV kernel for every T (kDot: vdpbf16ps on x rounded to bf16; kFma:
+// f32 FMAs on x rounded and split into even/odd halves): x prepared once, tile by tile (each of
+// for_gemv_tiles' token tiles one contiguous block at t0 * Kp), then the kernel over the tiles.
+template <typename Prep, typename Kernel, typename Elem>
+void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp, Prep prep,
+                      Kernel kernel, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
   const int64_t Kp = (K + 31) / 32 * 32;
-  thread_local std::vector<uint16_t> buf;  // the caller's; the workers below see it through xb
   buf.resize(static_cast<size_t>(T * Kp));
-  uint16_t* const xb = buf.data();
-  // Rows rounded in parallel once there are a few (each row's result is the same either way).
-#pragma omp parallel for schedule(static) if (T > 1 && T * K > (1 << 13))
-  for (int64_t t = 0; t < T; ++t)
-    round_rows_bf16(xp + t * K, 1, K, Kp, xb + t * Kp);
+  Elem* const xb = buf.data();  // the caller's thread-local buffer; the workers see it through xb
+  const int64_t tile = gemv_tile_rows(T);
+  // Tiles prepared in parallel once there are a few (each row's result is the same either way).
+#pragma omp parallel for schedule(static) if (T > tile && T * K > (1 << 13))
+  for (int64_t t0 = 0; t0 < T; t0 += tile)
+    prep(xp + t0 * K, std::min(tile, T - t0), K, Kp, xb + t0 * Kp);
   for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
-    gemv_rows_bf16dot(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N, next < 0 ? nullptr : w + next * K);
+    kernel(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N, next < 0 ? nullptr : w + next * K);
   });
+}
+
+// bf16 weights with K a multiple of 32 on a CPU with AMX-BF16: x packed into tiles once, then
+// each thread streams a contiguous run of 16-row weight blocks once for every token chunk.
+void linear_amx(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp) {
+  const int64_t chunks = (T + 15) / 16, chunk_elems = amx_packed_elems(16, K);
+  thread_local std::vector<uint16_t> buf;  // the caller's; the workers below see it through xb
+  buf.resize(static_cast<size_t>(amx_packed_elems(T, K)));
+  uint16_t* const xb = buf.data();
+#pragma omp parallel for schedule(static) if (chunks > 1 && T * K > (1 << 15))
+  for (int64_t c = 0; c < chunks; ++c)
+    pack_rows_amx(xp + c * 16 * K, std::min<int64_t>(16, T - c * 16), K, xb + c * chunk_elems);
+  const int64_t blocks = (N + 15) / 16;
+#pragma omp parallel if (N * K > (1 << 15))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t n0 = blocks * id / nt * 16, n1 = std::min(N, blocks * (id + 1) / nt * 16);
+    if (n0 < n1)
+      gemv_rows_amx(xb, T, K, w, n0, n1, yp, N);
+  }
 }
 
 }  // namespace
@@ -146,8 +188,18 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   // bf16 weights multiply bf16 activations, as on the GPU: x is rounded first on every path.
   std::vector<float> xr;
   if (w.dtype() == DType::BF16) {
-    if (cpu_has_avx512_bf16()) {
-      linear_bf16dot(xp, T, K, static_cast<const uint16_t*>(w.raw()), N, yp);
+    const auto* wp = static_cast<const uint16_t*>(w.raw());
+    const CpuBf16Kernel kernel = cpu_bf16_kernel();
+    if (kernel == CpuBf16Kernel::kAmx && K % 32 == 0) {
+      linear_amx(xp, T, K, wp, N, yp);
+    } else if (kernel == CpuBf16Kernel::kFma || kernel == CpuBf16Kernel::kAmx) {
+      thread_local std::vector<float, AlignedAllocator<float>> buf;
+      linear_bf16_gemv(xp, T, K, wp, N, yp, split_rows_bf16fma, gemv_rows_bf16fma, buf);
+    } else if (kernel == CpuBf16Kernel::kDot) {
+      thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
+      linear_bf16_gemv(xp, T, K, wp, N, yp, round_rows_bf16, gemv_rows_bf16dot, buf);
+    }
+    if (kernel != CpuBf16Kernel::kPortable) {
       add_bias(bias, T, N, yp);
       return;
     }

@@ -7,8 +7,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/ops/gemv_cpu.h"
+#include "kernels/ops/lane_sums_avx512.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -59,11 +61,7 @@ void block(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t 
         acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t)
-      y[t * ldy + n + r] = _mm512_reduce_add_ps(acc[r][t]);
+  store_lane_sums<R, T>(acc, y, ldy, n);
 }
 
 // R*T accumulators plus R weight vectors stay within the 32 zmm registers.
@@ -116,6 +114,40 @@ void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, con
   static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>,
                                 rows_t<5>, rows_t<6>, rows_t<7>, rows_t<8>};
   kByT[T - 1](xb, K, Kp, w, n_begin, n_end, y, ldy, ahead);  // 1 <= T <= kGemvMaxT (checked by the caller)
+}
+
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+double probe_dpbf16_rate() {
+  // 12 independent chains (more than latency x issue width on any AVX-512 core); the best of 3.
+  constexpr int kChains = 12;
+  constexpr long kIters = 20000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    __m512 acc[kChains];
+    for (int c = 0; c < kChains; ++c)
+      acc[c] = _mm512_set1_ps(static_cast<float>(c));
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
+    const double t0 = seconds_now();
+    for (long i = 0; i < kIters; ++i) {
+#pragma GCC unroll 12
+      for (int c = 0; c < kChains; ++c)
+        acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+      __asm__ volatile("" : "+v"(a));
+    }
+    const double dt = seconds_now() - t0;
+    __m512 sum = acc[0];
+    for (int c = 1; c < kChains; ++c)
+      sum = _mm512_add_ps(sum, acc[c]);
+    volatile float sink = _mm512_reduce_add_ps(sum);
+    (void)sink;
+    best = std::max(best, static_cast<double>(kIters) * kChains / dt);
+  }
+  return best;
 }
 
 }  // namespace updraft::ops::cpu

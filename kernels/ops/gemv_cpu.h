@@ -38,4 +38,33 @@ void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, con
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 bool cpu_has_avx512_bf16();
 
+// bf16 x bf16 products summed on the f32 FMA units. split_rows_bf16fma writes x [T, K] rounded
+// to bf16, step-major: for each 32-k step, the T rows' 16 even then 16 odd elements (f32, zeros
+// beyond K; T * Kp floats, 64-byte aligned). gemv_rows_bf16fma takes one such block of T rows;
+// otherwise as gemv_rows_bf16dot. Any CPU with AVX-512.
+void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs);
+void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
+                       int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
+
+// AMX-BF16 tiles (TDPBF16PS), for bf16 weights with K a multiple of 32. x is packed once per
+// call by pack_rows_amx into amx_packed_elems(T, K) bf16 values (token rows in chunks of 16,
+// rounded to bf16 as round_rows_bf16 rounds them, zeros beyond T). gemv_rows_amx writes
+// y[t * ldy + n] for every t < T and n in [n_begin, n_end); n_begin is a multiple of 16 and
+// n_end is too unless it is the matrix's last row (a short last block is read through a
+// zero-padded copy, never past the weights). Each row of y is computed by the same instructions
+// in the same order whatever T is. cpu_has_amx_bf16(): the CPU has AMX-BF16 and the kernel let
+// this process use the tile state.
+bool cpu_has_amx_bf16();
+constexpr int64_t amx_packed_elems(int64_t T, int64_t K) {
+  return (T + 15) / 16 * (K / 32) * 512;
+}
+void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp);
+void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
+                   float* y, int64_t ldy);
+
+// Issue rates of the two bf16 paths' inner instructions on this core, in instructions per
+// second (register-resident chains; a few hundred microseconds each).
+double probe_dpbf16_rate();
+double probe_fma_rate();
+
 }  // namespace updraft::ops::cpu

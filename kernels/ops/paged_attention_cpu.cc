@@ -7,20 +7,10 @@
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
 namespace {
-
-// Sixteen floats; the compiler lowers it to one zmm register, or four xmm ones. The helpers
-// below are always inlined, so no v16f crosses a call boundary (hence -Wpsabi is moot).
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v16f __attribute__((vector_size(64)));
-
-[[gnu::always_inline]] inline v16f load16(const float* p) {
-  v16f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 // Chunk j of a row of HD floats, zero past the row's end (HD need not be a multiple of 16).
 template <int HD>
@@ -49,6 +39,30 @@ template <int HD>
            __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
   return __builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
          __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+// sc[i] = exp(sc[i] - max) for i < n (16 at a time); returns their sum (lane sums, then the
+// lanes in order: a fixed order for a given n).
+[[gnu::always_inline]] inline float softmax_numerators(float* sc, int64_t n) {
+  const float m = *std::max_element(sc, sc + n);
+  v16f sum{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16f e = exp16(load16(sc + i) - m);
+    std::memcpy(sc + i, &e, sizeof(e));
+    sum += e;
+  }
+  if (i < n) {
+    const v16f e = exp16(load16_partial(sc + i, n - i, -__builtin_inff()) - m);
+    std::memcpy(sc + i, &e, sizeof(float) * static_cast<size_t>(n - i));
+    const v16i live = __builtin_convertvector(v16f{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, v16i) <
+                      static_cast<int32_t>(n - i);
+    sum += live ? e : v16f{};
+  }
+  float total = 0.f;
+  for (int l = 0; l < 16; ++l)
+    total += sum[l];
+  return total;
 }
 
 // One work item: the G query heads q[hh * HD ..] that share a kv head, over the nk visible key
@@ -102,13 +116,7 @@ template <int HDc>
       std::memset(orow, 0, sizeof(float) * HD);
       continue;
     }
-    const float m = *std::max_element(sc, sc + nk);
-    float sum = 0.f;
-    for (int64_t n2 = 0; n2 < nk; ++n2) {
-      sc[n2] = std::exp(sc[n2] - m);
-      sum += sc[n2];
-    }
-    const float inv = 1.f / sum;
+    const float inv = 1.f / softmax_numerators(sc, nk);
     if constexpr (HDc > 0) {
       constexpr int J = (HDc + 15) / 16;
       v16f acc[J] = {};

@@ -6,7 +6,6 @@
 #include <random>
 
 #include "kernels/ops.h"
-#include "kernels/ops/gemv_cpu.h"
 
 namespace updraft {
 namespace {
@@ -230,52 +229,6 @@ TEST(Loss, TargetBeyondVocabIsACheckFailure) {
   EXPECT_THROW(ops::cross_entropy(z, Tensor::from_i32({4}, {1}), l), CheckFailure);
   ops::cross_entropy(z, Tensor::from_i32({2}, {1}), l);
   EXPECT_NEAR(l.data<float>()[0], std::log(4.f), 1e-6);
-}
-
-TEST(Gemv, DecodePathMatchesPortablePathForEveryBatchSize) {
-  // The AVX-512 and portable GEMV must agree for T = 1..8 and ragged K / N.
-  const int64_t K = 77, N = 29;
-  for (int64_t T = 1; T <= 8; ++T) {
-    Tensor x = Tensor::from_f32(rand_vec(T * K, 10 + T), {T, K});
-    Tensor w = Tensor::from_f32(rand_vec(N * K, 20), {N, K}).to_dtype(DType::BF16);
-    Tensor y1 = Tensor::empty({T, N}, DType::F32), y2 = Tensor::empty({T, N}, DType::F32);
-    ops::linear(x, w, nullptr, y1);  // T <= 8: GEMV path (x rounded to bf16, as with bf16 weights)
-    Tensor wf = w.to_dtype(DType::F32), xr = x.to_dtype(DType::BF16).to_dtype(DType::F32);
-    ops::gemm(xr, false, wf, true, y2);  // BLAS
-    auto a = y1.to_f32_vector(), b = y2.to_f32_vector();
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_NEAR(a[i], b[i], 1e-4) << "T=" << T << " i=" << i;
-  }
-}
-
-TEST(Gemv, Bf16DotKernelMatchesThePortableKernelOnRoundedInputs) {
-  // The vdpbf16ps kernel against the portable one fed the same bf16-rounded x, over ragged K
-  // (masked tails of 1..31) and N (row blocks of 3..8 plus leftovers), T = 1..8.
-  if (!ops::cpu::cpu_has_avx512_bf16())
-    GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  for (int64_t K : {5, 32, 77, 100}) {
-    const int64_t Kp = (K + 31) / 32 * 32;
-    for (int64_t N : {1, 13, 29}) {
-      for (int64_t T = 1; T <= ops::cpu::kGemvMaxT; ++T) {
-        std::vector<float> x = rand_vec(T * K, 30 + T + K);
-        for (float& v : x)
-          v = bf16_to_f32(f32_to_bf16(v));
-        std::vector<uint16_t> w(static_cast<size_t>(N * K)), xb(static_cast<size_t>(T * Kp), 0xffff);
-        for (size_t i = 0; i < w.size(); ++i)
-          w[i] = f32_to_bf16(rand_vec(1, 1000 + i)[0]);
-        ops::cpu::round_rows_bf16(x.data(), T, K, Kp, xb.data());
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t k = K; k < Kp; ++k)
-            ASSERT_EQ(xb[static_cast<size_t>(t * Kp + k)], 0) << "padding must be zero";
-        std::vector<float> y1(static_cast<size_t>(T * N)), y2(y1.size());
-        ops::cpu::gemv_rows_bf16dot(xb.data(), T, K, Kp, w.data(), 0, N, y1.data(), N);
-        ops::cpu::gemv_rows_generic(x.data(), T, K, w.data(), DType::BF16, 0, N, y2.data(), N);
-        for (size_t i = 0; i < y1.size(); ++i)
-          ASSERT_NEAR(y1[i], y2[i], 1e-5 * (1 + std::fabs(y2[i])) * std::sqrt(K)) << "K=" << K << " N=" << N
-                                                                                   << " T=" << T << " i=" << i;
-      }
-    }
-  }
 }
 
 }  // namespace

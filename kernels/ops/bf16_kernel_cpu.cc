@@ -1,0 +1,83 @@
+// The process's CPU bf16 kernel for linear() (gemm.h): chosen once from this core's measured
+// instruction issue rates unless set explicitly.
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "kernels/core/error.h"
+#include "kernels/ops/gemm.h"
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::ops {
+namespace {
+
+std::atomic<CpuBf16Kernel> g_kernel{CpuBf16Kernel::kAuto};
+
+// Per 32 weights of one row in a 4-row verification: 4 vdpbf16ps against 8 FMAs plus the 2
+// integer ops that widen the weights (on the same ports). vdpbf16ps runs at the FMA rate on some
+// cores (Zen 4) and at a quarter of it on others (measured on a Xeon with AMX).
+CpuBf16Kernel resolve_auto() {
+  if (!cpu::cpu_has_avx512())
+    return CpuBf16Kernel::kPortable;
+  if (!cpu::cpu_has_avx512_bf16())
+    return CpuBf16Kernel::kFma;
+  const double dot_cost = 4.0 / cpu::probe_dpbf16_rate(), fma_cost = 10.0 / cpu::probe_fma_rate();
+  return fma_cost < dot_cost ? CpuBf16Kernel::kFma : CpuBf16Kernel::kDot;
+}
+
+}  // namespace
+
+bool cpu_bf16_kernel_available(CpuBf16Kernel k) {
+  switch (k) {
+    case CpuBf16Kernel::kAuto:
+    case CpuBf16Kernel::kPortable:
+      return true;
+    case CpuBf16Kernel::kFma:
+      return cpu::cpu_has_avx512();
+    case CpuBf16Kernel::kDot:
+      return cpu::cpu_has_avx512_bf16();
+    case CpuBf16Kernel::kAmx:
+      return cpu::cpu_has_amx_bf16();
+  }
+  return false;
+}
+
+void set_cpu_bf16_kernel(CpuBf16Kernel k) {
+  UPD_CHECK(cpu_bf16_kernel_available(k))
+      << "cpu bf16 kernel '" << cpu_bf16_kernel_name(k) << "' is not available on this CPU";
+  g_kernel.store(k == CpuBf16Kernel::kAuto ? resolve_auto() : k);
+}
+
+CpuBf16Kernel cpu_bf16_kernel() {
+  CpuBf16Kernel k = g_kernel.load(std::memory_order_relaxed);
+  if (k != CpuBf16Kernel::kAuto)
+    return k;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CpuBf16Kernel expected = CpuBf16Kernel::kAuto;
+    g_kernel.compare_exchange_strong(expected, resolve_auto());
+  });
+  return g_kernel.load();
+}
+
+const char* cpu_bf16_kernel_name(CpuBf16Kernel k) {
+  switch (k) {
+    case CpuBf16Kernel::kAuto: return "auto";
+    case CpuBf16Kernel::kPortable: return "portable";
+    case CpuBf16Kernel::kFma: return "fma";
+    case CpuBf16Kernel::kDot: return "dot";
+    case CpuBf16Kernel::kAmx: return "amx";
+  }
+  return "?";
+}
+
+CpuBf16Kernel parse_cpu_bf16_kernel(std::string_view name) {
+  for (CpuBf16Kernel k : {CpuBf16Kernel::kAuto, CpuBf16Kernel::kPortable, CpuBf16Kernel::kFma, CpuBf16Kernel::kDot,
+                          CpuBf16Kernel::kAmx})
+    if (name == cpu_bf16_kernel_name(k))
+      return k;
+  UPD_CHECK(false) << "unknown cpu bf16 kernel '" << std::string(name) << "' (auto, portable, fma, dot or amx)";
+  return CpuBf16Kernel::kAuto;
+}
+
+}  // namespace updraft::ops

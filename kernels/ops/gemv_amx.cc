@@ -1,0 +1,195 @@
+// AMX BF16 linear kernel: the weights are the A tiles (16 weight rows x 32 k, loaded straight
+// from the row-major [N, K] matrix with its row stride), the activations the B tile (16 k-pairs
+// x 16 token rows, packed once per call in the VNNI pair layout), and each TDPBF16PS adds a
+// 16 x 16 block of y^T. A TDPBF16PS costs the same whether 1 or 16 token columns are live, so
+// verifying up to 16 rows streams each weight once at the cost of a decode step, with no
+// weight repacking and no horizontal sums. Token rows beyond T are zero columns of the B tile;
+// a column's sums depend only on its own activations, so every row of y is computed by the same
+// instructions in the same order whatever T is.
+// Compiled with -mamx-tile -mamx-bf16 -mavx512bf16; only called when cpu_has_amx_bf16().
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cpuid.h>
+#include <cstring>
+#include <vector>
+
+#include "kernels/ops/gemv_cpu.h"
+
+namespace updraft::ops::cpu {
+namespace {
+
+constexpr int kTile = 16;                         // rows of every tile; B and C columns
+constexpr int64_t kStepElems = kTile * 2 * kTile;  // bf16 values in one packed B tile (1 KiB)
+constexpr int64_t kPrefetchSteps = 4;
+
+// ldtilecfg's 64-byte operand: palette 1, tiles 0-3 accumulate (C), 4 holds x (B), 5-7 the
+// weights (A); every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void configure_tiles() {
+  thread_local bool configured = false;
+  if (configured)
+    return;
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = kTile;
+  }
+  _tile_loadconfig(&cfg);
+  configured = true;
+}
+
+bool os_grants_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
+    return false;
+  const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u;
+  if (!tile || !bf16 || !cpu_has_avx512_bf16())
+    return false;
+  // Linux makes a process ask for the 8 KiB tile state before its first tile instruction.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// A 16 x 16 f32 block of y^T (weight rows n.., token columns t0..), stored from a C tile into
+// tmp, into y. (The tile intrinsics take their tile numbers as literals, hence the macro below.)
+void scatter_block(const float* tmp, float* y, int64_t ldy, int64_t n, int64_t rows, int64_t t0, int64_t cols) {
+  for (int64_t t = 0; t < cols; ++t)
+    for (int64_t m = 0; m < rows; ++m)
+      y[(t0 + t) * ldy + n + m] = tmp[m * kTile + t];
+}
+
+#define UPD_STORE_BLOCK(C, n, rows)                 \
+  do {                                              \
+    _tile_stored(C, tmp, 64);                       \
+    scatter_block(tmp, y, ldy, n, rows, t0, cols);  \
+  } while (0)
+
+// Where a matrix's A tiles are: block b (weight rows 16b ..), step s (k = 32s ..) starts at
+// base + (b - first_block) * block + s * step, its 16 rows row_bytes apart: for row-major
+// [N, K], block 16K, step 32, row_bytes 2K. (A tile-packed copy, every tile one contiguous
+// KiB, measured only 7% faster on the built-in policy, not worth a second copy of the weights.)
+// first_block: the block index of base (a padded copy of a matrix's last rows starts there).
+struct TileSource {
+  const uint16_t* base;
+  int64_t block, step, row_bytes, first_block = 0;
+};
+
+// NB blocks of 16 weight rows (the panel starting at block b0) against token chunk `chunk` of
+// xp, accumulated in C tiles 0..NB-1; A tiles rotate through 5, 6, 7.
+template <int NB>
+void blocks(const uint16_t* xp, int64_t chunk, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
+            int64_t rows_in_last, int64_t t0, int64_t cols) {
+  const int64_t steps = K / 32;
+  const uint16_t* xs = xp + chunk * steps * kStepElems;
+  const uint16_t* a0 = w.base + (b0 - w.first_block) * w.block;
+  // The next panel (contiguous after this one in either layout), a slice per step, into L2.
+  const char* pf = reinterpret_cast<const char*>(a0 + NB * w.block);
+  _tile_zero(0);
+  if constexpr (NB > 1) _tile_zero(1);
+  if constexpr (NB > 2) _tile_zero(2);
+  if constexpr (NB > 3) _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 16
+    for (int r = 0; r < kTile * NB; ++r)
+      _mm_prefetch(pf + (s * kTile * NB + r) * 64, _MM_HINT_T1);
+    const uint16_t* a = a0 + s * w.step;
+    _tile_loadd(4, xs + s * kStepElems, 64);
+    _tile_loadd(5, a, w.row_bytes);
+    _tile_dpbf16ps(0, 5, 4);
+    if constexpr (NB > 1) {
+      _tile_loadd(6, a + w.block, w.row_bytes);
+      _tile_dpbf16ps(1, 6, 4);
+    }
+    if constexpr (NB > 2) {
+      _tile_loadd(7, a + 2 * w.block, w.row_bytes);
+      _tile_dpbf16ps(2, 7, 4);
+    }
+    if constexpr (NB > 3) {
+      _tile_loadd(5, a + 3 * w.block, w.row_bytes);
+      _tile_dpbf16ps(3, 5, 4);
+    }
+  }
+  const int64_t n = b0 * kTile;
+  const auto rows = [&](int b) { return b == NB - 1 ? rows_in_last : int64_t{kTile}; };
+  alignas(64) float tmp[kTile * kTile];
+  UPD_STORE_BLOCK(0, n, rows(0));
+  if constexpr (NB > 1) UPD_STORE_BLOCK(1, n + 16, rows(1));
+  if constexpr (NB > 2) UPD_STORE_BLOCK(2, n + 32, rows(2));
+  if constexpr (NB > 3) UPD_STORE_BLOCK(3, n + 48, rows(3));
+}
+
+// Every token chunk against the panel (kept in L1/L2 across the chunks).
+template <int NB>
+void panel(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
+           int64_t rows_in_last) {
+  for (int64_t c = 0; c * kTile < T; ++c)
+    blocks<NB>(xp, c, K, w, b0, y, ldy, rows_in_last, c * kTile, std::min<int64_t>(kTile, T - c * kTile));
+}
+
+// Blocks [b_begin, b_end) in panels of 4; the last block holds rows_in_last rows.
+void panels(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b_begin, int64_t b_end, float* y,
+            int64_t ldy, int64_t rows_in_last) {
+  int64_t b = b_begin;
+  for (; b + 4 <= b_end; b += 4)
+    panel<4>(xp, T, K, w, b, y, ldy, b + 4 == b_end ? rows_in_last : kTile);
+  switch (b_end - b) {
+    case 3: panel<3>(xp, T, K, w, b, y, ldy, rows_in_last); break;
+    case 2: panel<2>(xp, T, K, w, b, y, ldy, rows_in_last); break;
+    case 1: panel<1>(xp, T, K, w, b, y, ldy, rows_in_last); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+bool cpu_has_amx_bf16() {
+  static const bool granted = os_grants_amx();
+  return granted;
+}
+
+void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp) {
+  const int64_t steps = K / 32, chunks = (T + kTile - 1) / kTile;
+  std::memset(xp, 0, static_cast<size_t>(chunks * steps * kStepElems) * sizeof(uint16_t));
+  auto* dst = reinterpret_cast<uint32_t*>(xp);  // one bf16 pair (k, k + 1) per 32 bits
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = x + t * K;
+    uint32_t* base = dst + (t / kTile) * steps * (kStepElems / 2) + t % kTile;
+    for (int64_t s = 0; s < steps; ++s) {
+      alignas(64) uint32_t pairs[kTile];
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + s * 32 + 16), _mm512_loadu_ps(src + s * 32));
+      _mm512_store_si512(pairs, (__m512i)v);
+      for (int r = 0; r < kTile; ++r)
+        base[s * (kStepElems / 2) + r * kTile] = pairs[r];
+    }
+  }
+}
+
+void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
+                   float* y, int64_t ldy) {
+  configure_tiles();
+  const TileSource src{w, kTile * K, 32, 2 * K};
+  const int64_t full_end = n_begin + (n_end - n_begin) / kTile * kTile;
+  panels(xp, T, K, src, n_begin / kTile, full_end / kTile, y, ldy, kTile);
+  if (full_end < n_end) {
+    // The last rows (fewer than 16, only at the end of the matrix): a zero-padded copy, so that
+    // no tile load reads past the weights.
+    const int64_t rows = n_end - full_end;
+    thread_local std::vector<uint16_t> pad;
+    pad.assign(static_cast<size_t>(kTile * K), 0);
+    std::memcpy(pad.data(), w + full_end * K, static_cast<size_t>(rows * K) * sizeof(uint16_t));
+    const TileSource tail{pad.data(), kTile * K, 32, 2 * K, full_end / kTile};
+    panels(xp, T, K, tail, full_end / kTile, full_end / kTile + 1, y, ldy, rows);
+  }
+}
+
+}  // namespace updraft::ops::cpu
