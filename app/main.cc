@@ -17,6 +17,7 @@
 #include "app/train_cmd.h"
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
+#include "kernels/ops/gemm.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "messaging/buffer_main.h"
 #include "messaging/curve_keys.h"
@@ -31,6 +32,13 @@ int run_info() {
   std::printf("updraft %s\n", UPDRAFT_VERSION);
   std::printf("  CPU threads        : %d\n", omp_get_max_threads());
   std::printf("  CPU AVX-512 kernels: %s\n", updraft::ops::cpu::cpu_has_avx512() ? "yes" : "no (portable path)");
+  std::string kernels;
+  for (auto k : {updraft::ops::CpuBf16Kernel::kFma, updraft::ops::CpuBf16Kernel::kDot, updraft::ops::CpuBf16Kernel::kAmx,
+                 updraft::ops::CpuBf16Kernel::kPortable})
+    if (updraft::ops::cpu_bf16_kernel_available(k))
+      kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
+  std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
+              updraft::ops::cpu_bf16_kernel_name(updraft::ops::cpu_bf16_kernel()));
   std::printf("  CUDA backend built : %s\n", updraft::cuda_compiled() ? "yes" : "no");
   std::printf("  CUDA device usable : %s\n", updraft::cuda_available() ? "yes" : "no");
   return 0;
@@ -49,6 +57,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("updraft ") + UPDRAFT_VERSION);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
+  std::string cpu_kernel = "auto";
+  app.add_option("--cpu-kernel", cpu_kernel,
+                 "CPU kernel for bf16 matmuls: auto (fma or dot, by this core's measured rates), fma, dot, amx "
+                 "(AMX tiles: faster from a few rows per step on, slower for one; see docs/benchmarks.md), portable")
+      ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
+      ->capture_default_str();
   app.require_subcommand(1);
   app.set_config("--config", "",
                  "YAML file of option values, one section per command (configs/ has examples); "
@@ -141,6 +155,10 @@ int main(int argc, char** argv) {
 
   try {
     updraft::setup_logging(log_level);
+    const updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
+    if (!updraft::ops::cpu_bf16_kernel_available(kernel))
+      throw updraft::Error("--cpu-kernel " + cpu_kernel + ": this CPU does not have it (`updraft info` lists what it has)");
+    updraft::ops::set_cpu_bf16_kernel(kernel);
     if (info->parsed())
       return run_info();
     if (config_check->parsed())

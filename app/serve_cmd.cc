@@ -15,6 +15,7 @@
 #include "kernels/core/error.h"
 #include "kernels/core/stop_signals.h"
 #include "kernels/io/weight_version.h"
+#include "kernels/ops/gemm.h"
 #include "messaging/curve_keys.h"
 #include "messaging/metrics.h"
 #include "messaging/weight_link.h"
@@ -145,9 +146,11 @@ int run_serve(const ServeArgs& a) {
   if (fs::exists(fs::path(model) / "tokenizer.json"))
     tok = std::make_shared<const Tokenizer>(Tokenizer::load(model));
   const auto& c = policy->config();
-  spdlog::info("serve: policy v{} {} ({} layers, hidden {}, vocab {}), drafter {} in {:.2f} s", pv, model, c.num_layers,
-               c.hidden_size, c.vocab_size, draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  spdlog::info("serve: policy v{} {} ({} layers, hidden {}, vocab {}), drafter {} in {:.2f} s; cpu bf16 kernel {}", pv,
+               model, c.num_layers, c.hidden_size, c.vocab_size,
+               draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
 
   WorkerOptions wo;
   wo.id = a.worker_id;

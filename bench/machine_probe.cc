@@ -42,12 +42,10 @@ double fma_loop_generic(long iters) {
   return s;
 }
 
-MachineLimits probe_machine(size_t buffer_bytes) {
-  MachineLimits m;
-  m.threads = omp_get_max_threads();
-  m.avx512 = ops::cpu::cpu_has_avx512();
-  const size_t n = buffer_bytes / sizeof(float);
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+double probe_read_gbps(size_t bytes) {
+  const bool avx512 = ops::cpu::cpu_has_avx512();
+  const size_t n = bytes / sizeof(float);
+  float* buf = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i)
     buf[i] = 1.0f;  // first touch by the thread that reads it
@@ -62,7 +60,7 @@ MachineLimits probe_machine(size_t buffer_bytes) {
       // under-reports what the memory system delivers.
       const size_t part = (n / nt) / 8 / 16 * 16;
       const float* p = buf + part * 8 * static_cast<size_t>(t);
-      if (m.avx512) {
+      if (avx512) {
         sink += read_sum8_avx512(p, part, part);
       } else {
         for (size_t s = 0; s < 8; ++s)
@@ -71,11 +69,31 @@ MachineLimits probe_machine(size_t buffer_bytes) {
     }
     best = std::min(best, now() - t0);
   }
-  m.read_gbps = static_cast<double>(n * sizeof(float)) / best / 1e9;
   std::free(buf);
+  if (sink == 42.0)
+    std::abort();  // keep the loop alive
+  return static_cast<double>(n * sizeof(float)) / best / 1e9;
+}
+
+double bf16_peak_gflops(const MachineLimits& m, ops::CpuBf16Kernel kernel) {
+  switch (kernel) {
+    case ops::CpuBf16Kernel::kDot:
+      return ops::cpu::probe_dpbf16_rate() * 64.0 * m.threads / 1e9;  // 32 products, summed
+    case ops::CpuBf16Kernel::kAmx:
+      return ops::cpu::probe_amx_rate() * 16384.0 * m.threads / 1e9;  // 16 x 16 x 32 products
+    default:
+      return m.fma_gflops;
+  }
+}
+
+MachineLimits probe_machine(size_t buffer_bytes) {
+  MachineLimits m;
+  m.threads = omp_get_max_threads();
+  m.avx512 = ops::cpu::cpu_has_avx512();
+  m.read_gbps = probe_read_gbps(buffer_bytes);
+  double best = 1e30, sink = 0;
 
   const long iters = 20'000'000;
-  best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const double t0 = now();
 #pragma omp parallel reduction(+ : sink)

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "kernels/ops/gemm.h"
+
 namespace updraft::bench {
 
 struct MachineLimits {
@@ -15,6 +17,14 @@ struct MachineLimits {
 };
 
 MachineLimits probe_machine(size_t buffer_bytes = size_t{1} << 30);
+
+// Read bandwidth (GB/s, all threads, best of 5 passes) over a buffer of `bytes`: memory's when it
+// exceeds the caches, the last-level cache's when it fits (as a model's weights read every step).
+double probe_read_gbps(size_t bytes);
+
+// The process's bf16 kernel's compute peak (GFLOP/s, all threads): kFma and kPortable the f32
+// FMA peak, kDot and kAmx their instructions' measured issue rates.
+double bf16_peak_gflops(const MachineLimits& m, ops::CpuBf16Kernel kernel);
 
 // Kernels used by the probe; the AVX-512 ones live in machine_probe_avx512.cc.
 double read_sum_avx512(const float* p, size_t n);

@@ -28,6 +28,7 @@
 
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
+#include "bench/round_anatomy.h"
 #include "drafter/random_draft.h"
 #include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
@@ -116,63 +117,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Round anatomy at batch 1 after `ctx` tokens of context: one policy forward of T causal rows
-// with every row's logits and aux states (what verifying T - 1 drafts computes), and one drafter
-// step (top_k fed-back rows and their draft logits); each the median of `reps` timings.
-double policy_forward_s(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
-  KvCache cache(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16);
-  SeqKv kv;
-  UPD_CHECK(cache.reserve(kv, ctx + T)) << "spec_bench: KV cache too small for the anatomy";
-  std::vector<SeqStep> pre(1);
-  pre[0].kv = &kv;
-  for (int64_t i = 0; i < ctx; ++i)
-    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
-  pre[0].logit_rows = {static_cast<int32_t>(ctx - 1)};
-  m.forward(cache, pre);
-  ForwardOptions fo;
-  fo.aux = T > 1;
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<SeqStep> st(1);
-    st[0].kv = &kv;
-    for (int64_t i = 0; i < T; ++i) {
-      st[0].tokens.push_back(static_cast<int32_t>((i * 11 + 5) % m.config().vocab_size));
-      st[0].logit_rows.push_back(static_cast<int32_t>(i));
-    }
-    const double t0 = now_s();
-    m.forward(cache, st, fo);
-    t.push_back(now_s() - t0);
-    cache.truncate(kv, ctx);
-  }
-  return median(t);
-}
-
-double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps) {
-  const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
-  KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
-  SeqKv kv;
-  UPD_CHECK(cache.reserve(kv, ctx + rows)) << "spec_bench: draft KV cache too small for the anatomy";
-  std::vector<SeqStep> pre(1);
-  pre[0].kv = &kv;
-  for (int64_t i = 0; i < ctx; ++i)
-    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
-  d.forward(cache, pre, Tensor::zeros({ctx, A * H}, m.act_dtype()));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<SeqStep> st(1);
-    st[0].kv = &kv;
-    for (int64_t i = 0; i < rows; ++i) {
-      st[0].tokens.push_back(static_cast<int32_t>(5 + i));
-      st[0].logit_rows.push_back(static_cast<int32_t>(i));
-    }
-    const Tensor fed = Tensor::zeros({rows, H}, m.act_dtype());
-    const double t0 = now_s();
-    d.forward(cache, st, fed);
-    t.push_back(now_s() - t0);
-    cache.truncate(kv, ctx);
-  }
-  return median(t);
-}
 
 }  // namespace
 
@@ -316,22 +260,13 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (B == 1) {  // what a round costs in plain steps, and the ratio that predicts at each tau
-      const int64_t ctx = 64;
-      const int areps = quick ? 10 : 40;
-      const double p1 = policy_forward_s(model, ctx, 1, areps);
-      std::printf("\nround anatomy at batch 1, context %ld (median of %d): plain step %.3f ms\n", ctx, areps, 1e3 * p1);
+      std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k) {
-        const SpecSettings& s = settings[k].second;
-        const double v = policy_forward_s(model, ctx, s.draft_tokens, areps);
-        const double d = draft_step_s(draft, model, ctx, s.top_k, areps);
-        const double round = (v + static_cast<double>(s.steps) * d) / p1;
-        std::printf(
-            "  %-18s verify %2ld rows %.3f ms (%.2f plain steps) + %ld draft steps of %.3f ms (%.2f each) = %.2f "
-            "plain steps per round; at the measured tau %.2f that predicts %.2fx\n",
-            settings[k].first.c_str(), s.draft_tokens, 1e3 * v, v / p1, s.steps, 1e3 * d, d / p1, round, spec[k].spec.tau(),
-            spec[k].spec.tau() / round);
+        const SpecStats& st = spec[k].spec;
+        rows.push_back({settings[k].first, settings[k].second, st.tau(),
+                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds)});
       }
-      std::printf("\n");
+      bench::print_round_anatomy(model, draft, rows, m, 64, quick ? 10 : 40);
     }
   }
   if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side

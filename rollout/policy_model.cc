@@ -1,6 +1,7 @@
 #include "rollout/policy_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -90,7 +91,56 @@ void PolicyModel::check_aux_layers(const std::vector<int64_t>& layers) const {
         << layers[i] << " at position " << i;
 }
 
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs f, adding its wall time to *bucket when profiling.
+template <typename F>
+void timed(ForwardProfile* prof, double ForwardProfile::*bucket, F&& f) {
+  if (prof == nullptr) {
+    f();
+    return;
+  }
+  const double t0 = seconds_now();
+  f();
+  prof->*bucket += seconds_now() - t0;
+}
+
+}  // namespace
+
+// The activations of one forward, reused by every layer.
+struct PolicyModel::LayerScratch {
+  Tensor x, h, h2, q, k, v, attn, gate, up, pos;
+};
+
+void PolicyModel::layer_forward(int64_t l, KvCache& cache, const nn::PagedBatch& pb, LayerScratch& s,
+                                ForwardProfile* prof) const {
+  const int64_t T = pb.T, NH = cfg_.num_heads, HD = cfg_.head_dim;
+  const nn::HeadShape hs{NH, cfg_.num_kv_heads, HD, cfg_.rms_norm_eps};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const nn::DecoderLayerWeights& L = layers_[l];
+  const ops::PagedKv kv = cache.layer(l);
+  ops::rms_norm(s.x, L.input_norm, cfg_.rms_norm_eps, s.h);
+  timed(prof, &ForwardProfile::matmul_s, [&] { nn::project_qkv(s.h, L.attn, hs, s.pos, inv_freq_, s.q, s.k, s.v); });
+  timed(prof, &ForwardProfile::attention_s, [&] {
+    ops::copy_rows(s.k, pb.src_rows, kv.k_cache, pb.dst_slots);
+    ops::copy_rows(s.v, pb.src_rows, kv.v_cache, pb.dst_slots);
+    ops::paged_attention(s.q, kv, pb.block_table, pb.kv_len, pb.q_start, pb.tree_mask, scale, s.attn, pb.mask_len);
+  });
+  timed(prof, &ForwardProfile::matmul_s, [&] {
+    ops::linear(s.attn.reshape({T, NH * HD}), L.attn.o, L.attn.o_bias.defined() ? &L.attn.o_bias : nullptr, s.h2);
+  });
+  ops::add(s.x, s.h2, s.x);
+  ops::rms_norm(s.x, L.post_attention_norm, cfg_.rms_norm_eps, s.h);
+  timed(prof, &ForwardProfile::matmul_s, [&] { nn::gated_mlp(s.h, L.mlp, s.gate, s.up, s.h2); });
+  ops::add(s.x, s.h2, s.x);
+}
+
 ForwardOut PolicyModel::forward(KvCache& cache, std::vector<SeqStep>& seqs, const ForwardOptions& opts) const {
+  const double t_start = opts.profile != nullptr ? seconds_now() : 0;
   const int64_t H = cfg_.hidden_size, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads, HD = cfg_.head_dim;
   UPD_CHECK(cache.shape().layers == cfg_.num_layers && cache.shape().kv_heads == NKV && cache.shape().head_dim == HD &&
             cache.shape().dtype == act_ && cache.shape().device == device_)
@@ -102,13 +152,18 @@ ForwardOut PolicyModel::forward(KvCache& cache, std::vector<SeqStep>& seqs, cons
   // ---- the layers ----
   ForwardOut out;
   const Device d = device_;
-  Tensor x = Tensor::empty({T, H}, act_, d), h = Tensor::empty({T, H}, act_, d), h2 = Tensor::empty({T, H}, act_, d);
-  Tensor q = Tensor::empty({T, NH, HD}, act_, d), k = Tensor::empty({T, NKV, HD}, act_, d),
-         v = Tensor::empty({T, NKV, HD}, act_, d), attn = Tensor::empty({T, NH, HD}, act_, d);
-  Tensor gate = Tensor::empty({T, cfg_.intermediate_size}, act_, d),
-         up = Tensor::empty({T, cfg_.intermediate_size}, act_, d);
-  Tensor pos = i32_on(pb.positions, d);
-  ops::embedding(i32_on(pb.ids, d), embed_, x);
+  LayerScratch s;
+  s.x = Tensor::empty({T, H}, act_, d);
+  s.h = Tensor::empty({T, H}, act_, d);
+  s.h2 = Tensor::empty({T, H}, act_, d);
+  s.q = Tensor::empty({T, NH, HD}, act_, d);
+  s.k = Tensor::empty({T, NKV, HD}, act_, d);
+  s.v = Tensor::empty({T, NKV, HD}, act_, d);
+  s.attn = Tensor::empty({T, NH, HD}, act_, d);
+  s.gate = Tensor::empty({T, cfg_.intermediate_size}, act_, d);
+  s.up = Tensor::empty({T, cfg_.intermediate_size}, act_, d);
+  s.pos = i32_on(pb.positions, d);
+  ops::embedding(i32_on(pb.ids, d), embed_, s.x);
   const std::vector<int64_t>& aux_layers = opts.aux_layers.empty() ? aux_layers_ : opts.aux_layers;
   if (!opts.aux_layers.empty())
     check_aux_layers(opts.aux_layers);
@@ -117,8 +172,6 @@ ForwardOut PolicyModel::forward(KvCache& cache, std::vector<SeqStep>& seqs, cons
     UPD_CHECK(A > 0) << "policy forward: aux capture asked but no aux layers are set";
     out.aux = Tensor::empty({T, A, H}, act_, d);
   }
-  const nn::HeadShape hs{NH, NKV, HD, cfg_.rms_norm_eps};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     if (opts.aux)
       for (int64_t a = 0; a < A; ++a)
@@ -126,32 +179,25 @@ ForwardOut PolicyModel::forward(KvCache& cache, std::vector<SeqStep>& seqs, cons
           std::vector<int32_t> dst(static_cast<size_t>(T));
           for (int64_t t = 0; t < T; ++t)
             dst[t] = static_cast<int32_t>(t * A + a);
-          ops::copy_rows(x, pb.src_rows, out.aux.reshape({T * A, H}), Tensor::from_i32(dst, {T}));
+          ops::copy_rows(s.x, pb.src_rows, out.aux.reshape({T * A, H}), Tensor::from_i32(dst, {T}));
         }
-    const nn::DecoderLayerWeights& L = layers_[l];
-    const ops::PagedKv kv = cache.layer(l);
-    ops::rms_norm(x, L.input_norm, cfg_.rms_norm_eps, h);
-    nn::project_qkv(h, L.attn, hs, pos, inv_freq_, q, k, v);
-    ops::copy_rows(k, pb.src_rows, kv.k_cache, pb.dst_slots);
-    ops::copy_rows(v, pb.src_rows, kv.v_cache, pb.dst_slots);
-    ops::paged_attention(q, kv, pb.block_table, pb.kv_len, pb.q_start, pb.tree_mask, scale, attn, pb.mask_len);
-    ops::linear(attn.reshape({T, NH * HD}), L.attn.o, L.attn.o_bias.defined() ? &L.attn.o_bias : nullptr, h2);
-    ops::add(x, h2, x);
-    ops::rms_norm(x, L.post_attention_norm, cfg_.rms_norm_eps, h);
-    nn::gated_mlp(h, L.mlp, gate, up, h2);
-    ops::add(x, h2, x);
+    layer_forward(l, cache, pb, s, opts.profile);
   }
   nn::PagedBatch::advance(seqs);
 
   // ---- outputs at the asked rows ----
   if (R > 0) {
     Tensor xr = Tensor::empty({R, H}, act_, d);
-    ops::copy_rows(x, pb.logit_rows, xr, pb.out_rows);
+    ops::copy_rows(s.x, pb.logit_rows, xr, pb.out_rows);
     ops::rms_norm(xr, final_norm_, cfg_.rms_norm_eps, xr);
     out.logits = Tensor::empty({R, cfg_.vocab_size}, DType::F32, d);
-    ops::linear(xr, lm_head_, nullptr, out.logits);
+    timed(opts.profile, &ForwardProfile::matmul_s, [&] { ops::linear(xr, lm_head_, nullptr, out.logits); });
     if (opts.hidden)
       out.hidden = xr;
+  }
+  if (opts.profile != nullptr) {
+    opts.profile->total_s += seconds_now() - t_start;
+    ++opts.profile->forwards;
   }
   return out;
 }

@@ -27,10 +27,20 @@
 
 namespace updraft {
 
+// Seconds a forward spends per part, added to when ForwardOptions::profile is set (the
+// benchmarks' round anatomy; each part timed around its ops, their thread teams included).
+struct ForwardProfile {
+  double matmul_s = 0;     // q/k/v/o projections with RoPE, the MLP with SiLU, the LM head
+  double attention_s = 0;  // KV-cache writes and paged attention
+  double total_s = 0;      // the whole forward; the rest is embedding, norms, residuals, copies
+  int64_t forwards = 0;
+};
+
 struct ForwardOptions {
   bool aux = false;                 // capture aux hidden states of every new token
   bool hidden = false;              // return the final normed hidden state at the logit rows
   std::vector<int64_t> aux_layers;  // which (HF hidden_states indices); empty: the model's
+  ForwardProfile* profile = nullptr;
 };
 
 struct ForwardOut {
@@ -70,6 +80,10 @@ class PolicyModel {
   ForwardOut forward(KvCache& cache, std::vector<SeqStep>& seqs, const ForwardOptions& opts = {}) const;
 
  private:
+  struct LayerScratch;
+  void layer_forward(int64_t l, KvCache& cache, const nn::PagedBatch& pb, LayerScratch& s,
+                     ForwardProfile* prof) const;
+
   PolicyConfig cfg_;
   Device device_ = Device::CPU;
   DType act_ = DType::F32;

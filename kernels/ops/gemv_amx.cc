@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cpuid.h>
 #include <cstring>
 #include <vector>
@@ -190,6 +191,29 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
     const TileSource tail{pad.data(), kTile * K, 32, 2 * K, full_end / kTile};
     panels(xp, T, K, tail, full_end / kTile, full_end / kTile + 1, y, ldy, rows);
   }
+}
+
+double probe_amx_rate() {
+  // Four independent accumulators over the same operands (zeros: the rate does not depend on
+  // the values); the best of 3.
+  configure_tiles();
+  constexpr long kIters = 20000;
+  double best = 0;
+  _tile_zero(4);
+  _tile_zero(5);
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    for (long i = 0; i < kIters; ++i) {
+      _tile_dpbf16ps(0, 5, 4);
+      _tile_dpbf16ps(1, 5, 4);
+      _tile_dpbf16ps(2, 5, 4);
+      _tile_dpbf16ps(3, 5, 4);
+    }
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+    best = std::max(best, 4.0 * kIters / dt);
+  }
+  return best;
 }
 
 }  // namespace updraft::ops::cpu

@@ -66,5 +66,6 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
 // second (register-resident chains; a few hundred microseconds each).
 double probe_dpbf16_rate();
 double probe_fma_rate();
+double probe_amx_rate();  // TDPBF16PS per second (16 x 16 x 32 products each); needs AMX
 
 }  // namespace updraft::ops::cpu

@@ -231,9 +231,11 @@ TEST(Gemv, KernelChoiceIsByNameAndRefusesWhatTheCpuLacks) {
   ops::set_cpu_bf16_kernel(ops::CpuBf16Kernel::kAuto);
   EXPECT_NE(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kAuto);
   EXPECT_NE(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kAmx) << "AMX is chosen only by name";
-  for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx})
-    if (!ops::cpu_bf16_kernel_available(kernel))
+  for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+    if (!ops::cpu_bf16_kernel_available(kernel)) {
       EXPECT_THROW(ops::set_cpu_bf16_kernel(kernel), CheckFailure) << ops::cpu_bf16_kernel_name(kernel);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,141 @@
+#include "bench/round_anatomy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "kernels/core/error.h"
+#include "kernels/ops/gemm.h"
+
+namespace updraft::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median forward of T rows (every row's logits, aux states when T > 1) and the profile of
+// that median forward.
+struct Timed {
+  double seconds = 0;
+  ForwardProfile parts;
+};
+
+Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
+  KvCache cache(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16);
+  SeqKv kv;
+  UPD_CHECK(cache.reserve(kv, ctx + T)) << "round anatomy: KV cache too small";
+  std::vector<SeqStep> pre(1);
+  pre[0].kv = &kv;
+  for (int64_t i = 0; i < ctx; ++i)
+    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  pre[0].logit_rows = {static_cast<int32_t>(ctx - 1)};
+  m.forward(cache, pre);
+  std::vector<Timed> runs;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<SeqStep> st(1);
+    st[0].kv = &kv;
+    for (int64_t i = 0; i < T; ++i) {
+      st[0].tokens.push_back(static_cast<int32_t>((i * 11 + 5) % m.config().vocab_size));
+      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    ForwardOptions fo;
+    fo.aux = T > 1;
+    Timed t;
+    fo.profile = &t.parts;
+    const double t0 = now_s();
+    m.forward(cache, st, fo);
+    t.seconds = now_s() - t0;
+    runs.push_back(t);
+    cache.truncate(kv, ctx);
+  }
+  std::sort(runs.begin(), runs.end(), [](const Timed& a, const Timed& b) { return a.seconds < b.seconds; });
+  return runs[runs.size() / 2];
+}
+
+double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps) {
+  const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
+  KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
+  SeqKv kv;
+  UPD_CHECK(cache.reserve(kv, ctx + rows)) << "round anatomy: draft KV cache too small";
+  std::vector<SeqStep> pre(1);
+  pre[0].kv = &kv;
+  for (int64_t i = 0; i < ctx; ++i)
+    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  d.forward(cache, pre, Tensor::zeros({ctx, A * H}, m.act_dtype()));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<SeqStep> st(1);
+    st[0].kv = &kv;
+    for (int64_t i = 0; i < rows; ++i) {
+      st[0].tokens.push_back(static_cast<int32_t>(5 + i));
+      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    const Tensor fed = Tensor::zeros({rows, H}, m.act_dtype());
+    const double t0 = now_s();
+    d.forward(cache, st, fed);
+    t.push_back(now_s() - t0);
+    cache.truncate(kv, ctx);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Multiply-adds per row of the policy's matmuls (projections, MLP, LM head).
+double matmul_params(const PolicyConfig& c) {
+  const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double q = H * static_cast<double>(c.num_heads * c.head_dim);
+  const double kv = H * static_cast<double>(c.num_kv_heads * c.head_dim);
+  return static_cast<double>(c.num_layers) * (2 * q + 2 * kv + 3 * H * I) + H * static_cast<double>(c.vocab_size);
+}
+
+struct Bound {
+  double seconds;
+  const char* by;
+};
+
+Bound matmul_bound(const PolicyModel& m, int64_t T, double read_gbps, double peak_gflops) {
+  const double params = matmul_params(m.config());
+  const double bytes = params * static_cast<double>(dtype_size(m.lm_head().dtype()));
+  const double by_bytes = bytes / (read_gbps * 1e9);
+  const double by_flops = 2.0 * params * static_cast<double>(T) / (peak_gflops * 1e9);
+  return by_bytes >= by_flops ? Bound{by_bytes, "bytes"} : Bound{by_flops, "flops"};
+}
+
+void print_forward(const char* what, const Timed& f, const Bound& b, double plain_s) {
+  std::printf("%s %.3f ms (%.2f plain steps): matmuls %.3f ms (their bound %.3f ms by %s: %.0f%%), attention "
+              "%.3f ms, the rest %.3f ms\n",
+              what, 1e3 * f.seconds, f.seconds / plain_s, 1e3 * f.parts.matmul_s, 1e3 * b.seconds, b.by,
+              100.0 * b.seconds / f.parts.matmul_s, 1e3 * f.parts.attention_s,
+              1e3 * (f.parts.total_s - f.parts.matmul_s - f.parts.attention_s));
+}
+
+}  // namespace
+
+void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, const std::vector<AnatomySetting>& rows,
+                         const MachineLimits& machine, int64_t ctx, int reps) {
+  const double wbytes = matmul_params(policy.config()) * static_cast<double>(dtype_size(policy.lm_head().dtype()));
+  const double bw = probe_read_gbps(static_cast<size_t>(wbytes));
+  const double peak = bf16_peak_gflops(machine, ops::cpu_bf16_kernel());
+  std::printf("\nround anatomy at batch 1, context %ld (median of %d; cpu bf16 kernel %s, bounds at %.1f GB/s read over "
+              "the weights' %.0f MiB and a %.0f GFLOP/s peak):\n",
+              ctx, reps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), bw, wbytes / 1048576.0, peak);
+  const Timed p1 = policy_forward(policy, ctx, 1, reps);
+  print_forward("  plain step", p1, matmul_bound(policy, 1, bw, peak), p1.seconds);
+  for (const AnatomySetting& r : rows) {
+    const SpecSettings& s = r.settings;
+    const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
+    const double d = draft_step_s(draft, policy, ctx, s.top_k, reps);
+    const double round = v.seconds + static_cast<double>(s.steps) * d;
+    char what[96];
+    std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
+    print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak), p1.seconds);
+    std::printf("  %-18s + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps per round; at the measured tau "
+                "%.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)\n",
+                "", s.steps, 1e3 * d, d / p1.seconds, round / p1.seconds, r.tau, r.tau * p1.seconds / round,
+                1e3 * r.engine_round_s, r.engine_round_s / round);
+  }
+  std::printf("\n");
+}
+
+}  // namespace updraft::bench
