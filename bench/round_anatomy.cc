@@ -130,6 +130,14 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
     char what[96];
     std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
     print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak), p1.seconds);
+    const ForwardProfile& ef = r.engine_forwards;
+    if (ef.forwards > 0) {
+      const double n = static_cast<double>(ef.forwards);
+      std::printf("  %-18s   in the engine, the same forward averaged %.3f ms: matmuls %.3f ms, attention %.3f ms, the "
+                  "rest %.3f ms (%ld forwards)\n",
+                  "", 1e3 * ef.total_s / n, 1e3 * ef.matmul_s / n, 1e3 * ef.attention_s / n,
+                  1e3 * (ef.total_s - ef.matmul_s - ef.attention_s) / n, ef.forwards);
+    }
     std::printf("  %-18s + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps per round; at the measured tau "
                 "%.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)\n",
                 "", s.steps, 1e3 * d, d / p1.seconds, round / p1.seconds, r.tau, r.tau * p1.seconds / round,

@@ -23,6 +23,7 @@ struct AnatomySetting {
   SpecSettings settings;
   double tau = 0;             // measured in the engine run
   double engine_round_s = 0;  // that run's seconds per round
+  ForwardProfile engine_forwards;  // that run's policy forwards (all verifications at batch 1)
 };
 
 void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, const std::vector<AnatomySetting>& rows,

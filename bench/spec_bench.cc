@@ -49,8 +49,13 @@ struct Run {
   double capture_seconds = 0;  // in-engine time of the capture work (EngineStats::capture_seconds)
   int64_t tokens = 0;
   SpecStats spec;
+  ForwardProfile forwards;  // the engine's policy forwards after prefill (Engine::decode_forward_parts)
 
   void add(const Run& o) {  // totals of interleaved repeats
+    forwards.matmul_s += o.forwards.matmul_s;
+    forwards.attention_s += o.forwards.attention_s;
+    forwards.total_s += o.forwards.total_s;
+    forwards.forwards += o.forwards.forwards;
     seconds += o.seconds;
     tokens += o.tokens;
     tokens_per_s = static_cast<double>(tokens) / seconds;
@@ -109,6 +114,7 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
   }
   r.tokens = generated;
   r.tokens_per_s = static_cast<double>(generated) / r.seconds;
+  r.forwards = e.decode_forward_parts();
   return r;
 }
 
@@ -264,7 +270,7 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < settings.size(); ++k) {
         const SpecStats& st = spec[k].spec;
         rows.push_back({settings[k].first, settings[k].second, st.tau(),
-                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds)});
+                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards});
       }
       bench::print_round_anatomy(model, draft, rows, m, 64, quick ? 10 : 40);
     }

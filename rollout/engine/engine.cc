@@ -137,6 +137,8 @@ std::vector<GenResult> Engine::step() {
   }
   ro.aux_layers = aux_layers_;
   ro.eos_token_ids = model_->config().eos_token_ids;
+  if (plan.prefill_tokens == 0)
+    ro.profile = &decode_parts_;
   const RunOut run = run_policy(*model_, cache_, plan, ro);
   const std::vector<Committed> committed =
       verify_commit(plan, run, cache_, {model_->config().eos_token_ids, opts_.accept_rule, model_->config().vocab_size},

@@ -114,6 +114,9 @@ class Engine {
   int64_t running() const { return static_cast<int64_t>(scheduler_.running().size()); }
   int64_t waiting() const { return static_cast<int64_t>(scheduler_.waiting().size()); }
   const EngineStats& stats() const { return stats_; }
+  // The parts of the policy forwards of steps without prefill (verification and plain decode),
+  // summed: what the benchmarks' round anatomy compares its standalone forwards with.
+  const ForwardProfile& decode_forward_parts() const { return decode_parts_; }
   const KvCache& cache() const { return cache_; }
   const KvCache* draft_cache() const { return draft_cache_.get(); }
   const DraftModel* drafter() const { return drafter_; }
@@ -161,6 +164,7 @@ class Engine {
   bool admission_open_ = true;
   uint64_t next_id_ = 1, drafter_generation_ = 0;
   EngineStats stats_;
+  ForwardProfile decode_parts_;
 };
 
 }  // namespace updraft

@@ -95,6 +95,7 @@ RunOut run_policy(const PolicyModel& model, KvCache& cache, const StepPlan& plan
     out.at.push_back(r);
   }
   ForwardOptions fopts;
+  fopts.profile = opts.profile;
   fopts.aux = opts.aux;
   if (opts.aux)
     fopts.aux_layers = opts.aux_layers;

@@ -45,6 +45,7 @@ struct RunOptions {
   bool capture = false;  // some entry captures: keep the device log_softmax for the teacher
   std::vector<int64_t> aux_layers;
   std::vector<int32_t> eos_token_ids;  // for min_new_tokens (logit_process.h)
+  ForwardProfile* profile = nullptr;    // the forward's parts are added here when set
 };
 
 RunOut run_policy(const PolicyModel& model, KvCache& cache, const StepPlan& plan, const RunOptions& opts);
