@@ -138,10 +138,12 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
                   "", 1e3 * ef.total_s / n, 1e3 * ef.matmul_s / n, 1e3 * ef.attention_s / n,
                   1e3 * (ef.total_s - ef.matmul_s - ef.attention_s) / n, ef.forwards);
     }
-    std::printf("  %-18s + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps per round; at the measured tau "
-                "%.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)\n",
-                "", s.steps, 1e3 * d, d / p1.seconds, round / p1.seconds, r.tau, r.tau * p1.seconds / round,
-                1e3 * r.engine_round_s, r.engine_round_s / round);
+    std::printf("  %-18s + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps per round", "", s.steps, 1e3 * d,
+                d / p1.seconds, round / p1.seconds);
+    if (r.tau > 0)
+      std::printf("; at the measured tau %.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)",
+                  r.tau, r.tau * p1.seconds / round, 1e3 * r.engine_round_s, r.engine_round_s / round);
+    std::printf("\n");
   }
   std::printf("\n");
 }

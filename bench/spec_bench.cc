@@ -18,7 +18,8 @@
 //
 // usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
 //                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
-//                   [--cpu-kernel auto|portable|fma|dot|amx]
+//                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5]
+// --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -118,6 +119,17 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
   return r;
 }
 
+// "2,3,5" -> {2, 3, 5}.
+std::vector<int64_t> parse_int_list(const std::string& list) {
+  std::vector<int64_t> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    out.push_back(std::stoll(list.substr(at, end - at)));
+    at = end + 1;
+  }
+  return out;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -131,6 +143,7 @@ int main(int argc, char** argv) {
   int64_t tokens = 32, sequences = 0;  // 0: one batch (random model) or 32 (--model)
   int reps = 0;                        // 0: 1 (random model) or 3 (--model)
   std::vector<int64_t> batches = {1, 4, 16, 64};
+  std::vector<int64_t> anatomy_rows;
   std::string draft_dir, model_dir;
   float temperature = 0;
   corpus::Mix mix;
@@ -153,6 +166,8 @@ int main(int argc, char** argv) {
       batches = {std::stoll(argv[++i])};
     else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
       draft_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--anatomy-rows") && i + 1 < argc)
+      anatomy_rows = parse_int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
       ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
@@ -163,16 +178,12 @@ int main(int argc, char** argv) {
       mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
     else if (!std::strcmp(argv[i], "--chains") && i + 1 < argc) {
       settings.clear();
-      std::string list = argv[++i];
-      for (size_t at = 0; at <= list.size();) {
-        const size_t end = std::min(list.find(',', at), list.size());
-        const int64_t d = std::stoll(list.substr(at, end - at));
+      for (int64_t d : parse_int_list(argv[++i])) {
         if (d < 1 || d > 16) {
           std::fprintf(stderr, "spec_bench: chain depths are 1..16, got %ld\n", d);
           return 2;
         }
         settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
-        at = end + 1;
       }
     } else {
       std::fprintf(stderr, "spec_bench: unknown or incomplete option %s\n", argv[i]);
@@ -233,6 +244,13 @@ int main(int argc, char** argv) {
       "temperature %.2f, timed after prefill\n\n",
       model_dir.empty() ? "32-token pseudo-random" : "held-out corpus", sequences,
       ignore_eos ? "exactly" : "up to end of text or", tokens, temperature);
+  if (!anatomy_rows.empty()) {  // verification cost alone, at these row counts (chains)
+    std::vector<bench::AnatomySetting> rows;
+    for (int64_t n : anatomy_rows)
+      rows.push_back({std::to_string(n) + " rows", SpecSettings{n - 1, 1, n}, 0, 0, {}});
+    bench::print_round_anatomy(model, draft, rows, m, 64, quick ? 10 : 40);
+    return 0;
+  }
   std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
               "tau", "roofline", "draft", "verify", "other", "accept per position");
   for (int64_t B : batches) {

@@ -1,6 +1,7 @@
-// CPU paged attention: one work item per (new token, kv head); the query heads that share the
-// kv head are scored together so each key row is read once per item. Softmax in f32.
+// CPU paged attention: work items of (sequence, kv head, up to 8 new rows); the query heads that
+// share the kv head are scored together. Softmax in f32.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -148,6 +149,21 @@ template <int HDc>
   }
 }
 
+// attend_item at the head size's compiled specialisation (the generic loop for other sizes).
+[[gnu::always_inline]] inline void attend_dispatch(int64_t HD, const float* q, int64_t G, const float* const* krows,
+                                                   const float* const* vrows, int64_t nk, float scale, float* scores,
+                                                   float* out) {
+  switch (HD) {
+    case 32: return attend_item<32>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 56: return attend_item<56>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 64: return attend_item<64>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 80: return attend_item<80>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 96: return attend_item<96>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 128: return attend_item<128>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    default: return attend_item<0>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+  }
+}
+
 }  // namespace
 
 // Built twice (AVX-512 and baseline x86-64), chosen at load time by the CPU's features, so
@@ -155,7 +171,7 @@ template <int HDc>
 __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len, const Tensor& q_start,
     const Tensor& tree_mask, const Tensor& mask_len, float scale, Tensor& out) {
-  const int64_t T = q.size(0), NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
+  const int64_t NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
   const int64_t G = NH / NKV, B = block_table.size(0), MAXB = block_table.size(1), BS = kv.block_size;
   const int32_t* qs = q_start.data<int32_t>();
   const int32_t* kl = kv_len.data<int32_t>();
@@ -168,58 +184,55 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
   const float* vp = kv.v_cache.data<float>();
   float* op = out.data<float>();
 
-  std::vector<int32_t> seq_of(static_cast<size_t>(T));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = qs[b]; i < qs[b + 1]; ++i)
-      seq_of[i] = static_cast<int32_t>(b);
+  // Work items: (sequence, kv head, chunk of at most kRowsPerItem of the sequence's new rows); an
+  // item gathers its key and value rows once and attends each of its rows over the visible ones
+  // (a causal row: a prefix of them; a tree row: its ancestors, gathered in key order).
+  constexpr int64_t kRowsPerItem = 8;
+  std::vector<std::array<int64_t, 3>> chunks;  // (sequence, first new row, rows): as even as possible
   int64_t work = 0;
-  for (int64_t b = 0; b < B; ++b)
-    work += (qs[b + 1] - qs[b]) * kl[b];
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = qs[b + 1] - qs[b], parts = (n + kRowsPerItem - 1) / kRowsPerItem;
+    for (int64_t p = 0; p < parts; ++p)
+      chunks.push_back({b, qs[b] + n * p / parts, n * (p + 1) / parts - n * p / parts});
+    work += n * kl[b];
+  }
+  const int64_t items = static_cast<int64_t>(chunks.size()) * NKV;
 
 #pragma omp parallel if (work * NH * HD > (1 << 15))
   {
-    std::vector<const float*> krows, vrows;
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < T * NKV; ++item) {
-      const int64_t i = item / NKV, g = item % NKV, b = seq_of[i];
-      const int64_t n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n), li = i - qs[b];
-      krows.clear();
-      vrows.clear();
+    // Per-thread buffers kept across calls (a forward calls this once per layer).
+    thread_local std::vector<const float*> keys, vals, krows, vrows;
+    thread_local std::vector<float> scores;
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
+      const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
+      keys.resize(static_cast<size_t>(S));
+      vals.resize(static_cast<size_t>(S));
       for (int64_t j = 0; j < S; ++j) {
-        const int64_t lj = j - prefix;
-        const bool vis = lj < 0 || (tm != nullptr ? tm[i * tm_cols + lj] != 0 : lj <= li);
-        if (vis) {
-          const int64_t row = ((static_cast<int64_t>(bt[b * MAXB + j / BS]) * BS + j % BS) * NKV + g) * HD;
-          krows.push_back(kp + row);
-          vrows.push_back(vp + row);
-        }
+        const int64_t row = ((static_cast<int64_t>(bt[b * MAXB + j / BS]) * BS + j % BS) * NKV + g) * HD;
+        keys[j] = kp + row;
+        vals[j] = vp + row;
       }
-      const int64_t nk = static_cast<int64_t>(krows.size());
-      scores.resize(static_cast<size_t>(G * nk + 16));
-      const float* qr = qp + (i * NH + g * G) * HD;
-      float* orow = op + (i * NH + g * G) * HD;
-      switch (HD) {
-        case 32:
-          attend_item<32>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        case 56:
-          attend_item<56>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        case 64:
-          attend_item<64>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        case 80:
-          attend_item<80>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        case 96:
-          attend_item<96>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        case 128:
-          attend_item<128>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
-          break;
-        default:
-          attend_item<0>(qr, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(), orow, HD);
+      for (int64_t i = r0; i < r0 + rows; ++i) {
+        const int64_t li = i - qs[b];
+        const float* const* kr = keys.data();
+        const float* const* vr = vals.data();
+        int64_t nk = std::min(S, prefix + li + 1);
+        if (tm != nullptr) {  // a tree row: the prefix, then its ancestors among the new keys
+          krows.assign(keys.begin(), keys.begin() + prefix);
+          vrows.assign(vals.begin(), vals.begin() + prefix);
+          for (int64_t lj = 0; prefix + lj < S; ++lj)
+            if (tm[i * tm_cols + lj] != 0) {
+              krows.push_back(keys[prefix + lj]);
+              vrows.push_back(vals[prefix + lj]);
+            }
+          kr = krows.data();
+          vr = vrows.data();
+          nk = static_cast<int64_t>(krows.size());
+        }
+        scores.resize(static_cast<size_t>(G * nk + 16));
+        attend_dispatch(HD, qp + (i * NH + g * G) * HD, G, kr, vr, nk, scale, scores.data(), op + (i * NH + g * G) * HD);
       }
     }
   }
