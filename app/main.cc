@@ -59,8 +59,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
   std::string cpu_kernel = "auto";
   app.add_option("--cpu-kernel", cpu_kernel,
-                 "CPU kernel for bf16 matmuls: auto (fma or dot, by this core's measured rates), fma, dot, amx "
-                 "(AMX tiles: faster from a few rows per step on, slower for one; see docs/benchmarks.md), portable")
+                 "CPU kernel for bf16 matmuls: auto (serve: amx where the CPU has it; otherwise dot with AVX512-BF16, "
+                 "else fma with AVX-512), fma, dot, amx (AMX tiles: faster from a few rows per step on, slower for "
+                 "one; see docs/benchmarks.md), portable")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
       ->capture_default_str();
   app.require_subcommand(1);
@@ -155,7 +156,13 @@ int main(int argc, char** argv) {
 
   try {
     updraft::setup_logging(log_level);
-    const updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
+    updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
+    // A serving worker decodes batches (and speculates when it runs one sequence), where AMX
+    // tiles measured 1.3-1.8x the vector kernels from 4 sequences on and even at 1: auto picks
+    // them for `serve` (docs/benchmarks.md, "Verification at the roofline").
+    if (serve->parsed() && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
+        updraft::ops::cpu_bf16_kernel_available(updraft::ops::CpuBf16Kernel::kAmx))
+      kernel = updraft::ops::CpuBf16Kernel::kAmx;
     if (!updraft::ops::cpu_bf16_kernel_available(kernel))
       throw updraft::Error("--cpu-kernel " + cpu_kernel + ": this CPU does not have it (`updraft info` lists what it has)");
     updraft::ops::set_cpu_bf16_kernel(kernel);

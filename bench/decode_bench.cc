@@ -5,6 +5,7 @@
 // fraction of the measured bandwidth; at larger batches the same bytes serve more tokens.
 //
 // usage: decode_bench [--quick] [--steps N] [--batch B (only this batch size)]
+//                     [--cpu-kernel auto|portable|fma|dot|amx]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
+#include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
 
@@ -38,6 +40,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick"))
       quick = true;
+    else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
+      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
@@ -47,7 +51,8 @@ int main(int argc, char** argv) {
 
   std::printf("updraft decode benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
-  std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s\n", m.threads, m.read_gbps);
+  std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
+              m.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
   const double t0 = now_s();
   PolicyModel model = random_policy(cfg, 1, DType::BF16);
   const int64_t wbytes = cfg.weight_bytes(DType::BF16);

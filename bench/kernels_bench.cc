@@ -1,9 +1,11 @@
 // Kernels benchmark: how close decode-shaped GEMV gets to the memory bandwidth and
 // prefill-shaped GEMM to the FMA peak, both measured on this machine in the same run.
 //
-//   build/bin/kernels_bench [--quick]
+//   build/bin/kernels_bench [--quick] [--cpu-kernel auto|portable|fma|dot|amx]
 //
-// Prints the machine limits, then one line per shape with the achieved rate and its fraction.
+// Prints the machine limits, then one line per shape with the achieved rate and its fraction
+// (the process's bf16 kernel), then a decode step's matmuls at policy shapes for every bf16
+// kernel this CPU has against their roofline bound.
 #include <omp.h>
 
 #include <algorithm>
@@ -49,13 +51,75 @@ double median_seconds(int reps, F&& f) {
   return ts[ts.size() / 2];
 }
 
+// One decode step's matmuls of a Llama-shaped policy (q, k, v, o, gate, up, down per layer, then
+// the LM head), bf16 weights, T rows each.
+struct PolicyShapes {
+  const char* name;
+  int64_t layers, hidden, inter, q_out, kv_out, vocab;
+};
+
+// For each bf16 kernel this CPU has: the step's matmuls at T rows, against their roofline bound
+// max(weight bytes / read bandwidth over the weights, flops / the kernel's peak); kernels and row
+// counts take turns (`reps` rounds) and each figure is the median.
+void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p, int reps) {
+  std::vector<Tensor> ws;
+  for (int64_t l = 0; l < p.layers; ++l)
+    for (auto [n, k] : std::vector<std::array<int64_t, 2>>{{p.q_out, p.hidden}, {p.kv_out, p.hidden},
+                                                           {p.kv_out, p.hidden}, {p.hidden, p.q_out},
+                                                           {p.inter, p.hidden}, {p.inter, p.hidden},
+                                                           {p.hidden, p.inter}})
+      ws.push_back(random_tensor({n, k}, DType::BF16, 10 + ws.size()));
+  ws.push_back(random_tensor({p.vocab, p.hidden}, DType::BF16, 9));
+  double bytes = 0;
+  for (const Tensor& w : ws)
+    bytes += static_cast<double>(w.nbytes());
+  const double bw = bench::probe_read_gbps(static_cast<size_t>(bytes));
+  std::printf("\nlinear at %s's shapes (one decode step's matmuls, %.0f MiB bf16; read bandwidth over that much: "
+              "%.1f GB/s; median of %d rounds)\n%-9s %4s %10s %12s %9s\n",
+              p.name, bytes / 1048576.0, bw, reps, "kernel", "T", "ms", "bound ms", "of bound");
+  const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
+  for (int64_t T : {1, 2, 3, 5, 7, 10, 16}) {
+    std::vector<Tensor> xs, ys;
+    for (const Tensor& w : ws) {
+      xs.push_back(random_tensor({T, w.size(1)}, DType::F32, 2));
+      ys.push_back(Tensor::empty({T, w.size(0)}, DType::F32));
+    }
+    for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot,
+                                 ops::CpuBf16Kernel::kAmx}) {
+      if (!ops::cpu_bf16_kernel_available(k))
+        continue;
+      ops::set_cpu_bf16_kernel(k);
+      const double s = median_seconds(reps, [&] {
+        for (size_t i = 0; i < ws.size(); ++i)
+          ops::linear(xs[i], ws[i], nullptr, ys[i]);
+      });
+      const double bound = std::max(bytes / (bw * 1e9), T * bytes / (bench::bf16_peak_gflops(m, k) * 1e9));
+      std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", ops::cpu_bf16_kernel_name(k), T, s * 1e3, bound * 1e3,
+                  100 * bound / s);
+    }
+  }
+  ops::set_cpu_bf16_kernel(saved);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--cpu-kernel" && i + 1 < argc) {
+      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
+    } else {
+      std::fprintf(stderr, "kernels_bench: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
   std::printf("updraft kernels benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
-  std::printf("machine: %d threads, AVX-512 %s\n", m.threads, m.avx512 ? "yes" : "no");
+  std::printf("machine: %d threads, AVX-512 %s, cpu bf16 kernel %s\n", m.threads, m.avx512 ? "yes" : "no",
+              ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
   std::printf("measured streaming read bandwidth : %7.1f GB/s\n", m.read_gbps);
   std::printf("measured f32 FMA peak             : %7.1f GFLOP/s\n\n", m.fma_gflops);
 
@@ -115,6 +179,9 @@ int main(int argc, char** argv) {
                   100 * gflops / m.fma_gflops);
     }
   }
+  policy_shapes_section(m, {"the built-in policy", 8, 448, 1216, 448, 224, 1964}, quick ? 5 : 15);
+  if (!quick)
+    policy_shapes_section(m, {"the benchmarks' 383 MiB policy", 12, 1024, 2816, 1024, 256, 32000}, 5);
   std::printf(
       "\nsummary: GEMV worst fraction of bandwidth %.0f%% of probe, %.0f%% of best observed (target 70%%);"
       " GEMM f32 best fraction of FMA peak %.0f%% (target 60%%)\n",

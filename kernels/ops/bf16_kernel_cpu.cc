@@ -1,5 +1,5 @@
-// The process's CPU bf16 kernel for linear() (gemm.h): chosen once from this core's measured
-// instruction issue rates unless set explicitly.
+// The process's CPU bf16 kernel for linear() (gemm.h): chosen once from the CPU's features unless
+// set explicitly.
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -13,16 +13,14 @@ namespace {
 
 std::atomic<CpuBf16Kernel> g_kernel{CpuBf16Kernel::kAuto};
 
-// Per 32 weights of one row in a 4-row verification: 4 vdpbf16ps against 8 FMAs plus the 2
-// integer ops that widen the weights (on the same ports). vdpbf16ps runs at the FMA rate on some
-// cores (Zen 4) and at a quarter of it on others (measured on a Xeon with AMX).
+// vdpbf16ps where the CPU has AVX512-BF16, else widening + FMA on AVX-512, else the portable
+// path. (On a Xeon with AMX, where vdpbf16ps issues at a quarter of the FMA rate, the two
+// AVX-512 kernels still measured within 5% of each other from 1 to 16 rows, vdpbf16ps ahead
+// for 1 to 3: kernels_bench's policy-shapes table, docs/benchmarks.md.)
 CpuBf16Kernel resolve_auto() {
-  if (!cpu::cpu_has_avx512())
-    return CpuBf16Kernel::kPortable;
-  if (!cpu::cpu_has_avx512_bf16())
-    return CpuBf16Kernel::kFma;
-  const double dot_cost = 4.0 / cpu::probe_dpbf16_rate(), fma_cost = 10.0 / cpu::probe_fma_rate();
-  return fma_cost < dot_cost ? CpuBf16Kernel::kFma : CpuBf16Kernel::kDot;
+  if (cpu::cpu_has_avx512_bf16())
+    return CpuBf16Kernel::kDot;
+  return cpu::cpu_has_avx512() ? CpuBf16Kernel::kFma : CpuBf16Kernel::kPortable;
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // batched_gemm:  the same for every index of a leading batch dimension Bt (a, b, c all 3-D).
 // linear:        y[T,N] = x[T,K] · w[N,K]^T (+ bias[N]) — the Hugging Face Linear layout.
 //                Small T (decode, T <= 8) takes a bandwidth-bound GEMV path; on the CPU with
-//                bf16/f16 weights and T <= 64 the same GEMV kernel runs tile by tile, so each
-//                output row is bitwise the same whatever T is (decode vs verification).
+//                bf16/f16 weights every T runs GEMV kernels tile by tile, so each output row is
+//                bitwise the same whatever T is (decode, verification, prefill, any batch). With
+//                f32 weights that holds up to T = 8 (beyond, sgemm).
 //                CPU with bf16 weights: x is rounded to bf16 first (as on the GPU), products
 //                are exact and summed in f32 by the process's bf16 kernel (below), which
 //                computes every row the same whatever T is, prefill included.
@@ -20,10 +21,10 @@
 // alias a or b. beta != 0 reads c.
 //
 // CPU bf16 kernel: one per process, since a row's last bits depend on the kernel. kAuto (the
-// default) resolves at the first bf16 linear(): kPortable without AVX-512; otherwise kDot
-// (vdpbf16ps) or kFma (weights widened in registers, f32 FMAs), whichever this core's measured
-// issue rates make cheaper for a 4-row verification. kAmx (AMX-BF16 tiles; K not a multiple of
-// 32 runs kFma) is opt-in: far faster for many rows (prefill, large batches), slower for one.
+// default) resolves at the first bf16 linear(): kDot (vdpbf16ps) with AVX512-BF16, else kFma
+// (weights widened in registers, f32 FMAs) with AVX-512, else kPortable. kAmx (AMX-BF16 tiles;
+// K not a multiple of 32 runs kFma) is opt-in: far faster for many rows (prefill, large
+// batches), slower for one.
 // set_cpu_bf16_kernel (CheckFailure if the CPU lacks the kernel) belongs before the first
 // forward pass: switching mid-run changes the last bits of later rows against earlier ones
 // (benchmarks switch between runs to compare kernels side by side).

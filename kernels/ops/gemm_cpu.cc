@@ -1,5 +1,5 @@
-// CPU matrix products: OpenBLAS sgemm for compute-bound shapes, our own GEMV for decode
-// shapes (T <= 8), and bf16/f16 weights widened to f32 panel by panel for sgemm. With bf16
+// CPU matrix products: OpenBLAS sgemm for f32 weights beyond decode shapes (T > 8) and for
+// gemm(); our own GEMV kernels for every product with 16-bit weights. With bf16
 // weights the activations are rounded to bf16 first and every shape runs the process's bf16
 // kernel (gemm.h: vdpbf16ps, widening + FMA, or AMX tiles; the portable path without AVX-512).
 #include <cblas.h>
@@ -27,16 +27,6 @@ struct AlignedAllocator {
   void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
   bool operator==(const AlignedAllocator&) const { return true; }
 };
-
-// Widens rows [r0, r1) of a row-major [*, K] 16-bit matrix into dst (f32, row stride K).
-void widen_rows(const void* src, DType dt, int64_t K, int64_t r0, int64_t r1, float* dst) {
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  const int64_t n = (r1 - r0) * K;
-  const uint16_t* base = s + r0 * K;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i)
-    dst[i] = dt == DType::BF16 ? bf16_to_f32(base[i]) : f16_to_f32(base[i]);
-}
 
 Tensor as_f32(const Tensor& t) {
   return t.dtype() == DType::F32 ? t : t.to_dtype(DType::F32);
@@ -208,23 +198,14 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
       v = bf16_to_f32(f32_to_bf16(v));
     xp = xr.data();
   }
-  if (T <= kGemvMaxT || (T <= kGemvTiledMaxT && w.dtype() != DType::F32)) {
-    // Decode and batched verification: the GEMV kernel, widening 16-bit weights tile by tile
-    // in registers, never writing them out as f32.
+  if (T <= kGemvMaxT || w.dtype() != DType::F32) {
+    // 16-bit weights at any T, f32 weights for decode shapes: the GEMV kernel, widening 16-bit
+    // weights tile by tile in registers, so every row is the same whatever T is.
     for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t /*next*/) {
       gemv_rows(xp + t0 * K, tn, K, w.raw(), w.dtype(), n0, n1, yp + t0 * N, N);
     });
-  } else if (w.dtype() == DType::F32) {
-    sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   } else {
-    // Panels of weight rows, widened to f32, then sgemm into the matching output columns.
-    const int64_t panel = std::max<int64_t>(64, std::min<int64_t>(N, (int64_t{4} << 20) / std::max<int64_t>(K, 1)));
-    std::vector<float> buf(static_cast<size_t>(std::min(panel, N) * K));
-    for (int64_t n0 = 0; n0 < N; n0 += panel) {
-      const int64_t n1 = std::min(N, n0 + panel);
-      widen_rows(w.raw(), w.dtype(), K, n0, n1, buf.data());
-      sgemm(false, true, T, n1 - n0, K, 1.f, xp, K, buf.data(), K, 0.f, yp + n0, N);
-    }
+    sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   }
   add_bias(bias, T, N, yp);
 }

@@ -1,14 +1,13 @@
 // bf16-weight GEMV on the f32 FMA units: each 64-byte load of 32 bf16 weights is widened in two
 // integer ops (the even elements shifted up, the odd ones masked) and multiplied with the
 // matching even and odd halves of the activations, split apart once per call. On CPUs where
-// vdpbf16ps issues at a fraction of the FMA rate (measured in bf16_kernel.cc), this does the
-// multi-row verification shapes at close to twice its speed; products are exact either way (bf16
-// times bf16 fits an f32), only the summation order differs.
+// vdpbf16ps is missing (AVX-512 without BF16) it replaces widening into f32 panels for sgemm,
+// and it keeps every row the same whatever T is; products are exact either way (bf16 times bf16
+// fits an f32), only the summation order differs from the other kernels.
 // Compiled with -mavx512*; only called when cpu_has_avx512().
 #include <immintrin.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "kernels/core/dtype.h"
 #include "kernels/ops/gemv_cpu.h"
@@ -104,40 +103,6 @@ void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const 
   static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>,
                                 rows_t<5>, rows_t<6>, rows_t<7>, rows_t<8>};
   kByT[T - 1](xs, K, Kp, w, n_begin, n_end, y, ldy, ahead);  // 1 <= T <= kGemvMaxT (checked by the caller)
-}
-
-namespace {
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
-double probe_fma_rate() {
-  // 12 independent chains (more than latency x issue width on any AVX-512 core); the best of 3.
-  constexpr int kChains = 12;
-  constexpr long kIters = 20000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    __m512 acc[kChains];
-    for (int c = 0; c < kChains; ++c)
-      acc[c] = _mm512_set1_ps(static_cast<float>(c));
-    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-    const double t0 = seconds_now();
-    for (long i = 0; i < kIters; ++i) {
-#pragma GCC unroll 12
-      for (int c = 0; c < kChains; ++c)
-        acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-      __asm__ volatile("" : "+v"(a));
-    }
-    const double dt = seconds_now() - t0;
-    __m512 sum = acc[0];
-    for (int c = 1; c < kChains; ++c)
-      sum = _mm512_add_ps(sum, acc[c]);
-    volatile float sink = _mm512_reduce_add_ps(sum);
-    (void)sink;
-    best = std::max(best, static_cast<double>(kIters) * kChains / dt);
-  }
-  return best;
 }
 
 }  // namespace updraft::ops::cpu

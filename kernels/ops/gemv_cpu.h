@@ -13,10 +13,6 @@
 namespace updraft::ops::cpu {
 
 constexpr int64_t kGemvMaxT = 8;
-// Up to this many rows, linear() with 16-bit weights runs the GEMV kernels over L2-sized
-// blocks of weight rows, tile by tile, instead of widening the weights for sgemm. Every row
-// of y is then computed by the same kernel, in the same order, whatever T is.
-constexpr int64_t kGemvTiledMaxT = 64;
 
 void gemv_rows(const float* x, int64_t T, int64_t K, const void* w, DType wt, int64_t n_begin, int64_t n_end, float* y,
                int64_t ldy);
@@ -62,10 +58,9 @@ void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp);
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy);
 
-// Issue rates of the two bf16 paths' inner instructions on this core, in instructions per
-// second (register-resident chains; a few hundred microseconds each).
+// Issue rates of the bf16 kernels' inner instructions on this core, per second (register-resident
+// chains; a few hundred microseconds each): the benchmarks' compute bounds.
 double probe_dpbf16_rate();
-double probe_fma_rate();
 double probe_amx_rate();  // TDPBF16PS per second (16 x 16 x 32 products each); needs AMX
 
 }  // namespace updraft::ops::cpu

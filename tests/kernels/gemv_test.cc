@@ -184,7 +184,6 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
         ops::linear(xt, w, nullptr, y);
         solo.push_back(y.to_f32_vector());
       }
-      // The portable kernel promises it up to 64 rows (then sgemm); the others for any T.
       for (int64_t T : {3, 5, 8, 9, 16, 17, 24, 40}) {
         Tensor xt = Tensor::from_f32(std::vector<float>(x.begin(), x.begin() + T * K), {T, K});
         Tensor y = Tensor::empty({T, N}, DType::F32);

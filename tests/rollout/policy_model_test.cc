@@ -67,7 +67,7 @@ class PolicyForward : public ::testing::TestWithParam<PolicyArch> {
 TEST_P(PolicyForward, ChunkedPrefillAndDecodeMatchOneShot) {
   const auto toks = random_tokens(23, 1, cfg_.vocab_size);
   const auto whole = run_chunked(toks, 23);
-  // Up to 64 new tokens every row goes through the same kernels in the same order (gemm.h,
+  // With 16-bit weights every row goes through the same kernels in the same order (gemm.h,
   // paged_attention.h), so the logits are bitwise identical however the tokens are fed: the
   // property that makes greedy speculation token-identical to plain decoding.
   EXPECT_EQ(run_chunked(toks, 5), whole) << "chunks of 5";

@@ -32,6 +32,33 @@ using namespace testing_chi2;
 
 using SpecEngine = testing_spec::SpecFixture;
 
+// The same identity on every CPU bf16 kernel this machine has (each keeps a row's bits whatever
+// the rows computed with it; with AMX the test model's K = 48 matmuls run the FMA kernel).
+TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecodingOnEveryCpuKernel) {
+  const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 2 + (i * 5) % 13; ++j)
+      prompt.push_back(static_cast<int32_t>((i * 7 + j * 3 + j * j) % cfg_.vocab_size));
+    reqs.push_back(req(prompt, 0.f, 6 + (i * 11) % 23, 0));
+  }
+  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot,
+                               ops::CpuBf16Kernel::kAmx}) {
+    if (!ops::cpu_bf16_kernel_available(k))
+      continue;
+    ops::set_cpu_bf16_kernel(k);
+    const auto plain = run(reqs, 24, nullptr);
+    for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
+      for (int64_t batch : {1, 24})
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
+            run(reqs, batch, &s), plain,
+            std::string(ops::cpu_bf16_kernel_name(k)) + " batch " + std::to_string(batch) + ", top_k " +
+                std::to_string(s.top_k)));
+  }
+  ops::set_cpu_bf16_kernel(saved);
+}
+
 TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   std::vector<GenRequest> reqs;
   for (int i = 0; i < 64; ++i) {
