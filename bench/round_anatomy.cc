@@ -14,6 +14,15 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// One step that feeds `ctx` fixed pseudo-random tokens of context into kv.
+std::vector<SeqStep> context_step(SeqKv& kv, int64_t ctx, int64_t vocab) {
+  std::vector<SeqStep> pre(1);
+  pre[0].kv = &kv;
+  for (int64_t i = 0; i < ctx; ++i)
+    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % vocab));
+  return pre;
+}
+
 // The median forward of T rows (every row's logits, aux states when T > 1) and the profile of
 // that median forward.
 struct Timed {
@@ -25,10 +34,7 @@ Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
   KvCache cache(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16);
   SeqKv kv;
   UPD_CHECK(cache.reserve(kv, ctx + T)) << "round anatomy: KV cache too small";
-  std::vector<SeqStep> pre(1);
-  pre[0].kv = &kv;
-  for (int64_t i = 0; i < ctx; ++i)
-    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  std::vector<SeqStep> pre = context_step(kv, ctx, m.config().vocab_size);
   pre[0].logit_rows = {static_cast<int32_t>(ctx - 1)};
   m.forward(cache, pre);
   std::vector<Timed> runs;
@@ -58,10 +64,7 @@ double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int6
   KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
   SeqKv kv;
   UPD_CHECK(cache.reserve(kv, ctx + rows)) << "round anatomy: draft KV cache too small";
-  std::vector<SeqStep> pre(1);
-  pre[0].kv = &kv;
-  for (int64_t i = 0; i < ctx; ++i)
-    pre[0].tokens.push_back(static_cast<int32_t>((i * 7 + 3) % m.config().vocab_size));
+  std::vector<SeqStep> pre = context_step(kv, ctx, m.config().vocab_size);
   d.forward(cache, pre, Tensor::zeros({ctx, A * H}, m.act_dtype()));
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {

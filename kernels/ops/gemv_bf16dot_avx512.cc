@@ -11,6 +11,7 @@
 
 #include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/lane_sums_avx512.h"
+#include "kernels/ops/row_blocks.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -69,22 +70,9 @@ template <int T>
 void rows_t(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t n0, int64_t n1, float* y,
             int64_t ldy, const uint16_t* ahead) {
   constexpr int R = T <= 2 ? 8 : T <= 4 ? 5 : T <= 6 ? 4 : 3;
-  const auto pf = [&](int64_t n, int r) {
-    return reinterpret_cast<const char*>(ahead != nullptr ? ahead + (n - n0) * K : w + (n + r) * K);
-  };
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) {
-    if (ahead != nullptr)
-      block<T, R, true>(x, K, Kp, w, n, y, ldy, pf(n, R));
-    else
-      block<T, R, false>(x, K, Kp, w, n, y, ldy, pf(n, R));
-  }
-  for (; n < n1; ++n) {
-    if (ahead != nullptr)
-      block<T, 1, true>(x, K, Kp, w, n, y, ldy, pf(n, 1));
-    else
-      block<T, 1, false>(x, K, Kp, w, n, y, ldy, pf(n, 1));
-  }
+  for_row_blocks<R>(K, w, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
+    block<T, decltype(rows)::value, decltype(in_ahead)::value>(x, K, Kp, w, n, y, ldy, pf);
+  });
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kernels/core/dtype.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/lane_sums_avx512.h"
+#include "kernels/ops/row_blocks.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -62,22 +63,9 @@ template <int T>
 void rows_t(const float* xs, int64_t K, int64_t Kp, const uint16_t* w, int64_t n0, int64_t n1, float* y,
             int64_t ldy, const uint16_t* ahead) {
   constexpr int R = T == 1 ? 8 : T == 2 ? 6 : T == 3 ? 5 : T <= 5 ? 4 : T <= 7 ? 3 : 2;
-  const auto pf = [&](int64_t n, int r) {
-    return reinterpret_cast<const char*>(ahead != nullptr ? ahead + (n - n0) * K : w + (n + r) * K);
-  };
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) {
-    if (ahead != nullptr)
-      block<T, R, true>(xs, K, Kp, w, n, y, ldy, pf(n, R));
-    else
-      block<T, R, false>(xs, K, Kp, w, n, y, ldy, pf(n, R));
-  }
-  for (; n < n1; ++n) {
-    if (ahead != nullptr)
-      block<T, 1, true>(xs, K, Kp, w, n, y, ldy, pf(n, 1));
-    else
-      block<T, 1, false>(xs, K, Kp, w, n, y, ldy, pf(n, 1));
-  }
+  for_row_blocks<R>(K, w, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
+    block<T, decltype(rows)::value, decltype(in_ahead)::value>(xs, K, Kp, w, n, y, ldy, pf);
+  });
 }
 
 }  // namespace

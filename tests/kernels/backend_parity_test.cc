@@ -17,6 +17,7 @@
 #include <random>
 
 #include "kernels/ops.h"
+#include "tests/kernels/rand_vec.h"
 #include "tests/kernels/reference.h"
 
 namespace updraft {
@@ -42,14 +43,7 @@ const std::vector<Backend>& backends() {
 
 // ---- helpers ---------------------------------------------------------------------------
 
-std::vector<float> rand_vec(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v)
-    x = d(rng);
-  return v;
-}
+using testing_kernels::rand_vec;
 
 // Values exactly representable in dtype (as the backend will see them).
 Vec rounded(const std::vector<float>& v, DType dt) {

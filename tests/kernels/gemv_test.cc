@@ -7,19 +7,13 @@
 #include <random>
 
 #include "kernels/ops.h"
+#include "tests/kernels/rand_vec.h"
 #include "kernels/ops/gemv_cpu.h"
 
 namespace updraft {
 namespace {
 
-std::vector<float> rand_vec(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v)
-    x = d(rng);
-  return v;
-}
+using testing_kernels::rand_vec;
 
 std::vector<uint16_t> rand_bf16(int64_t n, uint64_t seed) {
   const auto f = rand_vec(n, seed);

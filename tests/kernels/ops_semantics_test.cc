@@ -6,18 +6,12 @@
 #include <random>
 
 #include "kernels/ops.h"
+#include "tests/kernels/rand_vec.h"
 
 namespace updraft {
 namespace {
 
-std::vector<float> rand_vec(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v)
-    x = d(rng);
-  return v;
-}
+using testing_kernels::rand_vec;
 
 TEST(AttentionMask, TttIsCausalOnStepZeroPlusTheDiagonal) {
   const auto m = ops::AttentionMask::ttt(2);
