@@ -13,9 +13,10 @@
 
 #include "app/demo/report.h"
 #include "kernels/core/error.h"
-#include "kernels/ops/sampling.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/weight_version.h"
+#include "kernels/ops/gemm.h"
+#include "kernels/ops/sampling.h"
 #include "messaging/buffer_server.h"
 #include "messaging/record_sender.h"
 #include "messaging/record_store.h"
@@ -288,9 +289,11 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   ao.weight_decay = 0.0;
   train::AdamW opt(master.params(), ao);
   const PolicyConfig& pc = policy0->config();
-  spdlog::info("demo: policy {} ({} layers x {}, vocab {}), drafter {} (vocab {}), {} RL steps of {} prompts x {}",
-               models.name, pc.num_layers, pc.hidden_size, pc.vocab_size, models.drafter,
-               draft0->config().draft_vocab_size, o.steps, o.prompts_per_step, o.group);
+  spdlog::info(
+      "demo: policy {} ({} layers x {}, vocab {}), drafter {} (vocab {}), {} RL steps of {} prompts x {}; cpu bf16 "
+      "kernel {}",
+      models.name, pc.num_layers, pc.hidden_size, pc.vocab_size, models.drafter, draft0->config().draft_vocab_size,
+      o.steps, o.prompts_per_step, o.group, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
 
   // Versions (published policies and drafters) live in the output directory, fresh each run.
   const fs::path versions = fs::path(o.out_dir) / "versions";
