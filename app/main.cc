@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
   std::string cpu_kernel = "auto";
   app.add_option("--cpu-kernel", cpu_kernel,
-                 "CPU kernel for bf16 matmuls: auto (serve, demo: amx where the CPU has it; otherwise dot with AVX512-BF16, "
+                 "CPU kernel for bf16 matmuls: auto (serve: amx where the CPU has it; otherwise dot with AVX512-BF16, "
                  "else fma with AVX-512), fma, dot, amx (AMX tiles: faster from a few rows per step on, slower for "
                  "one; see docs/benchmarks.md), portable")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
@@ -157,10 +157,11 @@ int main(int argc, char** argv) {
   try {
     updraft::setup_logging(log_level);
     updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
-    // Rollout workers (serve, and the demo's) decode batches and speculate when they run one
-    // sequence, where AMX tiles measured 1.3-1.8x the vector kernels from 4 sequences on and
-    // even at 1: auto picks them there (docs/benchmarks.md, "Verification at the roofline").
-    if ((serve->parsed() || demo->parsed()) && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
+    // A serving worker decodes batches and speculates when it runs one sequence, where AMX tiles
+    // measured 1.3-1.8x the vector kernels from 4 sequences on and even at 1: auto picks them
+    // for `serve` (docs/benchmarks.md, "Verification at the roofline"). Not for the demo, whose
+    // workers decode one sequence each on one thread: there AMX measured slower.
+    if (serve->parsed() && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
         updraft::ops::cpu_bf16_kernel_available(updraft::ops::CpuBf16Kernel::kAmx))
       kernel = updraft::ops::CpuBf16Kernel::kAmx;
     if (!updraft::ops::cpu_bf16_kernel_available(kernel))
