@@ -17,6 +17,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What makes the next steps' costs untypical for the depth chooser: a step prefilling at least
+// this many rows (it keeps the cores away from the decode working set for tens of ms), and for
+// how many steps (measured on a shared 2-core host: after 30 ms away from the built-in policy's
+// weights, prefilling or idle, the next two steps took 2.2x, the third 1.6x). Idle gaps are not
+// counted: on a loaded host every step can follow one, and the chooser would learn no cost.
+constexpr int64_t kColdPrefillRows = 64, kColdSteps = 3;
+
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
@@ -148,6 +155,9 @@ std::vector<GenResult> Engine::step() {
   keep_pairs_of(plan, committed, run);
   stream(plan, committed, index);
   account(plan, run, depth, drafted, seconds_since(t0));
+  ++steps_since_cold_;
+  if (plan.prefill_tokens >= kColdPrefillRows)
+    steps_since_cold_ = 0;
   return finish(index);
 }
 
@@ -265,6 +275,7 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
     ss.forward_rows = run.rows;
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
+    ss.cold = steps_since_cold_ < kColdSteps;
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();
       ss.spec.add_round(r.drafted, r.accepted, r.depth);

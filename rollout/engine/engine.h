@@ -165,6 +165,9 @@ class Engine {
   uint64_t next_id_ = 1, drafter_generation_ = 0;
   EngineStats stats_;
   ForwardProfile decode_parts_;
+  // Steps since a prefill of many rows: the next few steps' costs are not typical
+  // (StepSample::cold).
+  int64_t steps_since_cold_ = 1 << 20;
 };
 
 }  // namespace updraft

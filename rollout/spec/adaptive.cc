@@ -208,7 +208,7 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // A speculative step normally absorbs the pairs of the previous one (1 + accepted per sequence);
   // far more is a backlog (a prompt, or pairs kept through plain steps), paid once. A mixed step's
   // cost belongs to no one depth.
-  const bool backlog = s.mixed || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
+  const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
   Cell& c = cells_[static_cast<size_t>(b)][d];
   if (!backlog) {

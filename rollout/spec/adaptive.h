@@ -62,6 +62,10 @@ struct StepSample {
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
+  // The step ran soon after a long prefill, when the weights have partly left the caches (on a
+  // shared CPU host the next two or three steps measured up to 2.2x slower): its cost is not
+  // typical of its depth either, only its rounds teach acceptance.
+  bool cold = false;
 };
 
 class DepthChooser {

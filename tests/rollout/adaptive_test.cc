@@ -156,6 +156,34 @@ TEST(AdaptiveDepth, AUselessDrafterFallsToPlainAndAGoodOneComesBack) {
   EXPECT_EQ(s.current[2], best_depth(env, 4, D));
 }
 
+// Steps soon after a long prefill or an idle gap run slow (the weights have left the caches) and
+// reach the plain depth most (a group's first steps): counted, they would make plain look dearer
+// than it is. Marked cold, a step teaches acceptance but nothing about cost.
+TEST(AdaptiveDepth, ColdStepsTeachAcceptanceButNotCost) {
+  AdaptiveDepth a(SpecSettings{2, 1, 3});
+  SyntheticEngine env;
+  env.noise = 0;
+  for (int i = 0; i < 10; ++i)
+    a.observe(env.run(4, 0));
+  const AdaptiveDepth::Cell warm = a.snapshot().cells[2][0];
+  ASSERT_EQ(warm.samples, 10);
+  StepSample slow = env.run(4, 0);
+  slow.seconds *= 2.2;
+  slow.cold = true;
+  a.observe(slow);
+  EXPECT_EQ(a.snapshot().cells[2][0].samples, warm.samples);
+  EXPECT_DOUBLE_EQ(a.snapshot().cells[2][0].cost, warm.cost);
+  StepSample spec = env.run(4, 2);  // a cold speculative step still counts its rounds
+  spec.cold = true;
+  const double reach0 = a.snapshot().reach[0];
+  a.observe(spec);
+  EXPECT_NE(a.snapshot().reach[0], reach0);
+  EXPECT_EQ(a.snapshot().cells[2][2].samples, 0);
+  slow.cold = false;  // control: the same slow step, counted, raises the plain cost
+  a.observe(slow);
+  EXPECT_GT(a.snapshot().cells[2][0].cost, warm.cost * 1.1);
+}
+
 TEST(AdaptiveDepth, HysteresisKeepsTheDepthWhenTwoAreEqual) {
   AdaptiveOptions o;
   o.explore_share = 0;  // no exploration: only the choice itself
