@@ -41,7 +41,19 @@ std::vector<int32_t> DraftTree::children(int32_t node) const {
 }
 
 DraftTree DraftTree::single(int32_t root) {
-  return DraftTree{{root}, {-1}, {0}, {0.f}};
+  return DraftTree{{root}, {-1}, {0}, {0.f}, {}};
+}
+
+const char* draft_source_name(DraftSource s) {
+  switch (s) {
+    case DraftSource::kEagle:
+      return "eagle";
+    case DraftSource::kGroup:
+      return "group";
+    case DraftSource::kHistory:
+      return "history";
+  }
+  return "?";
 }
 
 void TreeBuilder::expand(const std::vector<int32_t>& top_tokens, const std::vector<float>& top_logprobs) {

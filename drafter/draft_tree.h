@@ -16,7 +16,8 @@
 // DraftTree: node 0 is the root (the sequence's pending token); node i > 0 holds a target token,
 // its parent (< i), depth (root 0) and score. mask() is the ancestor-or-self matrix the target's
 // verification forward uses; children(i) lists i's children in rank order (the order sampling
-// verification tries them in).
+// verification tries them in). source[i] says where node i's draft came from (the EAGLE drafter,
+// or a suffix index: rollout/spec/suffix_drafts.h); empty means all from the drafter.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,19 @@ struct SpecSettings {
   int64_t scratch_entries() const { return (steps - 1) * top_k; }
 };
 
+// Where a draft came from. A node proposed by several sources carries the first in this order.
+enum class DraftSource : uint8_t { kEagle = 0, kGroup = 1, kHistory = 2 };
+inline constexpr int kDraftSources = 3;
+const char* draft_source_name(DraftSource s);  // "eagle", "group", "history"
+
 struct DraftTree {
   std::vector<int32_t> tokens, parent, depth;
   std::vector<float> score;
+  std::vector<DraftSource> source;  // per node, or empty: every node from the drafter
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  DraftSource source_of(int64_t i) const {
+    return source.empty() ? DraftSource::kEagle : source[static_cast<size_t>(i)];
+  }
   Tensor mask() const;  // bool [n, n]
   std::vector<int32_t> children(int32_t node) const;
   static DraftTree single(int32_t root);  // a root alone (no speculation)

@@ -69,8 +69,26 @@ void record_input_logprobs(Seq& s, const EntryRows& at, const Tensor& host_logit
   }
 }
 
-int32_t tree_depth(const DraftTree& t) {
-  return t.depth.empty() ? 0 : *std::max_element(t.depth.begin(), t.depth.end());
+// A verified round's counts, in total and by source (request.h SpecRound).
+SpecRound round_of(const DraftTree& tree, const Verdict& v) {
+  SpecRound r;
+  r.drafted = static_cast<int32_t>(tree.size() - 1);
+  r.accepted = static_cast<int32_t>(v.nodes.size());
+  for (int64_t i = 1; i < tree.size(); ++i) {
+    const auto k = static_cast<size_t>(tree.source_of(i));
+    ++r.drafted_by[k];
+    r.depth = std::max(r.depth, tree.depth[static_cast<size_t>(i)]);
+    if (k == static_cast<size_t>(DraftSource::kEagle))
+      r.eagle_depth = std::max(r.eagle_depth, tree.depth[static_cast<size_t>(i)]);
+  }
+  bool run = true;
+  for (int32_t n : v.nodes) {
+    const DraftSource src = tree.source_of(n);
+    ++r.accepted_by[static_cast<size_t>(src)];
+    run = run && src == DraftSource::kEagle;
+    r.eagle_run += run ? 1 : 0;
+  }
+  return r;
 }
 
 }  // namespace
@@ -101,13 +119,16 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
             : verify_sampled(tree, run.host_probs.data<float>() + lr * V, V, s.seed,
                              static_cast<uint64_t>(s.out_len()), opts.accept_rule);
     if (tree.size() > 1) {
-      const int32_t depth = tree_depth(tree);
-      const auto drafted = static_cast<int32_t>(tree.size() - 1), accepted = static_cast<int32_t>(v.nodes.size());
-      s.result.spec.add_round(drafted, accepted, depth);
-      s.result.rounds.push_back({drafted, accepted, depth});
-      stats.spec.add_round(drafted, accepted, depth);
-      if (s.req.probe)
-        stats.probe_spec.add_round(drafted, accepted, depth);
+      const SpecRound r = round_of(tree, v);
+      s.result.spec.add_round(r.drafted, r.accepted, r.depth);
+      s.result.spec.add_sources(r.drafted_by, r.accepted_by);
+      s.result.rounds.push_back(r);
+      stats.spec.add_round(r.drafted, r.accepted, r.depth);
+      stats.spec.add_sources(r.drafted_by, r.accepted_by);
+      if (s.req.probe) {
+        stats.probe_spec.add_round(r.drafted, r.accepted, r.depth);
+        stats.probe_spec.add_sources(r.drafted_by, r.accepted_by);
+      }
       s.last_tree = tree;
     }
     if (decode && tree.size() == 1)

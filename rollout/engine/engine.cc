@@ -34,6 +34,7 @@ SchedulerLimits Engine::limits_of(const EngineOptions& o, bool drafter) {
   l.prefill_chunk = o.prefill_chunk;
   l.tree_rows = drafter ? o.spec.draft_tokens : 1;
   l.draft_scratch = drafter ? o.spec.scratch_entries() : 0;
+  l.suffix_rows = o.suffix.rows();
   return l;
 }
 
@@ -42,7 +43,8 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
       opts_(opts),
       cache_(model.kv_shape(), KvCache::blocks_for_bytes(model.kv_shape(), opts.block_size, opts.kv_cache_bytes),
              opts.block_size),
-      scheduler_(limits_of(opts, false)) {
+      scheduler_(limits_of(opts, false)),
+      suffix_(opts.suffix) {
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
   UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
       << "engine: capture_teacher_k and draft_backlog must be at least 1";
@@ -93,7 +95,7 @@ void Engine::validate(const GenRequest& req, const PolicyConfig& cfg, const Engi
     UPD_REQUIRE(std::isfinite(v) && v >= -2 && v <= 2) << name << " must be in [-2, 2] (got " << v << ")";
   if (cache_blocks <= 0)
     return;
-  const int64_t len = total + std::max<int64_t>(1, opts.spec.draft_tokens);
+  const int64_t len = total + std::max<int64_t>(1, opts.spec.draft_tokens) + opts.suffix.rows();
   const int64_t need = (len + opts.block_size - 1) / opts.block_size;
   UPD_REQUIRE(need <= cache_blocks) << "request needs " << need << " KV blocks but the whole cache has "
                                     << cache_blocks << "; lower max_new_tokens or grow the cache";
@@ -121,6 +123,8 @@ uint64_t Engine::submit(GenRequest req) {
   s->result.submitted_step = stats_.steps;
   s->req = std::move(req);
   const uint64_t id = s->id;
+  if (s->req.speculate && !s->req.probe)
+    suffix_.join(id, s->req.group, s->req.prompt);
   scheduler_.add(std::move(s));
   return id;
 }
@@ -137,6 +141,7 @@ std::vector<GenResult> Engine::step() {
     return finish(index);
   const int64_t depth = choose_depth(plan);
   const Drafted drafted = draft(plan, depth);
+  graft_suffix(plan);
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;
@@ -153,6 +158,8 @@ std::vector<GenResult> Engine::step() {
   stats_.capture_seconds += capture_step(plan, committed, run, opts_.capture_teacher_k) +
                             run.logp_only_for_capture_seconds;
   keep_pairs_of(plan, committed, run);
+  for (size_t e = 0; e < plan.entries.size(); ++e)
+    suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
   account(plan, run, depth, drafted, seconds_since(t0));
   ++steps_since_cold_;
@@ -202,6 +209,28 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   d.proposers = std::move(at_depth);
   d.proposers.insert(d.proposers.end(), at_full.begin(), at_full.end());
   return d;
+}
+
+void Engine::graft_suffix(const StepPlan& plan) {
+  if (!suffix_.options().on())
+    return;
+  const auto t0 = Clock::now();
+  std::vector<int32_t> context;
+  for (const StepEntry& e : plan.entries) {
+    Seq& s = *e.seq;
+    if (e.prefill > 0 || !s.req.speculate || s.req.probe)
+      continue;
+    if (s.tree.tokens.empty())
+      s.tree = DraftTree::single(s.pending_token());
+    const int64_t n = s.prompt_len() + s.out_len();
+    context.clear();
+    for (int64_t p = std::max<int64_t>(0, n - suffix_.options().max_match); p < n; ++p)
+      context.push_back(s.token_at(p));
+    // A draft deeper than the tokens the request may still emit cannot be kept (the root's
+    // children are candidates for the next one).
+    stats_.suffix_nodes += suffix_.graft(s.id, context, s.req.params.max_new_tokens - s.out_len(), s.tree);
+  }
+  stats_.suffix_seconds += seconds_since(t0);
 }
 
 void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run) {
@@ -277,8 +306,9 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
     ss.draft_rows = drafted.absorbed;
     ss.cold = steps_since_cold_ < kColdSteps;
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
-      const SpecRound& r = s->result.rounds.back();
-      ss.spec.add_round(r.drafted, r.accepted, r.depth);
+      const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
+      if (r.drafted_by[0] > 0)
+        ss.spec.add_round(r.drafted_by[0], r.eagle_run, r.eagle_depth);
       ss.mixed |= s->req.probe && depth != opts_.spec.steps;
     }
     chooser_->observe(ss);
@@ -290,6 +320,7 @@ std::vector<GenResult> Engine::finish(int64_t step) {
   const int64_t W = static_cast<int64_t>(aux_layers_.size()) * model_->config().hidden_size;
   for (std::unique_ptr<Seq>& s : scheduler_.collect_finished()) {
     s->result.finished_step = step;
+    suffix_.leave(s->id, s->result.finish_reason != "abort", s->result.prompt, s->result.tokens);
     if (s->result.finish_reason == "abort") {
       ++stats_.aborted;
     } else if (s->req.capture) {

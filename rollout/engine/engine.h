@@ -45,6 +45,11 @@
 // (the caller's stop strings) when it returns >= 0. Otherwise "length" after
 // max_new_tokens; "abort" after abort(), with the tokens emitted so far.
 //
+// Suffix drafts (EngineOptions::suffix, spec/suffix_drafts.h): model-free candidates from the
+// request's group and from recent completions, grafted onto every decoding round of a request
+// that may speculate (probes excepted: they measure the drafter alone), with or without a drafter
+// and at any depth the chooser picks (0 included); verified like the drafter's, so just as lossless.
+//
 // Capture: capture/step_capture.h. Metrics: EngineStats, and per request GenResult::spec,
 // rounds and the scheduling fields. tau = 1 + accepted / rounds (eagle3.md E.1).
 //
@@ -141,6 +146,7 @@ class Engine {
   };
   int64_t choose_depth(const StepPlan& plan);
   Drafted draft(const StepPlan& plan, int64_t depth);
+  void graft_suffix(const StepPlan& plan);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
   void stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step);
   void account(const StepPlan& plan, const RunOut& run, int64_t depth, const Drafted& drafted, double seconds);
@@ -160,6 +166,7 @@ class Engine {
   KvCache cache_;
   std::unique_ptr<KvCache> draft_cache_;
   Scheduler scheduler_;
+  SuffixDrafts suffix_;
   DepthChooser* chooser_ = nullptr;
   bool admission_open_ = true;
   uint64_t next_id_ = 1, drafter_generation_ = 0;

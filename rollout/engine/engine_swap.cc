@@ -116,6 +116,7 @@ void Engine::set_policy(const PolicyModel& model, const DraftModel* drafter) {
   if (drafter != nullptr)
     check_fits(model, *drafter, opts_.spec, aux_layers_);
   model_ = &model;
+  suffix_.policy_changed();
   set_drafter(drafter);
 }
 

@@ -3,6 +3,7 @@
 // rollout/engine/engine.h.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "drafter/draft_tree.h"
 #include "kernels/core/tensor.h"
 #include "rollout/spec/spec_stats.h"
+#include "rollout/spec/suffix_drafts.h"
 #include "rollout/spec/verifier.h"
 
 namespace updraft {
@@ -46,7 +48,10 @@ using TokenCallback = std::function<void(uint64_t id, const std::vector<int32_t>
 struct GenRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
-  bool speculate = true;  // used while the engine has a drafter
+  bool speculate = true;  // used while the engine has a drafter (or suffix drafts are on)
+  // Siblings (GRPO's n completions of one prompt) share a group: each drafts from the others'
+  // text (rollout/spec/suffix_drafts.h). 0: the group of every running request with the same prompt.
+  uint64_t group = 0;
   bool capture = false;   // return the drafter's training data with the result
   // Speculate at the full settings every step, whatever depth adaptive speculation picks for the
   // others: its acceptance measures the drafter comparably across drafters and loads (a round's
@@ -63,9 +68,13 @@ struct GenRequest {
 };
 
 // One speculation round of a request: draft tokens verified, how many were accepted, and the
-// depth of the tree they came from.
+// depth of the tree they came from; the same by source (DraftSource). The drafter's own share:
+// its drafts, how many accepted tokens in a row came from it (the path's prefix of drafter
+// nodes), and the depth of its part of the tree (what adaptive depth learns the drafter from).
 struct SpecRound {
   int32_t drafted = 0, accepted = 0, depth = 0;
+  std::array<int32_t, kDraftSources> drafted_by{}, accepted_by{};
+  int32_t eagle_run = 0, eagle_depth = 0;
 };
 
 struct GenResult {
@@ -108,6 +117,7 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;   // prompt (and recompute) tokens per step at most
   uint64_t seed = 0;             // seeds requests that bring none
   SpecSettings spec;             // the full speculation settings when a drafter is set
+  SuffixOptions suffix;          // model-free drafts grafted onto every round (off by default)
   int64_t draft_kv_cache_bytes = int64_t{64} << 20;
   AcceptRule accept_rule = AcceptRule::Exact;  // NoResidual only for the losslessness test's control
   int64_t capture_teacher_k = 16;
@@ -133,6 +143,8 @@ struct EngineStats {
   SpecStats probe_spec;  // the rounds of probe requests (GenRequest::probe), also in spec
   std::vector<int64_t> depth_steps;  // [d]: steps with decoding sequences that ran at depth d
   double step_seconds = 0;           // wall time of all steps
+  double suffix_seconds = 0;         // suffix drafts: lookups and grafting
+  int64_t suffix_nodes = 0;          // suffix drafts grafted
   int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences
 };
 

@@ -8,7 +8,8 @@
 namespace updraft {
 
 Scheduler::Scheduler(const SchedulerLimits& limits) : limits_(limits) {
-  UPD_REQUIRE(limits.max_batch > 0 && limits.prefill_chunk > 0 && limits.tree_rows >= 1 && limits.draft_scratch >= 0)
+  UPD_REQUIRE(limits.max_batch > 0 && limits.prefill_chunk > 0 && limits.tree_rows >= 1 && limits.draft_scratch >= 0 &&
+              limits.suffix_rows >= 0)
       << "scheduler: max_batch and prefill_chunk must be positive";
 }
 
@@ -68,7 +69,7 @@ bool Scheduler::may_speculate(const Seq& s, const KvCache& draft_cache, int64_t 
 
 bool Scheduler::admit_one(Seq& s) {
   s.spec = draft_cache_ != nullptr && may_speculate(s, *draft_cache_, limits_.draft_scratch);
-  const int64_t rows = s.spec ? limits_.tree_rows : 1;
+  const int64_t rows = limits_.rows_of(s);
   const int64_t len = s.prefill_target() + rows;
   // A watermark of free blocks (1% of the pool) keeps room for running sequences to grow, so a
   // new admission does not cause an immediate preemption; a lone sequence needs none.
@@ -122,7 +123,7 @@ StepPlan Scheduler::schedule(bool admit, int64_t step_index) {
   remove_aborted();
   // Running sequences grow by this step's rows, oldest first; the youngest give way.
   for (size_t i = 0; i < running_.size(); ++i) {
-    const int64_t rows = running_[i]->spec ? limits_.tree_rows : 1;
+    const int64_t rows = limits_.rows_of(*running_[i]);
     while (!grow(*running_[i], rows)) {
       const size_t victim = running_.size() - 1;
       UPD_CHECK(victim > 0) << "scheduler: a lone sequence cannot grow (submit admits only requests that fit)";

@@ -41,6 +41,11 @@ struct SchedulerLimits {
   int64_t prefill_chunk = 512;
   int64_t tree_rows = 1;       // rows of the largest tree a speculating sequence verifies
   int64_t draft_scratch = 0;   // draft cache entries a proposal appends temporarily
+  int64_t suffix_rows = 0;     // suffix drafts a round may graft (rollout/spec/suffix_drafts.h)
+  // Rows a decoding sequence's step may verify: its tree (drafter and suffix drafts) or one token.
+  int64_t rows_of(const Seq& s) const {
+    return (s.spec ? tree_rows : 1) + (s.req.speculate && !s.req.probe ? suffix_rows : 0);
+  }
 };
 
 struct StepEntry {

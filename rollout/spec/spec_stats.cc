@@ -50,7 +50,18 @@ void SpecStats::add_round(int64_t drafted_tokens, int64_t accepted_tokens, int64
     ++tried_at[static_cast<size_t>(j)];
 }
 
+void SpecStats::add_sources(const std::array<int32_t, kDraftSources>& d, const std::array<int32_t, kDraftSources>& a) {
+  for (size_t k = 0; k < d.size(); ++k) {
+    drafted_by[k] += d[k];
+    accepted_by[k] += a[k];
+  }
+}
+
 void SpecStats::merge(const SpecStats& o) {
+  for (size_t k = 0; k < drafted_by.size(); ++k) {
+    drafted_by[k] += o.drafted_by[k];
+    accepted_by[k] += o.accepted_by[k];
+  }
   rounds += o.rounds;
   drafted += o.drafted;
   accepted += o.accepted;
@@ -64,6 +75,10 @@ void SpecStats::merge(const SpecStats& o) {
 void SpecStats::subtract(const SpecStats& e) {
   UPD_CHECK(e.rounds <= rounds && e.accepted_at.size() <= accepted_at.size() && e.tried_at.size() <= tried_at.size())
       << "SpecStats: not an earlier snapshot";
+  for (size_t k = 0; k < drafted_by.size(); ++k) {
+    drafted_by[k] -= e.drafted_by[k];
+    accepted_by[k] -= e.accepted_by[k];
+  }
   rounds -= e.rounds;
   drafted -= e.drafted;
   accepted -= e.accepted;

@@ -14,14 +14,21 @@
 // right after a rejection), so per-position acceptance differs between depths even for the same
 // drafter. To compare drafters, compare rounds at one depth (the workers' probe requests).
 //
+// By source (drafter/draft_tree.h DraftSource): drafted_by counts the verified drafts each source
+// proposed, accepted_by the accepted ones (a node several sources proposed counts for the first
+// of eagle, group, history). Their sums equal drafted and accepted.
+//
 // verify_seconds: the policy's forward passes of the steps that speculated (shared out among
 // requests by their rows); draft_seconds: the drafter's passes (absorbing committed pairs and
 // proposing), shared out equally among the sequences drafted for.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "drafter/draft_tree.h"
 
 namespace updraft {
 
@@ -29,6 +36,7 @@ struct SpecStats {
   int64_t rounds = 0, drafted = 0, accepted = 0;
   std::vector<int64_t> accepted_at;  // [j]: rounds whose accepted length reached j + 1
   std::vector<int64_t> tried_at;     // [j]: rounds whose tree reached depth j + 1
+  std::array<int64_t, kDraftSources> drafted_by{}, accepted_by{};
   int64_t truncated = 0;  // rounds whose accepted tokens were cut by a stop token or the length limit
   double draft_seconds = 0, verify_seconds = 0;
 
@@ -40,6 +48,9 @@ struct SpecStats {
   // One round: `drafted_tokens` drafts in a tree of depth `depth` (0: the depth equals the
   // drafted count, as for a chain), `accepted_tokens` of them accepted.
   void add_round(int64_t drafted_tokens, int64_t accepted_tokens, int64_t depth = 0);
+  // The same round's drafts and acceptances by source (indexed by DraftSource).
+  void add_sources(const std::array<int32_t, kDraftSources>& drafted_by_source,
+                   const std::array<int32_t, kDraftSources>& accepted_by_source);
   void merge(const SpecStats& o);
   // Leaves what was added since `earlier`, a snapshot of these same totals.
   void subtract(const SpecStats& earlier);

@@ -120,30 +120,6 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   }
 }
 
-// The exact joint distribution of the first two tokens after `prompt` (enumerating the first).
-std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>& prompt, float temp, int32_t top_k,
-                                float top_p) {
-  const int64_t V = m.config().vocab_size;
-  auto probs_after = [&](const std::vector<int32_t>& toks) {
-    Tensor p = Tensor::empty({1, V}, DType::F32);
-    ops::sampling_probs(Tensor::from_f32(testing_models::last_logits(m, toks), {1, V}), Tensor::from_f32({temp}, {1}),
-                        Tensor::from_i32({top_k}, {1}), Tensor::from_f32({top_p}, {1}), p);
-    return p.to_f32_vector();
-  };
-  const auto p0 = probs_after(prompt);
-  std::vector<double> joint(static_cast<size_t>(V * V), 0.0);
-  for (int32_t a = 0; a < V; ++a) {
-    if (p0[a] == 0)
-      continue;
-    std::vector<int32_t> toks = prompt;
-    toks.push_back(a);
-    const auto p1 = probs_after(toks);
-    for (int32_t b = 0; b < V; ++b)
-      joint[a * V + b] = static_cast<double>(p0[a]) * p1[b];
-  }
-  return joint;
-}
-
 TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
   const int64_t N = 12000, V = cfg_.vocab_size;
@@ -154,7 +130,7 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
     float top_p;
   };
   for (const auto& [temp, top_k, top_p] : std::vector<Params>{{1.3f, 0, 1.f}, {0.8f, 6, 0.9f}}) {
-    const auto joint = exact_pairs(*model_, prompt, temp, top_k, top_p);
+    const auto joint = testing_spec::exact_pairs(*model_, prompt, temp, top_k, top_p);
     auto sample = [&](const SpecSettings* s, AcceptRule rule, uint64_t seed0, SpecStats* st) {
       std::vector<GenRequest> reqs;
       for (int64_t i = 0; i < N; ++i) {

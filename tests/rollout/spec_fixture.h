@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "drafter/random_draft.h"
+#include "kernels/ops.h"
 #include "rollout/engine/engine.h"
 #include "tests/drafter/test_drafts.h"
 #include "tests/rollout/test_models.h"
@@ -50,5 +51,29 @@ class SpecFixture : public ::testing::Test {
   std::unique_ptr<PolicyModel> model_;
   std::unique_ptr<DraftModel> draft_;
 };
+
+// The exact joint distribution of the first two tokens after `prompt` (enumerating the first).
+inline std::vector<double> exact_pairs(const PolicyModel& m, const std::vector<int32_t>& prompt, float temp, int32_t top_k,
+                                float top_p) {
+  const int64_t V = m.config().vocab_size;
+  auto probs_after = [&](const std::vector<int32_t>& toks) {
+    Tensor p = Tensor::empty({1, V}, DType::F32);
+    ops::sampling_probs(Tensor::from_f32(testing_models::last_logits(m, toks), {1, V}), Tensor::from_f32({temp}, {1}),
+                        Tensor::from_i32({top_k}, {1}), Tensor::from_f32({top_p}, {1}), p);
+    return p.to_f32_vector();
+  };
+  const auto p0 = probs_after(prompt);
+  std::vector<double> joint(static_cast<size_t>(V * V), 0.0);
+  for (int32_t a = 0; a < V; ++a) {
+    if (p0[a] == 0)
+      continue;
+    std::vector<int32_t> toks = prompt;
+    toks.push_back(a);
+    const auto p1 = probs_after(toks);
+    for (int32_t b = 0; b < V; ++b)
+      joint[a * V + b] = static_cast<double>(p0[a]) * p1[b];
+  }
+  return joint;
+}
 
 }  // namespace updraft::testing_spec

@@ -1,0 +1,176 @@
+#include "rollout/spec/suffix_drafts.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/core/error.h"
+#include "kernels/ops/sampling.h"
+
+namespace updraft {
+namespace {
+
+// The group key of requests that name none: their prompt's hash, with the top bit set so that it
+// never collides with a caller's small group numbers (nor is 0).
+uint64_t prompt_group(const std::vector<int32_t>& prompt) {
+  uint64_t h = ops::mix64(prompt.size());
+  for (int32_t t : prompt)
+    h = ops::mix64(h ^ static_cast<uint32_t>(t));
+  return h | (uint64_t{1} << 63);
+}
+
+int32_t child_with(const DraftTree& t, int32_t parent, int32_t token) {
+  for (int64_t i = parent + 1; i < t.size(); ++i)
+    if (t.parent[static_cast<size_t>(i)] == parent && t.tokens[static_cast<size_t>(i)] == token)
+      return static_cast<int32_t>(i);
+  return -1;
+}
+
+}  // namespace
+
+const char* suffix_mode_name(SuffixMode m) {
+  switch (m) {
+    case SuffixMode::kOff:
+      return "off";
+    case SuffixMode::kGroup:
+      return "group";
+    case SuffixMode::kHistory:
+      return "history";
+    case SuffixMode::kBoth:
+      return "both";
+  }
+  return "?";
+}
+
+SuffixMode parse_suffix_mode(const std::string& s) {
+  for (SuffixMode m : {SuffixMode::kOff, SuffixMode::kGroup, SuffixMode::kHistory, SuffixMode::kBoth})
+    if (s == suffix_mode_name(m))
+      return m;
+  throw Error("suffix drafts: '" + s + "' is not one of off, group, history, both");
+}
+
+void SuffixOptions::validate() const {
+  UPD_REQUIRE(max_nodes >= 1 && max_nodes <= 64) << "suffix drafts: max_nodes must be in [1, 64] (got " << max_nodes
+                                                 << ")";
+  UPD_REQUIRE(max_depth >= 1 && max_depth <= 64) << "suffix drafts: max_depth must be in [1, 64] (got " << max_depth
+                                                 << ")";
+  UPD_REQUIRE(min_prob >= 0 && min_prob <= 1) << "suffix drafts: min_prob must be in [0, 1] (got " << min_prob << ")";
+  UPD_REQUIRE(max_match >= 1 && max_match <= 1024)
+      << "suffix drafts: max_match must be in [1, 1024] (got " << max_match << ")";
+  UPD_REQUIRE(history_tokens >= 1) << "suffix drafts: history_tokens must be at least 1 (got " << history_tokens
+                                   << ")";
+  UPD_REQUIRE(std::isfinite(version_weight) && version_weight >= 1)
+      << "suffix drafts: version_weight must be a finite number >= 1 (got " << version_weight << ")";
+}
+
+int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget) {
+  UPD_CHECK(tree.size() >= 1) << "graft: the tree has no root";
+  if (tree.source.empty())
+    tree.source.assign(tree.tokens.size(), DraftSource::kEagle);
+  struct Ref {
+    size_t t, i;
+  };
+  std::vector<Ref> order;
+  for (size_t t = 0; t < trees.size(); ++t)
+    for (size_t i = 0; i < trees[t].size(); ++i)
+      order.push_back({t, i});
+  std::stable_sort(order.begin(), order.end(), [&](const Ref& a, const Ref& b) {
+    return trees[a.t][a.i].c.path_prob > trees[b.t][b.i].c.path_prob;
+  });
+  std::vector<std::vector<int32_t>> node(trees.size());
+  for (size_t t = 0; t < trees.size(); ++t)
+    node[t].assign(trees[t].size(), -1);
+  int64_t added = 0;
+  for (const Ref& r : order) {
+    const SourcedCandidate& sc = trees[r.t][r.i];
+    UPD_CHECK(sc.c.parent < static_cast<int32_t>(r.i)) << "graft: a candidate precedes its parent";
+    const int32_t par = sc.c.parent < 0 ? 0 : node[r.t][static_cast<size_t>(sc.c.parent)];
+    if (par < 0)
+      continue;  // its parent did not make it
+    int32_t n = child_with(tree, par, sc.c.token);
+    if (n < 0 && added < budget) {
+      n = static_cast<int32_t>(tree.size());
+      tree.tokens.push_back(sc.c.token);
+      tree.parent.push_back(par);
+      tree.depth.push_back(tree.depth[static_cast<size_t>(par)] + 1);
+      tree.score.push_back(static_cast<float>(std::log(sc.c.path_prob)));
+      tree.source.push_back(sc.source);
+      ++added;
+    }
+    node[r.t][r.i] = n;
+  }
+  return added;
+}
+
+SuffixDrafts::SuffixDrafts(const SuffixOptions& opts) : opts_(opts) {
+  opts_.validate();
+  if (opts_.history())
+    history_ = std::make_unique<SuffixIndex>(opts_.max_match, opts_.history_tokens);
+}
+
+void SuffixDrafts::join(uint64_t id, uint64_t group, const std::vector<int32_t>& prompt) {
+  if (!opts_.group())
+    return;
+  UPD_CHECK(members_.count(id) == 0) << "suffix drafts: request " << id << " joined twice";
+  const uint64_t key = group != 0 ? group : prompt_group(prompt);
+  std::unique_ptr<Group>& g = groups_[key];
+  if (!g)
+    g = std::make_unique<Group>(opts_.max_match);
+  ++g->members;
+  members_[id] = {key, g->index.add_document(prompt)};
+}
+
+void SuffixDrafts::extend(uint64_t id, const std::vector<int32_t>& tokens) {
+  const auto it = members_.find(id);
+  if (it == members_.end() || tokens.empty())
+    return;
+  groups_.at(it->second.group)->index.append(it->second.doc, tokens);
+}
+
+void SuffixDrafts::leave(uint64_t id, bool completed, const std::vector<int32_t>& prompt,
+                         const std::vector<int32_t>& output) {
+  if (history_ && completed && !output.empty()) {
+    std::vector<int32_t> text = prompt;
+    text.insert(text.end(), output.begin(), output.end());
+    const double w = std::exp(std::min(600.0, static_cast<double>(generation_) * std::log(opts_.version_weight)));
+    history_->add_document(text, w);
+  }
+  const auto it = members_.find(id);
+  if (it == members_.end())
+    return;
+  const auto g = groups_.find(it->second.group);
+  if (--g->second->members == 0)
+    groups_.erase(g);
+  else
+    g->second->index.remove(it->second.doc);
+  members_.erase(it);
+}
+
+int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree) {
+  const int64_t depth = std::min(max_depth, opts_.max_depth);
+  if (depth < 1 || context.empty())
+    return 0;
+  std::vector<std::vector<SourcedCandidate>> found;
+  auto take = [&](const SuffixTree& t, DraftSource src) {
+    std::vector<SourcedCandidate> v;
+    for (const SuffixCandidate& c : t.nodes)
+      v.push_back({c, src});
+    found.push_back(std::move(v));
+  };
+  const auto m = members_.find(id);
+  if (m != members_.end()) {
+    const SuffixIndex& gi = groups_.at(m->second.group)->index;
+    take(gi.lookup(context, depth, opts_.max_nodes, opts_.min_prob, m->second.doc), DraftSource::kGroup);
+  }
+  if (history_)
+    take(history_->lookup(context, depth, opts_.max_nodes, opts_.min_prob), DraftSource::kHistory);
+  return graft_candidates(tree, found, opts_.max_nodes);
+}
+
+size_t SuffixDrafts::memory_bytes() const {
+  size_t b = history_ ? history_->memory_bytes() : 0;
+  for (const auto& [k, g] : groups_)
+    b += g->index.memory_bytes();
+  return b + members_.size() * sizeof(Member);
+}
+
+}  // namespace updraft

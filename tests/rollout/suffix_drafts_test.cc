@@ -1,0 +1,256 @@
+// Suffix drafts (rollout/spec/suffix_drafts.h) and merged trees in the engine:
+//  - grafting: order by path probability, deduplication into existing children (the first source
+//    kept), the budget, dropped parents;
+//  - the indexes: a sibling ahead drafts for the one behind, the history takes completed requests
+//    only and weighs the newest policy's most, groups go with their last member;
+//  - the engine, temperature 0: tokens, finish reasons and logprobs identical to plain decoding with
+//    suffix drafts alone and merged with the drafter's chain or tree, requests joining in waves;
+//  - the engine, temperature > 0: merged trees (point-mass suffix candidates beside the drafter's)
+//    fit the policy's exact joint distribution of two tokens; the NoResidual control must fail;
+//  - accounting: counts by source add up; probes get no suffix drafts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "rollout/engine/engine.h"
+#include "rollout/spec/suffix_drafts.h"
+#include "tests/rollout/chi2.h"
+#include "tests/rollout/spec_fixture.h"
+
+namespace updraft {
+namespace {
+
+SourcedCandidate cand(int32_t token, int32_t parent, double path_prob, DraftSource src) {
+  SuffixCandidate c;
+  c.token = token;
+  c.parent = parent;
+  c.path_prob = path_prob;
+  c.prob = path_prob;
+  return {c, src};
+}
+
+TEST(SuffixGraft, MergesByProbabilityDeduplicatesAndKeepsTheBudget) {
+  DraftTree t = DraftTree::single(7);  // a drafter's chain 7 -> 3 -> 4
+  t.tokens = {7, 3, 4};
+  t.parent = {-1, 0, 1};
+  t.depth = {0, 1, 2};
+  t.score = {0, -0.1f, -0.3f};
+  const std::vector<std::vector<SourcedCandidate>> found = {
+      {cand(3, -1, 0.9, DraftSource::kGroup), cand(5, 0, 0.8, DraftSource::kGroup),
+       cand(6, 1, 0.2, DraftSource::kGroup)},
+      {cand(9, -1, 0.5, DraftSource::kHistory), cand(2, 0, 0.45, DraftSource::kHistory)}};
+  DraftTree a = t;
+  EXPECT_EQ(graft_candidates(a, found, 3), 3);
+  // 3 exists (kept as the drafter's); 3 -> 5 new (0.8); 9 (0.5); 9 -> 2 (0.45); budget ends there.
+  const std::vector<int32_t> tokens = {7, 3, 4, 5, 9, 2}, parent = {-1, 0, 1, 1, 0, 4}, depth = {0, 1, 2, 2, 1, 2};
+  EXPECT_EQ(a.tokens, tokens);
+  EXPECT_EQ(a.parent, parent);
+  EXPECT_EQ(a.depth, depth);
+  ASSERT_EQ(a.source.size(), 6u);
+  EXPECT_EQ(a.source_of(1), DraftSource::kEagle);
+  EXPECT_EQ(a.source_of(3), DraftSource::kGroup);
+  EXPECT_EQ(a.source_of(5), DraftSource::kHistory);
+  EXPECT_NEAR(a.score[3], std::log(0.8), 1e-6);
+  // With a budget of 1, 5's child 6 has no parent in the tree and is dropped; so is 2.
+  DraftTree b = t;
+  EXPECT_EQ(graft_candidates(b, found, 1), 1);
+  EXPECT_EQ(b.size(), 4);
+  EXPECT_EQ(b.tokens[3], 5);
+  // Parents precede children, whatever was grafted.
+  for (int64_t i = 1; i < a.size(); ++i)
+    EXPECT_LT(a.parent[i], i);
+}
+
+TEST(SuffixGraft, OptionsAreCheckedByName) {
+  SuffixOptions o;
+  o.mode = SuffixMode::kBoth;
+  o.max_nodes = 0;
+  EXPECT_THROW(o.validate(), Error);
+  EXPECT_EQ(parse_suffix_mode("history"), SuffixMode::kHistory);
+  try {
+    parse_suffix_mode("all");
+    FAIL() << "accepted an unknown mode";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("off, group, history, both"), std::string::npos) << e.what();
+  }
+}
+
+SuffixOptions both(int64_t nodes = 6) {
+  SuffixOptions o;
+  o.mode = SuffixMode::kBoth;
+  o.max_nodes = nodes;
+  o.min_prob = 0.05;
+  return o;
+}
+
+TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
+  SuffixDrafts d(both());
+  d.join(1, 0, {1, 2, 3});
+  d.join(2, 0, {1, 2, 3});  // same prompt: same group
+  d.join(3, 0, {9, 8});     // another group
+  d.extend(1, {4, 5, 6, 7});
+  DraftTree t = DraftTree::single(3);
+  EXPECT_EQ(d.graft(2, {1, 2, 3}, 8, t), 4);  // sibling 1's 4 5 6 7, a chain
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(t.source_of(4), DraftSource::kGroup);
+  DraftTree other = DraftTree::single(8);
+  EXPECT_EQ(d.graft(3, {9, 8}, 8, other), 0) << "another group's text leaked in";
+  DraftTree shallow = DraftTree::single(3);
+  EXPECT_EQ(d.graft(2, {1, 2, 3}, 2, shallow), 2) << "max_depth not kept";
+  EXPECT_EQ(d.groups(), 2);
+  d.leave(3, false, {9, 8}, {});
+  EXPECT_EQ(d.groups(), 1);
+  EXPECT_EQ(d.history_tokens(), 0) << "an aborted request joined the history";
+  d.leave(1, true, {1, 2, 3}, {4, 5, 6, 7});
+  EXPECT_EQ(d.history_tokens(), 7);
+  d.leave(2, true, {1, 2, 3}, {8});
+  EXPECT_EQ(d.groups(), 0);
+  // The history now drafts for a new request with that prompt: 4 (weight 1) and 8 (weight 1) tie;
+  // after a policy change a completion weighs twice as much and leads.
+  d.policy_changed();
+  d.join(4, 0, {5, 5});
+  d.leave(4, true, {1, 2, 3}, {8, 8});
+  DraftTree h = DraftTree::single(3);
+  d.join(5, 0, {1, 2, 3});
+  ASSERT_GT(d.graft(5, {1, 2, 3}, 1, h), 0);
+  EXPECT_EQ(h.tokens[1], 8);
+  EXPECT_EQ(h.source_of(1), DraftSource::kHistory);
+}
+
+using SuffixEngine = testing_spec::SpecFixture;
+
+// Requests submitted in waves of `wave`, three steps apart; results by id.
+std::vector<GenResult> run_waves(const PolicyModel& m, const DraftModel* d, const std::vector<GenRequest>& reqs,
+                                 EngineOptions o, size_t wave, EngineStats* stats = nullptr) {
+  Engine e(m, o, d);
+  std::vector<GenResult> out;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    e.submit(reqs[i]);
+    if (i % wave == wave - 1)
+      for (int k = 0; k < 3; ++k)
+        for (GenResult& g : e.step())
+          out.push_back(std::move(g));
+  }
+  for (GenResult& g : e.run())
+    out.push_back(std::move(g));
+  std::sort(out.begin(), out.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
+  if (stats != nullptr)
+    *stats = e.stats();
+  return out;
+}
+
+TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 30; ++i) {  // 10 prompts, each three times (siblings), in waves
+    const int p = i % 10;
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < 2 + (p * 5) % 11; ++j)
+      prompt.push_back(static_cast<int32_t>((p * 7 + j * 3 + j * j) % cfg_.vocab_size));
+    GenRequest r = req(prompt, 0.f, 8 + (i * 11) % 31, 0);
+    if (i % 4 == 0)
+      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
+    reqs.push_back(r);
+  }
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 20;
+  o.prefill_chunk = 7;
+  const std::vector<GenResult> plain = run_waves(*model_, nullptr, reqs, o, 5);
+  for (SuffixMode mode : {SuffixMode::kGroup, SuffixMode::kHistory, SuffixMode::kBoth})
+    for (const std::optional<SpecSettings>& s :
+         std::vector<std::optional<SpecSettings>>{std::nullopt, SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
+      for (int64_t batch : {1, 12}) {
+        EngineOptions so = o;
+        so.max_batch = batch;
+        so.suffix = both();
+        so.suffix.mode = mode;
+        if (s)
+          so.spec = *s;
+        EngineStats st;
+        const auto got = run_waves(*model_, s ? draft_.get() : nullptr, reqs, so, 5, &st);
+        const std::string where = std::string(suffix_mode_name(mode)) + ", drafter " +
+                                  (!s ? "none" : s->chain() ? "chain" : "tree") + ", batch " +
+                                  std::to_string(batch);
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(got, plain, where));
+        const size_t src = mode == SuffixMode::kHistory ? 2 : 1;
+        EXPECT_GT(st.spec.accepted_by[src], 20) << "suffix drafts were rarely accepted: " << where;
+        EXPECT_GT(st.suffix_nodes, 0) << where;
+        int64_t drafted = 0, accepted = 0;
+        for (size_t k = 0; k < 3; ++k) {
+          drafted += st.spec.drafted_by[k];
+          accepted += st.spec.accepted_by[k];
+        }
+        EXPECT_EQ(drafted, st.spec.drafted) << where;
+        EXPECT_EQ(accepted, st.spec.accepted) << where;
+        if (!s)
+          EXPECT_EQ(st.spec.drafted_by[0], 0) << where;
+        else
+          EXPECT_GT(st.spec.accepted_by[0], 0) << where;
+      }
+}
+
+TEST_F(SuffixEngine, ProbesGetNoSuffixDrafts) {
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 20;
+  o.suffix = both();
+  o.spec = SpecSettings{4, 1, 5};
+  Engine e(*model_, o, draft_.get());
+  for (int i = 0; i < 6; ++i) {
+    GenRequest r = req({1, 2, 3, 1, 2, 3}, 0.f, 24, 0);
+    r.probe = true;
+    e.submit(r);
+  }
+  e.run();
+  EXPECT_EQ(e.stats().suffix_nodes, 0);
+  EXPECT_EQ(e.stats().spec.drafted_by[1] + e.stats().spec.drafted_by[2], 0);
+  EXPECT_GT(e.stats().spec.drafted_by[0], 0);
+}
+
+// Merged trees under sampling: the history and the group hold many earlier samples of the prompt,
+// so the root gets several point-mass candidates beside the drafter's; the two tokens must still
+// follow the policy. Without a drafter, the suffix candidates alone under the NoResidual rule must
+// fail the same test (its power).
+TEST_F(SuffixEngine, SampledMergedTreesFollowThePolicyDistribution) {
+  using namespace testing_chi2;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+  const int64_t N = 12000, V = cfg_.vocab_size;
+  const float temp = 1.3f;
+  const auto joint = testing_spec::exact_pairs(*model_, prompt, temp, 0, 1.f);
+  auto sample = [&](bool drafter, AcceptRule rule, uint64_t seed0, EngineStats* st) {
+    EngineOptions o;
+    o.max_batch = 64;
+    o.kv_cache_bytes = 64 << 20;
+    o.spec = SpecSettings{3, 3, 8};
+    o.suffix = both();
+    o.accept_rule = rule;
+    Engine e(*model_, o, drafter ? draft_.get() : nullptr);
+    std::vector<GenResult> out;
+    for (int64_t i = 0; i < N; ++i) {
+      e.submit(req(prompt, temp, 2, seed0 + static_cast<uint64_t>(i)));
+      if (i % 64 == 63)
+        for (GenResult& g : e.step())
+          out.push_back(std::move(g));
+    }
+    for (GenResult& g : e.run())
+      out.push_back(std::move(g));
+    if (st != nullptr)
+      *st = e.stats();
+    std::vector<int64_t> counts(static_cast<size_t>(V * V), 0);
+    for (const auto& r : out)
+      ++counts[r.tokens[0] * V + r.tokens[1]];
+    return chi2_fit(counts, joint, N);
+  };
+  EngineStats st;
+  const auto [stat, df] = sample(true, AcceptRule::Exact, 7'000'000, &st);
+  EXPECT_LT(stat, chi2_critical(df)) << "merged-tree samples do not fit the policy";
+  EXPECT_GT(st.spec.accepted_by[1] + st.spec.accepted_by[2], N / 10) << "too few suffix acceptances to mean anything";
+  EXPECT_GT(st.spec.accepted_by[0], N / 50) << "too few drafter acceptances to mean anything";
+  const auto [sstat, sdf] = sample(false, AcceptRule::Exact, 8'000'000, nullptr);
+  EXPECT_LT(sstat, chi2_critical(sdf)) << "suffix-only samples do not fit the policy";
+  const auto [bstat, bdf] = sample(false, AcceptRule::NoResidual, 9'000'000, nullptr);
+  EXPECT_GT(bstat, chi2_critical(bdf)) << "the biased control passed: the test has no power";
+}
+
+}  // namespace
+}  // namespace updraft
