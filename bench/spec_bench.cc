@@ -20,6 +20,11 @@
 //                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
 //                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5]
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows.
+// --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
+// N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
+// --suffix-nodes K nodes (default 6) with candidates at --suffix-min-prob P or more (default 0.1),
+// --suffix-factor F nodes per matched token (default 1) and --suffix-min-match M (default 1);
+// --adaptive lets the eagle and merged arms choose the drafter's depth per step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "bench/bench_policy.h"
+#include "bench/group_bench.h"
 #include "bench/machine_probe.h"
 #include "bench/round_anatomy.h"
 #include "drafter/random_draft.h"
@@ -146,6 +152,9 @@ int main(int argc, char** argv) {
   std::vector<int64_t> anatomy_rows;
   std::string draft_dir, model_dir;
   float temperature = 0;
+  int64_t group = 0;
+  bool adaptive = false;
+  SuffixOptions suffix;
   corpus::Mix mix;
   std::vector<std::pair<std::string, SpecSettings>> settings = {
       {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
@@ -170,6 +179,18 @@ int main(int argc, char** argv) {
       anatomy_rows = parse_int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
       ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
+    else if (!std::strcmp(argv[i], "--group") && i + 1 < argc)
+      group = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--suffix-nodes") && i + 1 < argc)
+      suffix.max_nodes = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--adaptive"))
+      adaptive = true;
+    else if (!std::strcmp(argv[i], "--suffix-factor") && i + 1 < argc)
+      suffix.spec_factor = std::stod(argv[++i]);
+    else if (!std::strcmp(argv[i], "--suffix-min-match") && i + 1 < argc)
+      suffix.min_match = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
+      suffix.min_prob = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
       model_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc)
@@ -244,6 +265,23 @@ int main(int argc, char** argv) {
       "temperature %.2f, timed after prefill\n",
       model_dir.empty() ? "32-token pseudo-random" : "held-out corpus", sequences,
       ignore_eos ? "exactly" : "up to end of text or", tokens, temperature);
+  if (group > 0) {
+    bench::GroupBenchArgs ga;
+    ga.model = &model;
+    ga.draft = &draft;
+    ga.spec = settings.size() == 3 ? SpecSettings{4, 1, 5} : settings.front().second;
+    ga.suffix = suffix;
+    ga.prompts = prompts;
+    ga.group = group;
+    ga.groups = std::max<int64_t>(1, sequences / group);
+    ga.tokens = tokens;
+    ga.reps = reps;
+    ga.temperature = temperature;
+    ga.ignore_eos = ignore_eos;
+    ga.adaptive = adaptive;
+    bench::run_group_bench(ga);
+    return 0;
+  }
   if (!anatomy_rows.empty()) {  // verification cost alone, at these row counts (chains)
     std::vector<bench::AnatomySetting> rows;
     for (int64_t n : anatomy_rows)

@@ -49,6 +49,8 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
   UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
       << "engine: capture_teacher_k and draft_backlog must be at least 1";
   aux_layers_ = capture_layers(opts, drafter, model.config());
+  if (opts.suffix.on() && opts.suffix.gate)
+    suffix_gate_ = std::make_unique<SuffixGate>();
   scheduler_.set_caches(&cache_, nullptr);
   if (drafter != nullptr) {
     check_fits(model, *drafter, opts_.spec, aux_layers_);
@@ -141,7 +143,7 @@ std::vector<GenResult> Engine::step() {
     return finish(index);
   const int64_t depth = choose_depth(plan);
   const Drafted drafted = draft(plan, depth);
-  graft_suffix(plan);
+  const bool grafted = graft_suffix(plan);
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;
@@ -161,7 +163,9 @@ std::vector<GenResult> Engine::step() {
   for (size_t e = 0; e < plan.entries.size(); ++e)
     suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
-  account(plan, run, depth, drafted, seconds_since(t0));
+  const double seconds = seconds_since(t0);
+  account(plan, run, depth, drafted, seconds);
+  observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
     steps_since_cold_ = 0;
@@ -211,9 +215,9 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   return d;
 }
 
-void Engine::graft_suffix(const StepPlan& plan) {
-  if (!suffix_.options().on())
-    return;
+bool Engine::graft_suffix(const StepPlan& plan) {
+  if (!suffix_.options().on() || plan.decoding == 0 || (suffix_gate_ && !suffix_gate_->choose(plan.decoding)))
+    return false;
   const auto t0 = Clock::now();
   std::vector<int32_t> context;
   for (const StepEntry& e : plan.entries) {
@@ -231,6 +235,20 @@ void Engine::graft_suffix(const StepPlan& plan) {
     stats_.suffix_nodes += suffix_.graft(s.id, context, s.req.params.max_new_tokens - s.out_len(), s.tree);
   }
   stats_.suffix_seconds += seconds_since(t0);
+  return true;
+}
+
+void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
+                            double seconds, bool grafted) {
+  if (!suffix_gate_ || plan.decoding == 0)
+    return;
+  int64_t tokens = 0;
+  for (size_t e = 0; e < plan.entries.size(); ++e)
+    if (plan.entries[e].prefill == 0)
+      tokens += static_cast<int64_t>(committed[e].tokens.size());
+  const double decode_s =
+      seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
+  suffix_gate_->observe(plan.decoding, grafted, tokens, decode_s, steps_since_cold_ < kColdSteps);
 }
 
 void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run) {

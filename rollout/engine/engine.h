@@ -49,6 +49,8 @@
 // request's group and from recent completions, grafted onto every decoding round of a request
 // that may speculate (probes excepted: they measure the drafter alone), with or without a drafter
 // and at any depth the chooser picks (0 included); verified like the drafter's, so just as lossless.
+// With suffix.gate, a SuffixGate (spec/suffix_gate.h) decides per step whether they run, by the
+// throughput measured with and without them at the live batch.
 //
 // Capture: capture/step_capture.h. Metrics: EngineStats, and per request GenResult::spec,
 // rounds and the scheduling fields. tau = 1 + accepted / rounds (eagle3.md E.1).
@@ -67,6 +69,7 @@
 #include "rollout/engine/scheduler.h"
 #include "rollout/policy_model.h"
 #include "rollout/spec/adaptive.h"
+#include "rollout/spec/suffix_gate.h"
 
 namespace updraft {
 
@@ -124,6 +127,8 @@ class Engine {
   const ForwardProfile& decode_forward_parts() const { return decode_parts_; }
   const KvCache& cache() const { return cache_; }
   const KvCache* draft_cache() const { return draft_cache_.get(); }
+  const SuffixDrafts& suffix_drafts() const { return suffix_; }
+  const SuffixGate* suffix_gate() const { return suffix_gate_.get(); }
   const DraftModel* drafter() const { return drafter_; }
   const EngineOptions& options() const { return opts_; }
   const PolicyModel& model() const { return *model_; }
@@ -146,7 +151,9 @@ class Engine {
   };
   int64_t choose_depth(const StepPlan& plan);
   Drafted draft(const StepPlan& plan, int64_t depth);
-  void graft_suffix(const StepPlan& plan);
+  bool graft_suffix(const StepPlan& plan);  // false when the gate kept the step without
+  void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
+                      double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
   void stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step);
   void account(const StepPlan& plan, const RunOut& run, int64_t depth, const Drafted& drafted, double seconds);
@@ -167,6 +174,7 @@ class Engine {
   std::unique_ptr<KvCache> draft_cache_;
   Scheduler scheduler_;
   SuffixDrafts suffix_;
+  std::unique_ptr<SuffixGate> suffix_gate_;  // with EngineOptions::suffix.gate
   DepthChooser* chooser_ = nullptr;
   bool admission_open_ = true;
   uint64_t next_id_ = 1, drafter_generation_ = 0;

@@ -58,6 +58,10 @@ void SuffixOptions::validate() const {
       << "suffix drafts: max_match must be in [1, 1024] (got " << max_match << ")";
   UPD_REQUIRE(history_tokens >= 1) << "suffix drafts: history_tokens must be at least 1 (got " << history_tokens
                                    << ")";
+  UPD_REQUIRE(std::isfinite(spec_factor) && spec_factor > 0)
+      << "suffix drafts: spec_factor must be a finite number > 0 (got " << spec_factor << ")";
+  UPD_REQUIRE(min_match >= 1 && min_match <= max_match)
+      << "suffix drafts: min_match must be in [1, max_match] (got " << min_match << ")";
   UPD_REQUIRE(std::isfinite(version_weight) && version_weight >= 1)
       << "suffix drafts: version_weight must be a finite number >= 1 (got " << version_weight << ")";
 }
@@ -151,9 +155,12 @@ int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, in
     return 0;
   std::vector<std::vector<SourcedCandidate>> found;
   auto take = [&](const SuffixTree& t, DraftSource src) {
+    if (t.match_length < opts_.min_match)
+      return;
+    const auto n = std::min(t.nodes.size(), static_cast<size_t>(std::ceil(opts_.spec_factor * t.match_length)));
     std::vector<SourcedCandidate> v;
-    for (const SuffixCandidate& c : t.nodes)
-      v.push_back({c, src});
+    for (size_t i = 0; i < n; ++i)  // selection order: a prefix keeps parents before children
+      v.push_back({t.nodes[i], src});
     found.push_back(std::move(v));
   };
   const auto m = members_.find(id);

@@ -15,7 +15,8 @@
 //
 // Grafting. Each round, the candidates of both indexes for the sequence's context (prompt +
 // output, its last token the tree's root) are merged into its draft tree (the drafter's, or the
-// root alone): all candidates in order of descending path probability (ties: group before history,
+// root alone): each index's lookup gives at most min(max_nodes, spec_factor x match length) nodes
+// (none for a match shorter than min_match); all candidates in order of descending path probability (ties: group before history,
 // then each index's selection order), a candidate whose token its parent node already has as a child
 // is deduplicated into that child (it keeps its first source), a new one is appended (score: log
 // path probability), until max_nodes new nodes. A candidate whose parent did not make it is dropped.
@@ -45,9 +46,16 @@ struct SuffixOptions {
   int64_t max_nodes = 6;           // suffix drafts grafted per round at most (extra rows verified)
   int64_t max_depth = 8;           // deepest suffix draft (1: the token after the root)
   double min_prob = 0.1;           // a candidate less likely than this given its parent is not drafted
+  // A lookup drafts at most spec_factor x its match length nodes (longer matches predict better;
+  // SuffixDecoding's rule), and nothing for a match shorter than min_match tokens.
+  double spec_factor = 1.0;
+  int64_t min_match = 1;
   int64_t max_match = 32;          // longest context suffix looked up
   int64_t history_tokens = 1 << 20;  // history capacity in tokens
   double version_weight = 2.0;     // weight of a completion per policy generation newer
+  // Whether a step grafts at all is chosen per live batch by measured throughput
+  // (rollout/spec/suffix_gate.h); false: every step grafts.
+  bool gate = true;
   bool group() const { return mode == SuffixMode::kGroup || mode == SuffixMode::kBoth; }
   bool history() const { return mode == SuffixMode::kHistory || mode == SuffixMode::kBoth; }
   bool on() const { return mode != SuffixMode::kOff; }

@@ -7,6 +7,7 @@
 //    suffix drafts alone and merged with the drafter's chain or tree, requests joining in waves;
 //  - the engine, temperature > 0: merged trees (point-mass suffix candidates beside the drafter's)
 //    fit the policy's exact joint distribution of two tokens; the NoResidual control must fail;
+//  - the gate: the faster arm per live batch, the other explored in at most 5% of steps;
 //  - accounting: counts by source add up; probes get no suffix drafts.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 
 #include "rollout/engine/engine.h"
 #include "rollout/spec/suffix_drafts.h"
+#include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
 #include "tests/rollout/spec_fixture.h"
 
@@ -82,6 +84,7 @@ SuffixOptions both(int64_t nodes = 6) {
   o.mode = SuffixMode::kBoth;
   o.max_nodes = nodes;
   o.min_prob = 0.05;
+  o.gate = false;  // every step grafts (the gate's choices depend on timing)
   return o;
 }
 
@@ -92,9 +95,25 @@ TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
   d.join(3, 0, {9, 8});     // another group
   d.extend(1, {4, 5, 6, 7});
   DraftTree t = DraftTree::single(3);
-  EXPECT_EQ(d.graft(2, {1, 2, 3}, 8, t), 4);  // sibling 1's 4 5 6 7, a chain
-  EXPECT_EQ(t.tokens, (std::vector<int32_t>{3, 4, 5, 6, 7}));
-  EXPECT_EQ(t.source_of(4), DraftSource::kGroup);
+  // Sibling 1's 4 5 6 7, a chain, cut to 1 x the match length (3: the prompt).
+  EXPECT_EQ(d.graft(2, {1, 2, 3}, 8, t), 3);
+  EXPECT_EQ(t.tokens, (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(t.source_of(3), DraftSource::kGroup);
+  SuffixOptions wide = both();
+  wide.spec_factor = 2;
+  SuffixDrafts w(wide);
+  w.join(1, 7, {1, 2, 3});
+  w.join(2, 7, {5, 2, 3});  // an explicit group: the prompts need not agree
+  w.extend(1, {4, 5, 6, 7});
+  DraftTree wt = DraftTree::single(3);
+  EXPECT_EQ(w.graft(2, {5, 2, 3}, 8, wt), 4) << "a 2-token match at factor 2";
+  wide.min_match = 3;
+  SuffixDrafts strict(wide);
+  strict.join(1, 7, {1, 2, 3});
+  strict.join(2, 7, {5, 2, 3});
+  strict.extend(1, {4, 5, 6, 7});
+  DraftTree st = DraftTree::single(3);
+  EXPECT_EQ(strict.graft(2, {5, 2, 3}, 8, st), 0) << "a match shorter than min_match drafted";
   DraftTree other = DraftTree::single(8);
   EXPECT_EQ(d.graft(3, {9, 8}, 8, other), 0) << "another group's text leaked in";
   DraftTree shallow = DraftTree::single(3);
@@ -117,6 +136,31 @@ TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
   ASSERT_GT(d.graft(5, {1, 2, 3}, 1, h), 0);
   EXPECT_EQ(h.tokens[1], 8);
   EXPECT_EQ(h.source_of(1), DraftSource::kHistory);
+}
+
+// The gate: each arm measured first, then the faster one, the other explored in <= 5% of steps;
+// buckets learn apart (suffix drafts pay at batch 1 and cost at batch 64 here).
+TEST(SuffixGateTest, RunsTheFasterArmPerBatchAndExploresLittle) {
+  SuffixGate g;
+  int64_t on1 = 0, on64 = 0;
+  const int64_t steps = 2000;
+  for (int64_t i = 0; i < steps; ++i) {
+    const bool a = g.choose(1);
+    on1 += a;
+    g.observe(1, a, a ? 3 : 1, 0.001 * (a ? 1.2 : 1.0), false);  // on: 2.5x the tokens/s
+    const bool b = g.choose(64);
+    on64 += b;
+    g.observe(64, b, 64 * (b ? 1.3 : 1.0), 0.01 * (b ? 1.6 : 1.0), false);  // on: 0.81x
+  }
+  EXPECT_GE(on1, steps * 94 / 100);
+  EXPECT_LE(on64, steps * 6 / 100);
+  EXPECT_GE(on64, steps * 4 / 100) << "the slower arm was not explored";
+  EXPECT_TRUE(g.snapshot().on[0]);
+  EXPECT_FALSE(g.snapshot().on[6]);
+  // Cold steps teach nothing.
+  SuffixGate c;
+  c.observe(1, true, 100, 0.001, true);
+  EXPECT_EQ(c.snapshot().arms[0][1].samples, 0);
 }
 
 using SuffixEngine = testing_spec::SpecFixture;
@@ -188,6 +232,22 @@ TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
         else
           EXPECT_GT(st.spec.accepted_by[0], 0) << where;
       }
+}
+
+TEST_F(SuffixEngine, GatedSuffixDraftsStayLossless) {
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 16; ++i)
+    reqs.push_back(req({static_cast<int32_t>(1 + i % 4), 2, 3, 1, 2}, 0.f, 30, 0));
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 20;
+  const auto plain = run_waves(*model_, nullptr, reqs, o, 4);
+  o.suffix = both();
+  o.suffix.gate = true;
+  o.spec = SpecSettings{4, 1, 5};
+  Engine e(*model_, o, draft_.get());
+  ASSERT_NE(e.suffix_gate(), nullptr);
+  const auto got = run_waves(*model_, draft_.get(), reqs, o, 4);
+  ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(got, plain, "gated"));
 }
 
 TEST_F(SuffixEngine, ProbesGetNoSuffixDrafts) {

@@ -1,0 +1,142 @@
+#include "bench/group_bench.h"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "rollout/engine/engine.h"
+
+
+namespace updraft::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+enum class Arm { kPlain, kEagle, kSuffix, kMerged };
+constexpr Arm kArms[] = {Arm::kPlain, Arm::kEagle, Arm::kSuffix, Arm::kMerged};
+const char* arm_name(Arm a) {
+  switch (a) {
+    case Arm::kPlain:
+      return "plain";
+    case Arm::kEagle:
+      return "eagle only";
+    case Arm::kSuffix:
+      return "suffix only";
+    case Arm::kMerged:
+      return "merged";
+  }
+  return "?";
+}
+
+struct Totals {
+  double seconds = 0, suffix_seconds = 0;
+  int64_t tokens = 0, steps = 0, suffix_nodes = 0;
+  SpecStats spec;
+};
+
+// One turn of an arm: every group through one engine, siblings together (live) or one at a time.
+Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
+  EngineOptions o;
+  o.max_batch = a.group;
+  o.kv_cache_bytes = int64_t{1} << 30;
+  o.prefill_chunk = 4096;
+  o.spec = a.spec;
+  if (arm == Arm::kSuffix || arm == Arm::kMerged) {
+    o.suffix = a.suffix;
+    o.suffix.mode = SuffixMode::kBoth;
+  }
+  const bool eagle = arm == Arm::kEagle || arm == Arm::kMerged;
+  Engine e(*a.model, o, eagle ? a.draft : nullptr);
+  AdaptiveDepth chooser(a.spec);
+  if (a.adaptive)
+    e.set_depth_chooser(&chooser);
+  Totals t;
+  for (int64_t g = 0; g < a.groups; ++g) {
+    const std::vector<int32_t>& prompt = a.prompts[static_cast<size_t>(g) % a.prompts.size()];
+    for (int64_t j = 0; j < a.group;) {
+      const int64_t n = live ? a.group : 1;
+      for (int64_t k = 0; k < n; ++k, ++j) {
+        GenRequest q;
+        q.prompt = prompt;
+        q.params.temperature = a.temperature;
+        q.params.has_seed = true;
+        q.params.seed = static_cast<uint64_t>(1000003 * rep + 1009 * g + j + 1);
+        q.params.max_new_tokens = a.tokens + 1;
+        q.params.ignore_eos = a.ignore_eos;
+        e.submit(q);
+      }
+      e.step();  // prefill and the first token
+      const EngineStats before = e.stats();
+      const double t0 = now_s();
+      while (e.has_work())
+        e.step();
+      t.seconds += now_s() - t0;
+      const EngineStats& after = e.stats();
+      t.tokens += after.generated_tokens - before.generated_tokens;
+      t.steps += after.steps - before.steps;
+      t.suffix_seconds += after.suffix_seconds - before.suffix_seconds;
+      t.suffix_nodes += after.suffix_nodes - before.suffix_nodes;
+      SpecStats d = after.spec;
+      d.subtract(before.spec);
+      t.spec.merge(d);
+    }
+  }
+  return t;
+}
+
+void print_layout(const GroupBenchArgs& a, bool live) {
+  Totals tot[4];
+  for (int rep = 0; rep < a.reps; ++rep)
+    for (Arm arm : kArms) {
+      const Totals t = run_arm(a, arm, live, rep);
+      Totals& s = tot[static_cast<int>(arm)];
+      s.seconds += t.seconds;
+      s.suffix_seconds += t.suffix_seconds;
+      s.tokens += t.tokens;
+      s.steps += t.steps;
+      s.suffix_nodes += t.suffix_nodes;
+      s.spec.merge(t.spec);
+    }
+  std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
+              live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
+  std::printf("  %-12s %9s %7s %6s %22s %9s %12s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h",
+              "drafted", "suffix cost");
+  const Totals& plain = tot[0];
+  const double plain_tps = static_cast<double>(plain.tokens) / plain.seconds;
+  const double plain_step = plain.seconds / static_cast<double>(plain.steps);
+  for (Arm arm : kArms) {
+    const Totals& t = tot[static_cast<int>(arm)];
+    const double tps = static_cast<double>(t.tokens) / t.seconds;
+    const double r = t.spec.rounds > 0 ? static_cast<double>(t.spec.rounds) : 1.0;
+    char by[64], cost[32] = "-";
+    std::snprintf(by, sizeof by, "%.2f|%.2f|%.2f", t.spec.accepted_by[0] / r, t.spec.accepted_by[1] / r,
+                  t.spec.accepted_by[2] / r);
+    if (t.suffix_nodes > 0 || arm == Arm::kSuffix || arm == Arm::kMerged)  // per step, in plain steps
+      std::snprintf(cost, sizeof cost, "%.2f%%", 100.0 * t.suffix_seconds / static_cast<double>(t.steps) / plain_step);
+    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s\n", arm_name(arm), tps, tps / plain_tps, t.spec.tau(), by,
+                static_cast<double>(t.spec.drafted) / r, cost);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+void run_group_bench(const GroupBenchArgs& a) {
+  std::printf(
+      "group drafting: %ld groups of %ld siblings (held-out prompts), temperature %.2f, %ld new tokens at most, "
+      "drafter chain/tree {steps %ld, top_k %ld, tokens %ld}, suffix drafts up to %ld nodes (min prob %.2f), "
+      "%ld turns interleaved\n",
+      a.groups, a.group, a.temperature, a.tokens, a.spec.steps, a.spec.top_k, a.spec.draft_tokens, a.suffix.max_nodes,
+      a.suffix.min_prob, a.reps);
+  std::printf("suffix drafts: %.2f nodes per matched token, matches of %ld tokens or more; drafter depth %s\n",
+              a.suffix.spec_factor, a.suffix.min_match, a.adaptive ? "adaptive (chosen per step)" : "fixed");
+  print_layout(a, true);
+  print_layout(a, false);
+  std::printf(
+      "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
+      "verified per round; suffix cost: lookups and grafting per step as a share of a plain step.\n");
+}
+
+}  // namespace updraft::bench

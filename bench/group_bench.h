@@ -1,0 +1,34 @@
+// Group-aware drafting, side by side in one run (spec_bench --group N): GRPO-shaped groups of N
+// siblings (N seeded samples of one prompt), decoded plainly, with the drafter alone, with suffix
+// drafts alone (rollout/spec/suffix_drafts.h) and with both merged into one tree. Two layouts:
+// live (a group's siblings decode together, a batch of N) and one at a time (batch 1, each
+// sibling after the one before, so only the history can help). Arms take turns `reps` times in
+// one engine each per turn (the history builds up over the groups, as in a worker); figures are
+// totals over the turns, timed after each group's prefill. With adaptive, the drafter's depth (0:
+// none) is chosen per step by AdaptiveDepth in the eagle and merged arms.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "drafter/draft_model.h"
+#include "rollout/policy_model.h"
+#include "rollout/spec/suffix_drafts.h"
+
+namespace updraft::bench {
+
+struct GroupBenchArgs {
+  const PolicyModel* model = nullptr;
+  const DraftModel* draft = nullptr;
+  SpecSettings spec{4, 1, 5};  // the drafter's settings in the eagle and merged arms
+  SuffixOptions suffix;        // mode is set per arm (both)
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t group = 4, groups = 8, tokens = 64, reps = 3;
+  float temperature = 1.0f;
+  bool ignore_eos = false;
+  bool adaptive = false;  // the eagle and merged arms choose the drafter's depth per step (spec/adaptive.h)
+};
+
+void run_group_bench(const GroupBenchArgs& a);
+
+}  // namespace updraft::bench

@@ -1,0 +1,58 @@
+// Whether a step grafts suffix drafts (rollout/spec/suffix_drafts.h), chosen per live batch from
+// the engine's own measurements. Suffix drafts cost nothing to propose but every grafted node is
+// one more row to verify: at batch 1 on a memory-bound machine that is nearly free, at a large
+// batch it costs about what a token costs, so they pay only where they are accepted often enough.
+//
+// Model. Per batch bucket (AdaptiveDepth::bucket: 1, 2-3, 4-7, ..., 64+) and arm (off, on), an
+// EMA of the step's throughput per decoding sequence: tokens the decoding sequences emitted over
+// the step's seconds (less the prefill rows' share), over the batch. Cold steps (StepSample::cold)
+// are not counted.
+//
+// Choice. A bucket starts with suffix drafts on; each arm is measured min_samples times first (the
+// steps alternate); then the arm with the higher throughput runs, the current one kept unless the
+// other's is more than (1 + hysteresis) times higher. Every 1 / explore_share-th step of a bucket
+// (5%) runs the other arm, interleaved with the rest in time, so both estimates stay current.
+//
+// Thread safety: none; the engine's thread calls choose() before and observe() after each step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace updraft {
+
+struct SuffixGateOptions {
+  double explore_share = 0.05;
+  double ema = 0.05;  // weight of the newest step in an arm's estimate
+  double hysteresis = 0.03;
+  int64_t min_samples = 8;
+};
+
+class SuffixGate {
+ public:
+  static constexpr int kBuckets = 7;
+  explicit SuffixGate(const SuffixGateOptions& o = {});
+
+  bool choose(int64_t batch);
+  // A step with `batch` decoding sequences that ran with suffix drafts `on` and emitted `tokens`
+  // from them in `seconds`.
+  void observe(int64_t batch, bool on, int64_t tokens, double seconds, bool cold);
+
+  struct Arm {
+    double rate = 0;  // tokens per second per decoding sequence (EMA); 0: not measured
+    int64_t samples = 0;
+  };
+  struct Snapshot {
+    std::array<std::array<Arm, 2>, kBuckets> arms{};  // [bucket][off, on]
+    std::array<bool, kBuckets> on{};                  // the arm each bucket runs
+    int64_t steps = 0, explore_steps = 0;
+  };
+  const Snapshot& snapshot() const { return s_; }
+
+ private:
+  SuffixGateOptions o_;
+  Snapshot s_;
+  std::array<int64_t, kBuckets> since_explore_{};
+};
+
+}  // namespace updraft
