@@ -23,6 +23,11 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->capture_default_str();
   cmd.add_flag("!--no-adaptive", o.adaptive_spec,
                "always speculate (default: a worker decodes plainly, with speculative probes, while that is faster)");
+  cmd.add_option("--suffix-drafts", o.suffix_drafts,
+                 "the online run's model-free drafts from sibling rollouts and recent completions: off, group, "
+                 "history or both")
+      ->check(CLI::IsMember({"off", "group", "history", "both"}))
+      ->capture_default_str();
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")

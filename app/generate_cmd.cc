@@ -95,6 +95,10 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_option("--spec-steps", a.spec_steps, "draft levels per round")->capture_default_str();
   cmd.add_option("--spec-top-k", a.spec_top_k, "children per expanded node (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size including the root")->capture_default_str();
+  cmd.add_option("--suffix-drafts", a.suffix_drafts,
+                 "model-free drafts from the prompts' groups and finished results: off, group, history or both")
+      ->check(CLI::IsMember({"off", "group", "history", "both"}))
+      ->capture_default_str();
   cmd.add_option("--send", a.send, "stream each result as a training record to the buffer at this endpoint");
   cmd.add_option("--worker-id", a.worker_id, "records: the worker id they carry")->capture_default_str();
   cmd.add_option("--policy-version", a.policy_version, "records: the policy version they carry")->capture_default_str();
@@ -128,6 +132,8 @@ int run_generate(const GenerateArgs& a) {
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
   eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens};
+  eo.suffix.mode = parse_suffix_mode(a.suffix_drafts);
+  eo.suffix.gate = false;  // one batch: too few steps to measure whether they pay
   std::unique_ptr<DraftModel> draft;
   std::unique_ptr<Engine> engine_ptr;
   if (!a.draft.empty()) {

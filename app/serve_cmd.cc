@@ -82,6 +82,11 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
   cmd.add_flag("!--no-adaptive", a.adaptive,
                "always speculate at the full depth (default: each step picks the depth, plain included, that is "
                "fastest for the live batch)");
+  cmd.add_option("--suffix-drafts", a.suffix_drafts,
+                 "model-free drafts from sibling rollouts (group), recent completions (history), both or off; each "
+                 "step grafts them only where measured to pay")
+      ->check(CLI::IsMember({"off", "group", "history", "both"}))
+      ->capture_default_str();
   cmd.add_option("--rollback-margin", a.rollback_margin, "roll a new drafter back when its tau falls by more than this share")
       ->capture_default_str();
   cmd.add_option("--rollback-rounds", a.rollback_rounds, "speculation rounds watched after a drafter swap")
@@ -161,6 +166,8 @@ int run_serve(const ServeArgs& a) {
     wo.engine.spec =
         SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1};
   wo.adaptive.enabled = a.adaptive && speculate;
+  if (speculate)
+    wo.engine.suffix.mode = parse_suffix_mode(a.suffix_drafts);
   wo.record_rate = a.record_rate;
   wo.record_max_tokens = a.record_max_tokens;
   wo.rollback_margin = a.rollback_margin;
@@ -199,6 +206,7 @@ int run_serve(const ServeArgs& a) {
                           {"spec_top_k", wo.engine.spec.top_k},
                           {"spec_draft_tokens", wo.engine.spec.draft_tokens},
                           {"adaptive", wo.adaptive.enabled},
+                          {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
                           {"worker_id", a.worker_id},
                           {"send", a.send},
                           {"weights_pub", a.weights_pub}};

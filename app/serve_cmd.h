@@ -5,7 +5,9 @@
 // drafter versions a trainer announces and policy versions an RL loop announces are validated
 // beside the serving ones and hot-swapped in, as are versions posted to
 // /update_weights_from_disk. Without a drafter (--no-drafter) it decodes plainly until a drafter
-// version arrives; with --spec-steps 0 it never speculates. Stops on SIGINT/SIGTERM: running
+// version arrives; with --spec-steps 0 it never speculates. Suffix drafts (--suffix-drafts, default
+// both: from the request's siblings and from recent completions, each step deciding by measured
+// throughput whether they pay) are grafted onto the drafter's trees, or speculate alone without one. Stops on SIGINT/SIGTERM: running
 // requests are finished and answered, those not yet running get 503, records still
 // unacknowledged are waited for (up to --drain-seconds).
 #pragma once
@@ -31,6 +33,7 @@ struct ServeArgs {
   int64_t kv_cache_mb = 256, max_running = 64;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;
   bool adaptive = true;
+  std::string suffix_drafts = "both";  // off, group, history, both (rollout/spec/suffix_drafts.h)
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
   int64_t max_inflight_prompts = 4096;

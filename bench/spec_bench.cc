@@ -22,8 +22,8 @@
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows.
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
-// --suffix-nodes K nodes (default 6) with candidates at --suffix-min-prob P or more (default 0.1),
-// --suffix-factor F nodes per matched token (default 1) and --suffix-min-match M (default 1);
+// --suffix-nodes K nodes (default 8) with candidates at --suffix-min-prob P or more (default 0.2),
+// --suffix-factor F nodes per matched token (default 1) and --suffix-min-match M (default 3);
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step.
 #include <algorithm>
 #include <chrono>

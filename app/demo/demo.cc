@@ -317,6 +317,7 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   EngineOptions eo;
   eo.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps + 1};
   eo.max_batch = o.worker_batch > 0 ? o.worker_batch : o.prompts_per_step * o.group;
+  eo.suffix.mode = parse_suffix_mode(o.suffix_drafts);  // the workers' serving engines only
   std::vector<std::shared_ptr<messaging::RecordSender>> senders;
   std::vector<std::unique_ptr<Worker>> workers;
   for (int64_t w = 0; w < o.workers; ++w) {
@@ -447,6 +448,9 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     for (size_t i = 0; i < reqs.size(); i += 4)
       frozen_subset.merge(frozen.ordered[i]->result.spec);
     rec.tau_frozen = frozen_subset.tau();
+    rec.rounds_online = online.spec.rounds;
+    for (size_t k = 0; k < rec.accepted_by.size(); ++k)
+      rec.accepted_by[k] = online.spec.accepted_by[k];
     rec.gen_online_s = online.seconds;
     rec.gen_frozen_s = frozen.seconds;
     rec.gen_plain_s = plain.seconds;
@@ -550,8 +554,11 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
   const DraftModel frozen_final = draft0->rebind(ft);
   EngineOptions meo = eo;
   meo.max_batch = static_cast<int64_t>(final_reqs.size());
+  meo.suffix.mode = SuffixMode::kOff;  // the drafters' tau alone; the full-batch throughput below serves as workers do
+  EngineOptions feo = meo;
+  feo.suffix = eo.suffix;
   const Measured m_online = measure(*current_policy, &online_final, final_reqs, meo);
-  const Measured m_adaptive = measure(*current_policy, &online_final, final_reqs, meo, o.adaptive_spec);
+  const Measured m_adaptive = measure(*current_policy, &online_final, final_reqs, feo, o.adaptive_spec);
   const Measured m_plain = measure(*current_policy, nullptr, final_reqs, meo);
   sum.final_online_tau = m_online.spec.tau();
   sum.final_frozen_tau = measure(*current_policy, &frozen_final, final_reqs, meo).spec.tau();
@@ -658,6 +665,11 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
         {"generation_speedup", sum.gen_speedup},
         {"step_speedup", sum.step_speedup},
         {"generation_share_of_step", sum.gen_share},
+        {"suffix_drafts", o.suffix_drafts},
+        {"online_accepted_per_round",
+         {{"drafter", sum.accepted_per_round[0]},
+          {"group", sum.accepted_per_round[1]},
+          {"history", sum.accepted_per_round[2]}}},
         {"full_batch",
          {{"batch", sum.full_batch},
           {"plain_tokens_per_s", sum.full_batch_plain_tps},

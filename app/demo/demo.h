@@ -12,7 +12,8 @@
 //      temperature 1 with per-request seeds: the same requests for all three runs below.
 //   2. Online: the workers generate them with the serving drafter (the RL data; records
 //      captured and streamed), speculating while that pays (adaptive speculation,
-//      rollout/worker/worker.h). Frozen: the same requests, all speculative, with a frozen copy
+//      rollout/worker/worker.h), with suffix drafts from the request's siblings and recent
+//      completions (suffix_drafts; rollout/spec/suffix_drafts.h) where they pay. Frozen: the same requests, all speculative, with a frozen copy
 //      of the initial drafter (τ only). Plain: the same requests without a drafter. All three
 //      on the same policy version, back to back (their order rotates every step), with the
 //      trainer paused: one policy trajectory (the one the online run's rollouts drive), three
@@ -56,6 +57,7 @@ struct DemoOptions {
   int64_t workers = 2;
   int64_t worker_batch = 1;  // sequences each worker's engine decodes at once; 0: its whole share
   bool adaptive_spec = true;  // workers fall back to plain decoding while speculation does not pay
+  std::string suffix_drafts = "both";  // the online run's suffix drafts: off, group, history, both
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
   int64_t trainer_steps_per_round = 10;
   double trainer_share = 4.0;

@@ -58,6 +58,14 @@ Summary summarize(const std::vector<StepRecord>& steps) {
   s.step_speedup = w / static_cast<double>(n);
   s.reward_first = mean_of(steps, 0, q, &StepRecord::reward);
   s.reward_last = mean_of(steps, n - q, n, &StepRecord::reward);
+  int64_t rounds = 0;
+  for (const StepRecord& r : steps) {
+    rounds += r.rounds_online;
+    for (size_t k = 0; k < 3; ++k)
+      s.accepted_per_round[k] += static_cast<double>(r.accepted_by[k]);
+  }
+  for (double& a : s.accepted_per_round)
+    a = rounds > 0 ? a / static_cast<double>(rounds) : 0.0;
   return s;
 }
 
@@ -72,6 +80,9 @@ nlohmann::json step_json(const StepRecord& s) {
           {"mean_depth", s.mean_depth},
           {"tau_online", s.tau_online},
           {"tau_frozen", s.tau_frozen},
+          {"online_rounds", s.rounds_online},
+          {"online_accepted_by_source",
+           {{"drafter", s.accepted_by[0]}, {"group", s.accepted_by[1]}, {"history", s.accepted_by[2]}}},
           {"tokens_per_s", {{"online", s.tps_online}, {"frozen", s.tps_frozen}, {"plain", s.tps_plain}}},
           {"seconds",
            {{"generate_online", s.gen_online_s},
@@ -161,6 +172,9 @@ std::vector<std::string> summary_table(const Summary& s, bool offline) {
   t.push_back("speculative (online) vs plain: generation " + fmt("%.2fx", s.gen_speedup) + ", whole RL step " +
               fmt("%.2fx", s.step_speedup) + " (generation is " + fmt("%.0f%%", 100 * s.gen_share) +
               " of the online step)");
+  t.push_back("online run's accepted drafts per round: drafter " + fmt("%.2f", s.accepted_per_round[0]) +
+              ", suffix drafts from siblings " + fmt("%.2f", s.accepted_per_round[1]) + ", from recent completions " +
+              fmt("%.2f", s.accepted_per_round[2]));
   if (s.full_batch > 0)
     t.push_back("at batch " + std::to_string(s.full_batch) + " on all cores (final requests): plain " +
                 fmt("%.0f", s.full_batch_plain_tps) + " tokens/s, speculative " + fmt("%.0f", s.full_batch_online_tps) +

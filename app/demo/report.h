@@ -3,6 +3,7 @@
 // drafter-swap markers).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct StepRecord {
   int64_t records_acked = 0;
   std::vector<uint64_t> promoted;  // drafter versions the trainer published during this step
   double grad_norm = 0, nll = 0;
+  std::array<int64_t, 3> accepted_by{};  // the online run's accepted drafts: drafter, group, history
+  int64_t rounds_online = 0;             // and its speculation rounds
   double gen_speedup() const { return tps_plain > 0 ? tps_online / tps_plain : 0.0; }
   // (plain generation + update) / (online generation + capture + update), per generated token.
   double step_speedup() const;
@@ -39,6 +42,7 @@ struct Summary {
   // Generation's share of the online RL step's time (generation + capture + update): what
   // speculation can speed up (the step speedup is at most 1 / (1 - share)).
   double gen_share = 0;
+  std::array<double, 3> accepted_per_round{};  // the online run's, by source (drafter, group, history)
   // The final held-out requests decoded all at once with every core (the throughput-optimal
   // setting on a CPU, where a large batch is compute-bound): plain and online-speculative.
   int64_t full_batch = 0;

@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 // how many steps (measured on a shared 2-core host: after 30 ms away from the built-in policy's
 // weights, prefilling or idle, the next two steps took 2.2x, the third 1.6x). Idle gaps are not
 // counted: on a loaded host every step can follow one, and the chooser would learn no cost.
-constexpr int64_t kColdPrefillRows = 64, kColdSteps = 3;
+constexpr int64_t kColdPrefillRows = 64;  // and Engine::kColdSteps
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -164,7 +164,7 @@ std::vector<GenResult> Engine::step() {
     suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
   const double seconds = seconds_since(t0);
-  account(plan, run, depth, drafted, seconds);
+  account(plan, committed, run, depth, drafted, seconds);
   observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
@@ -215,42 +215,6 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   return d;
 }
 
-bool Engine::graft_suffix(const StepPlan& plan) {
-  if (!suffix_.options().on() || plan.decoding == 0 || (suffix_gate_ && !suffix_gate_->choose(plan.decoding)))
-    return false;
-  const auto t0 = Clock::now();
-  std::vector<int32_t> context;
-  for (const StepEntry& e : plan.entries) {
-    Seq& s = *e.seq;
-    if (e.prefill > 0 || !s.req.speculate || s.req.probe)
-      continue;
-    if (s.tree.tokens.empty())
-      s.tree = DraftTree::single(s.pending_token());
-    const int64_t n = s.prompt_len() + s.out_len();
-    context.clear();
-    for (int64_t p = std::max<int64_t>(0, n - suffix_.options().max_match); p < n; ++p)
-      context.push_back(s.token_at(p));
-    // A draft deeper than the tokens the request may still emit cannot be kept (the root's
-    // children are candidates for the next one).
-    stats_.suffix_nodes += suffix_.graft(s.id, context, s.req.params.max_new_tokens - s.out_len(), s.tree);
-  }
-  stats_.suffix_seconds += seconds_since(t0);
-  return true;
-}
-
-void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
-                            double seconds, bool grafted) {
-  if (!suffix_gate_ || plan.decoding == 0)
-    return;
-  int64_t tokens = 0;
-  for (size_t e = 0; e < plan.entries.size(); ++e)
-    if (plan.entries[e].prefill == 0)
-      tokens += static_cast<int64_t>(committed[e].tokens.size());
-  const double decode_s =
-      seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
-  suffix_gate_->observe(plan.decoding, grafted, tokens, decode_s, steps_since_cold_ < kColdSteps);
-}
-
 void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run) {
   std::vector<Seq*> seqs;
   std::vector<std::vector<int32_t>> rows, tokens;
@@ -286,8 +250,8 @@ void Engine::stream(const StepPlan& plan, const std::vector<Committed>& committe
   }
 }
 
-void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, const Drafted& drafted,
-                     double seconds) {
+void Engine::account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
+                     int64_t depth, const Drafted& drafted, double seconds) {
   ++stats_.steps;
   stats_.step_seconds += seconds;
   stats_.prompt_tokens += plan.prefill_tokens;
@@ -322,11 +286,15 @@ void Engine::account(const StepPlan& plan, const RunOut& run, int64_t depth, con
     ss.forward_rows = run.rows;
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
-    ss.cold = steps_since_cold_ < kColdSteps;
+    ss.cold = cold_step();
+    for (size_t e = 0; e < plan.entries.size(); ++e)
+      if (plan.entries[e].prefill == 0)
+        ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
       if (r.drafted_by[0] > 0)
         ss.spec.add_round(r.drafted_by[0], r.eagle_run, r.eagle_depth);
+      ss.extra_tokens -= std::min<double>(r.eagle_run, ss.extra_tokens);
       ss.mixed |= s->req.probe && depth != opts_.spec.steps;
     }
     chooser_->observe(ss);

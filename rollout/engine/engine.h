@@ -156,7 +156,8 @@ class Engine {
                       double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
   void stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step);
-  void account(const StepPlan& plan, const RunOut& run, int64_t depth, const Drafted& drafted, double seconds);
+  void account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
+               const Drafted& drafted, double seconds);
   std::vector<GenResult> finish(int64_t step);
   std::unique_ptr<KvCache> make_draft_cache(const DraftModel& d) const;
   // Makes `d` (checked) the drafter with `cache` as its draft cache (engine_swap.cc).
@@ -183,6 +184,8 @@ class Engine {
   // Steps since a prefill of many rows: the next few steps' costs are not typical
   // (StepSample::cold).
   int64_t steps_since_cold_ = 1 << 20;
+  static constexpr int64_t kColdSteps = 3;  // see engine.cc
+  bool cold_step() const { return steps_since_cold_ < kColdSteps; }
 };
 
 }  // namespace updraft

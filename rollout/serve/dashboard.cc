@@ -71,16 +71,19 @@ function render(data) {
   for (const p of pts) {
     const k = p.policy_version + "/" + p.drafter_version;
     const g = groups[k] = groups[k] || {policy: p.policy_version, drafter: p.drafter_version, windows: 0, rounds: 0,
-                                        accepted: 0, tokens: 0, seconds: 0};
-    g.windows++; g.tokens += p.tokens; g.seconds += p.seconds;
+                                        accepted: 0, tokens: 0, seconds: 0, all_rounds: 0, by: [0, 0, 0]};
+    g.windows++; g.tokens += p.tokens; g.seconds += p.seconds; g.all_rounds += p.rounds;
+    ["eagle", "group", "history"].forEach((s, i) => { g.by[i] += p["accepted_" + s] || 0; });
     if (p.tau !== null) { g.rounds += p.rounds; g.accepted += (p.tau - 1) * p.rounds; }
   }
-  let html = "<tr><th>policy</th><th>drafter</th><th>windows</th><th>&tau;</th><th>tokens/s</th></tr>";
+  let html = "<tr><th>policy</th><th>drafter</th><th>windows</th><th>&tau;</th><th>tokens/s</th>" +
+             "<th>accepted per round: drafter | group | history</th></tr>";
   for (const k in groups) {
     const g = groups[k];
     html += "<tr><td>v" + g.policy + "</td><td>v" + g.drafter + "</td><td>" + g.windows + "</td><td>" +
             (g.rounds ? (1 + g.accepted / g.rounds).toFixed(2) : "&ndash;") + "</td><td>" +
-            (g.seconds ? (g.tokens / g.seconds).toFixed(1) : "&ndash;") + "</td></tr>";
+            (g.seconds ? (g.tokens / g.seconds).toFixed(1) : "&ndash;") + "</td><td>" +
+            (g.all_rounds ? g.by.map(v => (v / g.all_rounds).toFixed(2)).join(" | ") : "&ndash;") + "</td></tr>";
   }
   document.getElementById("table").innerHTML = html;
   const last = pts[pts.length - 1];

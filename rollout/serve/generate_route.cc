@@ -164,6 +164,8 @@ json RolloutService::generate_result(const GenerateJob& job, size_t k, const Com
                {"completion_tokens", g.tokens.size()},
                {"cached_tokens", 0},
                {"spec_verify_ct", g.spec.rounds},
+               {"spec_accepted_by_source",
+                {{"eagle", g.spec.accepted_by[0]}, {"group", g.spec.accepted_by[1]}, {"history", g.spec.accepted_by[2]}}},
                {"weight_version", std::to_string(c.policy_version)},
                {"policy_version", c.policy_version},
                {"drafter_version", c.drafter_version},

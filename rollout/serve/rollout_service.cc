@@ -100,6 +100,8 @@ void RolloutService::record_window(const WindowReport& w) {
                                             : json()},
             {"mean_depth", w.mean_depth},
             {"mean_batch", w.mean_batch}};
+  for (int k = 0; k < kDraftSources; ++k)  // draft tokens accepted by source (suffix drafts beside the drafter's)
+    p[std::string("accepted_") + draft_source_name(static_cast<DraftSource>(k))] = w.spec.accepted_by[k];
   std::lock_guard<std::mutex> lock(mu_);
   history_.push_back(std::move(p));
   while (history_.size() > options_.max_history)

@@ -122,17 +122,33 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
     for (const auto& [ver, cell] : m.by_version)
       sample(os, col.name, version_labels(ver), col.get(cell));
   }
+  // One family at a time: the text format wants each family's samples together.
+  const std::pair<const char*, const char*> by_source[] = {
+      {"updraft_worker_draft_tokens_by_source_total",
+       "draft tokens verified, by source (eagle: the drafter; group, history: suffix drafts)"},
+      {"updraft_worker_accepted_tokens_by_source_total", "draft tokens accepted, by source"}};
+  for (size_t f = 0; f < 2; ++f) {
+    family(os, by_source[f].first, "counter", by_source[f].second);
+    for (const auto& [ver, cell] : m.by_version)
+      for (int k = 0; k < kDraftSources; ++k)
+        sample(os, by_source[f].first,
+               version_labels(ver) + ",source=\"" + draft_source_name(static_cast<DraftSource>(k)) + "\"",
+               static_cast<double>(f == 0 ? cell.spec.drafted_by[k] : cell.spec.accepted_by[k]));
+  }
   family(os, "updraft_worker_accepted_at_position_total", "counter",
          "speculation rounds whose accepted length reached the position (1-based)");
+  for (const auto& [ver, cell] : m.by_version)
+    for (size_t j = 0; j < cell.spec.tried_at.size(); ++j)
+      sample(os, "updraft_worker_accepted_at_position_total",
+             version_labels(ver) + ",position=\"" + std::to_string(j + 1) + "\"",
+             static_cast<double>(j < cell.spec.accepted_at.size() ? cell.spec.accepted_at[j] : 0));
   family(os, "updraft_worker_tried_at_position_total", "counter",
          "speculation rounds whose draft reached the position (1-based)");
   for (const auto& [ver, cell] : m.by_version)
-    for (size_t j = 0; j < cell.spec.tried_at.size(); ++j) {
-      const std::string labels = version_labels(ver) + ",position=\"" + std::to_string(j + 1) + "\"";
-      const int64_t acc = j < cell.spec.accepted_at.size() ? cell.spec.accepted_at[j] : 0;
-      sample(os, "updraft_worker_accepted_at_position_total", labels, static_cast<double>(acc));
-      sample(os, "updraft_worker_tried_at_position_total", labels, static_cast<double>(cell.spec.tried_at[j]));
-    }
+    for (size_t j = 0; j < cell.spec.tried_at.size(); ++j)
+      sample(os, "updraft_worker_tried_at_position_total",
+             version_labels(ver) + ",position=\"" + std::to_string(j + 1) + "\"",
+             static_cast<double>(cell.spec.tried_at[j]));
   const std::pair<const char*, int64_t> events[] = {{"updraft_worker_policy_swaps_total", m.policy_swaps},
                                                     {"updraft_worker_drafter_swaps_total", m.drafter_swaps},
                                                     {"updraft_worker_mid_batch_swaps_total", m.mid_batch_swaps},

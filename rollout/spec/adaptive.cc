@@ -42,6 +42,20 @@ size_t AdaptiveDepth::index_of(int64_t depth) const {
 
 double AdaptiveDepth::reach(size_t j) const { return den_[j] > 0 ? num_[j] / den_[j] : 1.0; }
 
+double AdaptiveDepth::extra(int b, size_t d) const {
+  const auto& row = cells_[static_cast<size_t>(b)];
+  if (row[d].extra_samples > 0)
+    return row[d].extra;
+  double sum = 0;
+  int n = 0;
+  for (const Cell& c : row)
+    if (c.extra_samples > 0) {
+      sum += c.extra;
+      ++n;
+    }
+  return n > 0 ? sum / n : 0.0;
+}
+
 double AdaptiveDepth::forward_at(double rows) const {
   double x0 = 0, y0 = 0;  // the measured point at or below `rows`, then the first above it
   for (int i = 0; i < kRowBuckets; ++i) {
@@ -112,7 +126,7 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
 
 double AdaptiveDepth::predicted(int b, int64_t depth) const {
   const size_t d = index_of(depth);
-  double per_round = 1.0;
+  double per_round = 1.0 + extra(b, d);
   for (size_t j = 0; j < static_cast<size_t>(depth); ++j)
     per_round += reach(j);
   const auto& row = cells_[static_cast<size_t>(b)];
@@ -201,7 +215,8 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // The measured throughput against what was predicted for this depth (relative error, EMA),
   // when the plain cost of the bucket anchors the prediction.
   if (s.depth == last_depth_ && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
-    const double measured = (1.0 + static_cast<double>(s.spec.accepted) / static_cast<double>(s.batch)) / per_seq;
+    const double measured =
+        (1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch)) / per_seq;
     const double err = std::fabs(last_pred_ - measured) / measured;
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
@@ -211,6 +226,9 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
   Cell& c = cells_[static_cast<size_t>(b)][d];
+  const double extra = s.extra_tokens / static_cast<double>(s.batch);
+  c.extra = c.extra_samples == 0 ? extra : (1 - opt_.cost_ema) * c.extra + opt_.cost_ema * extra;
+  ++c.extra_samples;
   if (!backlog) {
     c.cost = c.samples == 0 ? per_seq : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * per_seq;
     ++c.samples;

@@ -6,10 +6,13 @@
 //
 // Model. Steps are grouped by live batch into buckets 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+
 // (bucket(B) = min(6, floor(log2 B))). Throughput per sequence at depth d in bucket b is
-//     (1 + sum_{j<d} reach_j) / cost(b, d),
+//     (1 + sum_{j<d} reach_j + extra(b, d)) / cost(b, d),
 // with reach_j the share of rounds whose accepted length reached j + 1 among those that tried
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
-// tries), and cost(b, d) the step's seconds per
+// tries), extra(b, d) the tokens per sequence per step that suffix drafts added beyond the
+// drafter's run at that depth (an EMA of StepSample::extra_tokens; unmeasured: the mean of the
+// bucket's measured depths, else 0; the drafter and the suffix drafts overlap, so a drafter that
+// adds little over them is not paid for), and cost(b, d) the step's seconds per
 // decoding sequence (prefill rows' share of the forward left out). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
 // (EMAs of their step times; a step whose drafter absorbed a backlog, a new sequence's prompt or
@@ -58,7 +61,10 @@ struct StepSample {
   int64_t forward_rows = 0;    // its rows (prefill included)
   double draft_seconds = 0;    // the drafter's passes (absorbing pairs and proposing)
   int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
-  SpecStats spec;              // the step's rounds
+  SpecStats spec;              // the step's rounds (the drafter's part of them)
+  // Tokens the decoding sequences emitted beyond one each and the drafter's accepted run: what
+  // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences.
+  double extra_tokens = 0;
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
@@ -104,6 +110,8 @@ class AdaptiveDepth final : public DepthChooser {
   struct Cell {
     double cost = 0;  // seconds per decoding sequence per step; 0: never measured
     int64_t samples = 0, last_step = -1;
+    double extra = 0;  // suffix drafts' tokens per sequence per step (EMA)
+    int64_t extra_samples = 0;
   };
   struct Snapshot {
     std::vector<int64_t> depths;  // allowed depths
@@ -127,6 +135,7 @@ class AdaptiveDepth final : public DepthChooser {
   double forward_at(double rows) const;            // F; 0 when nothing is measured
   double draft_level_at(int b) const;              // E; 0 when nothing is measured
   double reach(size_t j) const;
+  double extra(int b, size_t d) const;
   int64_t explore_candidate(int b) const;
   void learn_curves(const StepSample& s, bool backlog);
 

@@ -25,6 +25,36 @@ int32_t child_with(const DraftTree& t, int32_t parent, int32_t token) {
   return -1;
 }
 
+// Renumbers the nodes breadth-first with each node's children by descending score (ties: the
+// earlier node first), so that sampling verification, which tries children in index order,
+// tries the likelier candidate first whichever source proposed it.
+void order_children_by_score(DraftTree& t) {
+  const auto n = static_cast<size_t>(t.size());
+  std::vector<std::vector<int32_t>> kids(n);
+  for (size_t i = 1; i < n; ++i)
+    kids[static_cast<size_t>(t.parent[i])].push_back(static_cast<int32_t>(i));
+  std::vector<int32_t> order = {0}, new_of(n, -1);
+  new_of[0] = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    std::vector<int32_t>& c = kids[static_cast<size_t>(order[k])];
+    std::stable_sort(c.begin(), c.end(), [&](int32_t a, int32_t b) { return t.score[a] > t.score[b]; });
+    for (int32_t x : c) {
+      new_of[static_cast<size_t>(x)] = static_cast<int32_t>(order.size());
+      order.push_back(x);
+    }
+  }
+  DraftTree r;
+  for (int32_t old : order) {
+    const auto o = static_cast<size_t>(old);
+    r.tokens.push_back(t.tokens[o]);
+    r.parent.push_back(old == 0 ? -1 : new_of[static_cast<size_t>(t.parent[o])]);
+    r.depth.push_back(t.depth[o]);
+    r.score.push_back(t.score[o]);
+    r.source.push_back(t.source[o]);
+  }
+  t = std::move(r);
+}
+
 }  // namespace
 
 const char* suffix_mode_name(SuffixMode m) {
@@ -102,6 +132,8 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
     }
     node[r.t][r.i] = n;
   }
+  if (added > 0)
+    order_children_by_score(tree);
   return added;
 }
 

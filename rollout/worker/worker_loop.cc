@@ -46,7 +46,12 @@ Worker::ModeEngine& Worker::engine_for(GenMode mode) {
   m.policy = p.model;
   m.policy_version = p.version;
   m.drafter = drafter_of(mode);
-  m.engine = std::make_unique<Engine>(*p.model, options_.engine, m.drafter.model.get());
+  // Suffix drafts serve; the reference, plain and full-settings runs measure the drafters and
+  // plain decoding alone.
+  EngineOptions eo = options_.engine;
+  if (mode != GenMode::kServing || !options_.speculate)
+    eo.suffix.mode = SuffixMode::kOff;
+  m.engine = std::make_unique<Engine>(*p.model, eo, m.drafter.model.get());
   if (mode == GenMode::kServing && options_.speculate && options_.adaptive.enabled) {
     m.chooser = std::make_unique<AdaptiveDepth>(options_.engine.spec, options_.adaptive.model);
     m.engine->set_depth_chooser(m.chooser.get());

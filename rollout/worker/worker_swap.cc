@@ -20,10 +20,13 @@ void Worker::apply_versions() {
       ModeEngine& m = engines_[k];
       if (!m.engine)
         continue;
+      // The engine swaps first: it still points at the old models, which the old references keep
+      // alive until it no longer does.
+      DrafterVersion d = drafter_of(static_cast<GenMode>(k));
+      m.engine->set_policy(*p.model, d.model.get());
       m.policy = p.model;
       m.policy_version = p.version;
-      m.drafter = drafter_of(static_cast<GenMode>(k));
-      m.engine->set_policy(*p.model, m.drafter.model.get());
+      m.drafter = std::move(d);
       m.engine->set_admission(!shutting_);
     }
     rollback_.policy_changed();

@@ -220,5 +220,33 @@ TEST(AdaptiveDepth, TreesChooseBetweenTheFullSettingsAndPlainAndFixedDepthIsObey
   EXPECT_THROW(AdaptiveDepth(SpecSettings{3, 3, 8}, fixed), Error) << "a tree has no depth 2";
 }
 
+// Suffix drafts add tokens at every depth, and overlap with the drafter: a drafter whose own run
+// pays for its cost over plain decoding no longer does when suffix drafts already give most of
+// those tokens (here plain + suffix: 2.5 tokens per step for 1 ms; depth 1: 1.3 from the drafter's
+// run plus 1.3 extra for 1.2 ms). Without the extra tokens the chooser would run depth 1.
+TEST(AdaptiveDepth, CountsTheSuffixDraftsTokensAtEveryDepth) {
+  for (const bool suffix : {false, true}) {
+    AdaptiveDepth a(SpecSettings{1, 1, 2});
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(0, 1);
+    int64_t at1 = 0;
+    for (int i = 0; i < 3000; ++i) {
+      StepSample s;
+      s.batch = 1;
+      s.depth = a.choose(1);
+      s.seconds = s.depth == 0 ? 1e-3 : 1.2e-3;
+      if (s.depth == 1)
+        s.spec.add_round(1, u(rng) < 0.3 ? 1 : 0, 1);
+      s.extra_tokens = suffix ? (s.depth == 0 ? 1.5 : 1.3) : 0.0;
+      a.observe(s);
+      at1 += i >= 1000 && s.depth == 1;
+    }
+    if (suffix)
+      EXPECT_LT(at1, 2000 * 6 / 100) << "the drafter ran although suffix drafts made it a loss";
+    else
+      EXPECT_GT(at1, 2000 * 94 / 100) << "the drafter's gain over plain decoding was missed";
+  }
+}
+
 }  // namespace
 }  // namespace updraft

@@ -29,9 +29,12 @@ struct Bed {
   std::shared_ptr<std::atomic<RolloutService*>> dashboard = std::make_shared<std::atomic<RolloutService*>>(nullptr);
 
   explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20, int64_t max_inflight = 4096,
-               std::shared_ptr<const Tokenizer> tokenizer = nullptr, ChatSetup chat = {}) {
+               std::shared_ptr<const Tokenizer> tokenizer = nullptr, ChatSetup chat = {},
+               SuffixMode suffix = SuffixMode::kOff) {
     WorkerOptions o;
     o.engine.spec = SpecSettings{3, 1, 4};
+    o.engine.suffix.mode = suffix;
+    o.engine.suffix.gate = false;  // every step grafts (the gate's choices depend on timing)
     o.engine.kv_cache_bytes = kv_cache_bytes;
     o.on_window = [d = dashboard](const WindowReport& w) {
       if (RolloutService* s = d->load())

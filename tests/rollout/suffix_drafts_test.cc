@@ -46,20 +46,22 @@ TEST(SuffixGraft, MergesByProbabilityDeduplicatesAndKeepsTheBudget) {
   DraftTree a = t;
   EXPECT_EQ(graft_candidates(a, found, 3), 3);
   // 3 exists (kept as the drafter's); 3 -> 5 new (0.8); 9 (0.5); 9 -> 2 (0.45); budget ends there.
-  const std::vector<int32_t> tokens = {7, 3, 4, 5, 9, 2}, parent = {-1, 0, 1, 1, 0, 4}, depth = {0, 1, 2, 2, 1, 2};
+  // Renumbered breadth-first, children by score: 7; 3 (-0.1), 9 (log 0.5); 5 (log 0.8), 4 (-0.3); 2.
+  const std::vector<int32_t> tokens = {7, 3, 9, 5, 4, 2}, parent = {-1, 0, 0, 1, 1, 2}, depth = {0, 1, 1, 2, 2, 2};
   EXPECT_EQ(a.tokens, tokens);
   EXPECT_EQ(a.parent, parent);
   EXPECT_EQ(a.depth, depth);
   ASSERT_EQ(a.source.size(), 6u);
   EXPECT_EQ(a.source_of(1), DraftSource::kEagle);
+  EXPECT_EQ(a.source_of(2), DraftSource::kHistory);
   EXPECT_EQ(a.source_of(3), DraftSource::kGroup);
-  EXPECT_EQ(a.source_of(5), DraftSource::kHistory);
+  EXPECT_EQ(a.source_of(4), DraftSource::kEagle);
   EXPECT_NEAR(a.score[3], std::log(0.8), 1e-6);
   // With a budget of 1, 5's child 6 has no parent in the tree and is dropped; so is 2.
   DraftTree b = t;
   EXPECT_EQ(graft_candidates(b, found, 1), 1);
   EXPECT_EQ(b.size(), 4);
-  EXPECT_EQ(b.tokens[3], 5);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{7, 3, 5, 4}));
   // Parents precede children, whatever was grafted.
   for (int64_t i = 1; i < a.size(); ++i)
     EXPECT_LT(a.parent[i], i);
@@ -85,6 +87,7 @@ SuffixOptions both(int64_t nodes = 6) {
   o.max_nodes = nodes;
   o.min_prob = 0.05;
   o.gate = false;  // every step grafts (the gate's choices depend on timing)
+  o.min_match = 1;
   return o;
 }
 

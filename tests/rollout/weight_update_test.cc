@@ -74,6 +74,36 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
   EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 3"), std::string::npos) << metrics;
 }
 
+// Suffix drafts through the API: the second call for a prompt drafts from the first call's
+// completions (history), output unchanged at temperature 0; accepted drafts by source in each
+// result's meta_info, /metrics and the dashboard's windows.
+TEST(RolloutService, SuffixDraftsAreAccountedBySource) {
+  Bed b(int64_t{64} << 20, 4096, nullptr, {}, SuffixMode::kBoth);
+  json body = greedy_body({{5, 9, 2, 7, 1, 3}}, 24);
+  body["sampling_params"]["n"] = 2;
+  const auto [s1, first] = b.call("POST", "/generate", body);
+  ASSERT_EQ(s1, 200) << first;
+  const auto [s2, second] = b.call("POST", "/generate", body);
+  ASSERT_EQ(s2, 200) << second;
+  int64_t history = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(second[i]["output_ids"], first[i]["output_ids"]);
+    const json& by = second[i]["meta_info"]["spec_accepted_by_source"];
+    history += by["history"].get<int64_t>();
+    const int64_t sum = by["eagle"].get<int64_t>() + by["group"].get<int64_t>() + by["history"].get<int64_t>();
+    const json& meta = second[i]["meta_info"];
+    EXPECT_NEAR(static_cast<double>(sum),
+                (meta["spec_accept_length"].get<double>() - 1) * meta["spec_verify_ct"].get<double>(), 1e-6)
+        << "the sources' accepted drafts do not add up to the result's";
+  }
+  EXPECT_GT(history, 10) << "the repeated prompt drew little from the history: " << second;
+  const std::string metrics = b.raw("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("updraft_worker_accepted_tokens_by_source_total{policy_version=\"1\",drafter_version=\"1\","
+                         "source=\"history\"}"),
+            std::string::npos)
+      << metrics;
+}
+
 // Writes a NaN over the first element of `tensor` in a safetensors file (f32, bf16 or f16).
 void poison(const std::string& file, const std::string& tensor) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
