@@ -126,14 +126,17 @@ struct Phase {
   uint64_t drafter_version = 0;
 };
 
+// Request i goes to worker (i / group) % W: a group's siblings (consecutive requests) to one
+// worker, as a prefix-aware router places them, so that they can draft for one another.
 Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector<GenRequest>& reqs, GenMode mode,
-                int threads_per_worker) {
+                int threads_per_worker, size_t group) {
   const size_t W = workers.size();
+  auto worker_of = [&](size_t i) { return (i / group) % W; };
   Phase ph;
   ph.batches.resize(W);
   std::vector<std::vector<GenRequest>> parts(W);
   for (size_t i = 0; i < reqs.size(); ++i)
-    parts[i % W].push_back(reqs[i]);
+    parts[worker_of(i)].push_back(reqs[i]);
   std::vector<std::exception_ptr> errors(W);
   const auto t0 = Clock::now();
   std::vector<std::thread> threads;
@@ -155,7 +158,7 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   ph.ordered.resize(reqs.size());
   std::vector<size_t> next(W, 0);
   for (size_t i = 0; i < reqs.size(); ++i)
-    ph.ordered[i] = &ph.batches[i % W].completions[next[i % W]++];
+    ph.ordered[i] = &ph.batches[worker_of(i)].completions[next[worker_of(i)]++];
   for (const BatchReport& b : ph.batches) {
     ph.spec.merge(b.spec);
     ph.probe_spec.merge(b.probe_spec);
@@ -424,14 +427,14 @@ int run_with_buffer(const DemoOptions& o, const std::string& buffer_dir) {
     Phase* phases[3] = {&online, &frozen, &plain};
     for (int64_t k = 0; k < 3; ++k) {
       const int64_t m = (k + s) % 3;
-      *phases[m] = run_phase(workers, reqs, modes[m], threads_per_worker);
+      *phases[m] = run_phase(workers, reqs, modes[m], threads_per_worker, static_cast<size_t>(o.group));
     }
     // The online drafter's acceptance at the full settings, as the frozen one's is measured (the
     // adaptive depths of the online run change where rounds start): every fourth request again.
     std::vector<GenRequest> every4;
     for (size_t i = 0; i < reqs.size(); i += 4)
       every4.push_back(reqs[i]);
-    const Phase full = run_phase(workers, every4, GenMode::kFull, threads_per_worker);
+    const Phase full = run_phase(workers, every4, GenMode::kFull, threads_per_worker, 1);
     rec.policy_version = online.batches[0].policy_version;
     rec.drafter_version = online.drafter_version;
     rec.domain = s < schedule.switch_step ? schedule.first_name : schedule.second_name;

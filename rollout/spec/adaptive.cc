@@ -226,11 +226,17 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
   Cell& c = cells_[static_cast<size_t>(b)][d];
+  // Suffix drafts' tokens come in bursts (none for most steps, many when a repeat matches): a mean
+  // over the last ~50 steps, not the cost's short EMA.
   const double extra = s.extra_tokens / static_cast<double>(s.batch);
-  c.extra = c.extra_samples == 0 ? extra : (1 - opt_.cost_ema) * c.extra + opt_.cost_ema * extra;
+  const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples + 1));
+  c.extra = (1 - w) * c.extra + w * extra;
   ++c.extra_samples;
   if (!backlog) {
-    c.cost = c.samples == 0 ? per_seq : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * per_seq;
+    // One step the OS or a neighbour stalled must not price a depth out for long: a sample beyond
+    // kOutlier times a settled estimate counts as that much.
+    const double x = c.samples >= opt_.min_samples ? std::min(per_seq, kOutlier * c.cost) : per_seq;
+    c.cost = c.samples == 0 ? x : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x;
     ++c.samples;
     c.last_step = steps_;
   }

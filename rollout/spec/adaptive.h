@@ -10,12 +10,14 @@
 // with reach_j the share of rounds whose accepted length reached j + 1 among those that tried
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
 // tries), extra(b, d) the tokens per sequence per step that suffix drafts added beyond the
-// drafter's run at that depth (an EMA of StepSample::extra_tokens; unmeasured: the mean of the
+// drafter's run at that depth (a mean over about the last 50 steps of StepSample::extra_tokens,
+// which come in bursts; unmeasured: the mean of the
 // bucket's measured depths, else 0; the drafter and the suffix drafts overlap, so a drafter that
 // adds little over them is not paid for), and cost(b, d) the step's seconds per
 // decoding sequence (prefill rows' share of the forward left out). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
-// (EMAs of their step times; a step whose drafter absorbed a backlog, a new sequence's prompt or
+// (EMAs of their step times, a step counted as at most 3x a settled estimate, so that one stall
+// does not price a depth out; a step whose drafter absorbed a backlog, a new sequence's prompt or
 // pairs kept through plain steps, is not a typical step of its depth and does not count);
 // otherwise it comes from a cost curve learned from every step:
 // F(rows), the policy forward's time for a number of rows (decode, verification and prefill
@@ -150,6 +152,8 @@ class AdaptiveDepth final : public DepthChooser {
   std::vector<double> num_, den_;  // decayed accepted_at / tried_at counts per position
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
+  static constexpr double kExtraWeight = 0.02;       // the newest step's weight in extra(b, d)
+  static constexpr double kOutlier = 3.0;            // a step's cost counts as at most this x its cell's
   int64_t new_drafter_rounds_ = kMeasureNewDrafter;  // rounds since the last drafter change
   int64_t steps_ = 0, explore_steps_ = 0, since_explore_ = 0;
   double error_ = 0, last_pred_ = 0;

@@ -149,7 +149,7 @@ BatchReport Worker::generate(const std::vector<GenRequest>& requests, GenMode mo
       rep.probe_spec.merge(c.result.spec);
     rep.speculated += c.result.spec.rounds > 0 ? 1 : 0;
     for (const SpecRound& r : c.result.rounds)
-      depth_sum += r.depth;
+      depth_sum += r.eagle_depth;  // the drafter's depth (suffix drafts reach deeper)
     decode_steps += c.result.spec.rounds + c.result.plain_steps;
     rep.policy_version = c.policy_version;
     rep.drafter_version = c.drafter_version;
