@@ -6,7 +6,6 @@
 
 #include "rollout/engine/engine.h"
 
-
 namespace updraft::bench {
 namespace {
 
@@ -101,8 +100,8 @@ void print_layout(const GroupBenchArgs& a, bool live) {
     }
   std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
               live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
-  std::printf("  %-12s %9s %7s %6s %22s %9s %12s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h",
-              "drafted", "suffix cost");
+  std::printf("  %-12s %9s %7s %6s %22s %9s %12s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h", "drafted",
+              "suffix cost");
   const Totals& plain = tot[0];
   const double plain_tps = static_cast<double>(plain.tokens) / plain.seconds;
   const double plain_step = plain.seconds / static_cast<double>(plain.steps);

@@ -79,15 +79,14 @@ SuffixMode parse_suffix_mode(const std::string& s) {
 }
 
 void SuffixOptions::validate() const {
-  UPD_REQUIRE(max_nodes >= 1 && max_nodes <= 64) << "suffix drafts: max_nodes must be in [1, 64] (got " << max_nodes
-                                                 << ")";
-  UPD_REQUIRE(max_depth >= 1 && max_depth <= 64) << "suffix drafts: max_depth must be in [1, 64] (got " << max_depth
-                                                 << ")";
+  UPD_REQUIRE(max_nodes >= 1 && max_nodes <= 64)
+      << "suffix drafts: max_nodes must be in [1, 64] (got " << max_nodes << ")";
+  UPD_REQUIRE(max_depth >= 1 && max_depth <= 64)
+      << "suffix drafts: max_depth must be in [1, 64] (got " << max_depth << ")";
   UPD_REQUIRE(min_prob >= 0 && min_prob <= 1) << "suffix drafts: min_prob must be in [0, 1] (got " << min_prob << ")";
   UPD_REQUIRE(max_match >= 1 && max_match <= 1024)
       << "suffix drafts: max_match must be in [1, 1024] (got " << max_match << ")";
-  UPD_REQUIRE(history_tokens >= 1) << "suffix drafts: history_tokens must be at least 1 (got " << history_tokens
-                                   << ")";
+  UPD_REQUIRE(history_tokens >= 1) << "suffix drafts: history_tokens must be at least 1 (got " << history_tokens << ")";
   UPD_REQUIRE(std::isfinite(spec_factor) && spec_factor > 0)
       << "suffix drafts: spec_factor must be a finite number > 0 (got " << spec_factor << ")";
   UPD_REQUIRE(min_match >= 1 && min_match <= max_match)

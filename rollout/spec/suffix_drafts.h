@@ -16,14 +16,13 @@
 // Grafting. Each round, the candidates of both indexes for the sequence's context (prompt +
 // output, its last token the tree's root) are merged into its draft tree (the drafter's, or the
 // root alone): each index's lookup gives at most min(max_nodes, spec_factor x match length) nodes
-// (none for a match shorter than min_match); all candidates in order of descending path probability (ties: group before history,
-// then each index's selection order), a candidate whose token its parent node already has as a child
-// is deduplicated into that child (it keeps its first source and score), a new one is appended
-// (score: log path probability), until max_nodes new nodes. A candidate whose parent did not make
-// it is dropped. The nodes are then renumbered breadth-first with every node's children by
-// descending score (ties: drafter first), the order sampling verification tries them in.
-// The result is still a DraftTree (parents before children), so the verifier treats every node as
-// a deterministic proposal and the round stays lossless whatever the sources.
+// (none for a match shorter than min_match); all candidates in order of descending path probability (ties: group before
+// history, then each index's selection order), a candidate whose token its parent node already has as a child is
+// deduplicated into that child (it keeps its first source and score), a new one is appended (score: log path
+// probability), until max_nodes new nodes. A candidate whose parent did not make it is dropped. The nodes are then
+// renumbered breadth-first with every node's children by descending score (ties: drafter first), the order sampling
+// verification tries them in. The result is still a DraftTree (parents before children), so the verifier treats every
+// node as a deterministic proposal and the round stays lossless whatever the sources.
 //
 // Thread safety: none; the engine's thread owns it.
 #pragma once
@@ -40,21 +39,21 @@
 namespace updraft {
 
 enum class SuffixMode { kOff, kGroup, kHistory, kBoth };
-const char* suffix_mode_name(SuffixMode m);   // "off", "group", "history", "both"
+const char* suffix_mode_name(SuffixMode m);          // "off", "group", "history", "both"
 SuffixMode parse_suffix_mode(const std::string& s);  // Error naming the choices otherwise
 
 struct SuffixOptions {
   SuffixMode mode = SuffixMode::kOff;
-  int64_t max_nodes = 8;           // suffix drafts grafted per round at most (extra rows verified)
-  int64_t max_depth = 8;           // deepest suffix draft (1: the token after the root)
-  double min_prob = 0.2;           // a candidate less likely than this given its parent is not drafted
+  int64_t max_nodes = 8;  // suffix drafts grafted per round at most (extra rows verified)
+  int64_t max_depth = 8;  // deepest suffix draft (1: the token after the root)
+  double min_prob = 0.2;  // a candidate less likely than this given its parent is not drafted
   // A lookup drafts at most spec_factor x its match length nodes (longer matches predict better;
   // SuffixDecoding's rule), and nothing for a match shorter than min_match tokens.
   double spec_factor = 1.0;
   int64_t min_match = 3;
-  int64_t max_match = 32;          // longest context suffix looked up
+  int64_t max_match = 32;            // longest context suffix looked up
   int64_t history_tokens = 1 << 20;  // history capacity in tokens
-  double version_weight = 2.0;     // weight of a completion per policy generation newer
+  double version_weight = 2.0;       // weight of a completion per policy generation newer
   // Whether a step grafts at all is chosen per live batch by measured throughput
   // (rollout/spec/suffix_gate.h); false: every step grafts.
   bool gate = true;
@@ -62,7 +61,7 @@ struct SuffixOptions {
   bool history() const { return mode == SuffixMode::kHistory || mode == SuffixMode::kBoth; }
   bool on() const { return mode != SuffixMode::kOff; }
   int64_t rows() const { return on() ? max_nodes : 0; }  // extra tree rows a round may verify
-  void validate() const;  // Error naming the bad field
+  void validate() const;                                 // Error naming the bad field
 };
 
 // One candidate of a lookup with its source.

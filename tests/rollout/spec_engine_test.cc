@@ -62,10 +62,7 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecodingOnEveryCpuKernel) {
 TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   std::vector<GenRequest> reqs;
   for (int i = 0; i < 64; ++i) {
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 2 + (i * 5) % 17; ++j)
-      prompt.push_back(static_cast<int32_t>((i * 7 + j * 3 + j * j) % cfg_.vocab_size));
-    GenRequest r = req(prompt, 0.f, 6 + (i * 11) % 29, 0);
+    GenRequest r = req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
     if (i % 3 == 0)
       r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
     reqs.push_back(r);

@@ -17,6 +17,14 @@
 
 namespace updraft::testing_spec {
 
+// A deterministic prompt of `len` tokens, the p-th of a family (the speculation tests' prompts).
+inline std::vector<int32_t> pattern_prompt(int p, int len, int64_t vocab) {
+  std::vector<int32_t> prompt;
+  for (int j = 0; j < len; ++j)
+    prompt.push_back(static_cast<int32_t>((p * 7 + j * 3 + j * j) % vocab));
+  return prompt;
+}
+
 class SpecFixture : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -9,6 +9,8 @@
 //    fit the policy's exact joint distribution of two tokens; the NoResidual control must fail;
 //  - the gate: the faster arm per live batch, the other explored in at most 5% of steps;
 //  - accounting: counts by source add up; probes get no suffix drafts.
+#include "rollout/spec/suffix_drafts.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include <optional>
 
 #include "rollout/engine/engine.h"
-#include "rollout/spec/suffix_drafts.h"
 #include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
 #include "tests/rollout/spec_fixture.h"
@@ -192,10 +193,7 @@ TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
   std::vector<GenRequest> reqs;
   for (int i = 0; i < 30; ++i) {  // 10 prompts, each three times (siblings), in waves
     const int p = i % 10;
-    std::vector<int32_t> prompt;
-    for (int j = 0; j < 2 + (p * 5) % 11; ++j)
-      prompt.push_back(static_cast<int32_t>((p * 7 + j * 3 + j * j) % cfg_.vocab_size));
-    GenRequest r = req(prompt, 0.f, 8 + (i * 11) % 31, 0);
+    GenRequest r = req(testing_spec::pattern_prompt(p, 2 + (p * 5) % 11, cfg_.vocab_size), 0.f, 8 + (i * 11) % 31, 0);
     if (i % 4 == 0)
       r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
     reqs.push_back(r);
@@ -217,8 +215,10 @@ TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
         EngineStats st;
         const auto got = run_waves(*model_, s ? draft_.get() : nullptr, reqs, so, 5, &st);
         const std::string where = std::string(suffix_mode_name(mode)) + ", drafter " +
-                                  (!s ? "none" : s->chain() ? "chain" : "tree") + ", batch " +
-                                  std::to_string(batch);
+                                  (!s           ? "none"
+                                   : s->chain() ? "chain"
+                                                : "tree") +
+                                  ", batch " + std::to_string(batch);
         ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(got, plain, where));
         const size_t src = mode == SuffixMode::kHistory ? 2 : 1;
         EXPECT_GT(st.spec.accepted_by[src], 20) << "suffix drafts were rarely accepted: " << where;
