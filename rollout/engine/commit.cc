@@ -125,6 +125,8 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
       s.result.rounds.push_back(r);
       stats.spec.add_round(r.drafted, r.accepted, r.depth);
       stats.spec.add_sources(r.drafted_by, r.accepted_by);
+      if (r.drafted_by[0] > 0)
+        stats.drafter_spec.add_round(r.drafted_by[0], r.eagle_run, r.eagle_depth);
       if (s.req.probe) {
         stats.probe_spec.add_round(r.drafted, r.accepted, r.depth);
         stats.probe_spec.add_sources(r.drafted_by, r.accepted_by);

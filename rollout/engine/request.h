@@ -141,6 +141,9 @@ struct EngineStats {
   double swap_seconds = 0;    // their wall time (rebuilding the draft caches)
   int64_t preemptions = 0, recomputed_tokens = 0, aborted = 0;
   SpecStats probe_spec;  // the rounds of probe requests (GenRequest::probe), also in spec
+  // The drafter's part of every round with drafter nodes (its drafts, the run of them accepted
+  // first, its depth): its acceptance whether suffix drafts ran beside it or not.
+  SpecStats drafter_spec;
   std::vector<int64_t> depth_steps;  // [d]: steps with decoding sequences that ran at depth d
   double step_seconds = 0;           // wall time of all steps
   double suffix_seconds = 0;         // suffix drafts: lookups and grafting

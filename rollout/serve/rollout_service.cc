@@ -94,10 +94,12 @@ void RolloutService::record_window(const WindowReport& w) {
             {"tokens_per_second", w.tokens_per_second()},
             {"rounds", w.spec.rounds},
             {"probe_rounds", w.probe_spec.rounds},
-            // The probes' acceptance (full settings) is comparable across drafters and loads.
-            {"tau", w.probe_spec.rounds > 0 ? json(w.probe_spec.tau())
-                    : w.spec.rounds > 0     ? json(w.spec.tau())
-                                            : json()},
+            // The probes' acceptance (full settings) is comparable across drafters and loads; else
+            // the drafter's own part of the rounds (suffix drafts' acceptance left out).
+            {"tau", w.probe_spec.rounds > 0     ? json(w.probe_spec.tau())
+                    : w.drafter_spec.rounds > 0 ? json(w.drafter_spec.tau())
+                    : w.spec.rounds > 0         ? json(w.spec.tau())
+                                                : json()},
             {"mean_depth", w.mean_depth},
             {"mean_batch", w.mean_batch}};
   for (int k = 0; k < kDraftSources; ++k)  // draft tokens accepted by source (suffix drafts beside the drafter's)

@@ -120,6 +120,7 @@ struct WindowReport {
   int64_t steps = 0, tokens = 0, completions = 0;
   uint64_t policy_version = 0, drafter_version = 0;
   SpecStats spec, probe_spec;  // every round; the probe requests' (full settings, comparable)
+  SpecStats drafter_spec;      // the drafter's part of every round (EngineStats::drafter_spec)
   double mean_depth = 0, mean_batch = 0;  // per step with decoding sequences
   bool policy_swapped = false, drafter_swapped = false;  // at the window's start
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }

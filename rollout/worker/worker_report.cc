@@ -9,17 +9,21 @@ namespace updraft {
 
 void Worker::account_step(const EngineStats& before, const EngineStats& after) {
   const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
-  SpecStats d = after.spec, probes = after.probe_spec;
+  SpecStats d = after.spec, probes = after.probe_spec, drafter = after.drafter_spec;
   d.subtract(before.spec);
   probes.subtract(before.probe_spec);
+  drafter.subtract(before.drafter_spec);
   const int64_t tokens = after.generated_tokens - before.generated_tokens;
   const double secs = after.step_seconds - before.step_seconds;
-  rollback_.add_rounds(options_.probe_every > 0 ? probes : d);  // comparable across drafters
+  // Comparable across drafters: probes, else the drafter's own part of the rounds (suffix drafts'
+  // acceptance would dilute a drafter's drop).
+  rollback_.add_rounds(options_.probe_every > 0 ? probes : drafter);
   window_.seconds += secs;
   window_.tokens += tokens;
   window_.steps += after.steps - before.steps;
   window_.spec.merge(d);
   window_.probe_spec.merge(probes);
+  window_.drafter_spec.merge(drafter);
   if (after.steps > before.steps && after.last_decoding > 0) {
     ++window_depth_steps_;
     window_depth_sum_ += static_cast<double>(after.last_depth);

@@ -230,10 +230,16 @@ TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
         }
         EXPECT_EQ(drafted, st.spec.drafted) << where;
         EXPECT_EQ(accepted, st.spec.accepted) << where;
-        if (!s)
+        if (!s) {
           EXPECT_EQ(st.spec.drafted_by[0], 0) << where;
-        else
+          EXPECT_EQ(st.drafter_spec.rounds, 0) << where;
+        } else {
           EXPECT_GT(st.spec.accepted_by[0], 0) << where;
+          // The drafter's own part: its drafts, and of the accepted path only the run it proposed.
+          EXPECT_EQ(st.drafter_spec.drafted, st.spec.drafted_by[0]) << where;
+          EXPECT_LE(st.drafter_spec.accepted, st.spec.accepted_by[0]) << where;
+          EXPECT_GT(st.drafter_spec.accepted, 0) << where;
+        }
       }
 }
 
@@ -268,6 +274,9 @@ TEST_F(SuffixEngine, ProbesGetNoSuffixDrafts) {
   EXPECT_EQ(e.stats().suffix_nodes, 0);
   EXPECT_EQ(e.stats().spec.drafted_by[1] + e.stats().spec.drafted_by[2], 0);
   EXPECT_GT(e.stats().spec.drafted_by[0], 0);
+  // Without suffix drafts the drafter's part is the whole round.
+  EXPECT_EQ(e.stats().drafter_spec.accepted, e.stats().spec.accepted);
+  EXPECT_EQ(e.stats().drafter_spec.rounds, e.stats().spec.rounds);
 }
 
 // Merged trees under sampling: the history and the group hold many earlier samples of the prompt,

@@ -66,6 +66,9 @@ TEST(WorkerServing, ColdStartWithoutADrafterThenTheFirstVersionServes) {
   auto sender = std::make_shared<messaging::RecordSender>(sopt);
   WorkerOptions o = s.options();
   o.adaptive.enabled = true;
+  // The chooser's depth once the drafter is there is fixed: whether speculating pays on this tiny
+  // model depends on the machine's timing, and this test is about the drafter arriving.
+  o.adaptive.model.fixed_depth = o.engine.spec.steps;
   Worker w(o, s.policy, 1, nullptr, 0, sender);
   const std::vector<GenRequest> reqs = greedy_requests(prompts(4, 5), 28);
   const BatchReport cold = w.generate(reqs, GenMode::kServing);
