@@ -159,9 +159,12 @@ int main(int argc, char** argv) {
     updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
     // A serving worker decodes batches and speculates when it runs one sequence, where AMX tiles
     // measured 1.3-1.8x the vector kernels from 4 sequences on and even at 1: auto picks them
-    // for `serve` (docs/benchmarks.md, "Verification at the roofline"). Not for the demo, whose
-    // workers decode one sequence each on one thread: there AMX measured slower.
-    if (serve->parsed() && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
+    // for `serve` (docs/benchmarks.md, "Verification at the roofline"). And for the demo: its
+    // workers decode one sequence each on one thread, where AMX's plain step is slower, but its
+    // online run verifies trees (suffix drafts beside the drafter's), and those cost little more
+    // than a plain step with AMX: the online run measured 1393-1496 tokens/s with AMX against
+    // 1156-1258 with the dot kernel (docs/benchmarks.md, "Group-aware drafting").
+    if ((serve->parsed() || demo->parsed()) && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
         updraft::ops::cpu_bf16_kernel_available(updraft::ops::CpuBf16Kernel::kAmx))
       kernel = updraft::ops::CpuBf16Kernel::kAmx;
     if (!updraft::ops::cpu_bf16_kernel_available(kernel))
