@@ -171,6 +171,21 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
   for (size_t d = 0; d < m.depth_steps.size(); ++d)
     sample(os, "updraft_worker_depth_steps_total", "depth=\"" + std::to_string(d) + "\"",
            static_cast<double>(m.depth_steps[d]));
+  if (m.suffix_gate) {
+    const SuffixGate::Snapshot& g = m.suffix_gate_model;
+    family(os, "updraft_suffix_gate_on", "gauge", "suffix drafts run in this live-batch bucket (lower edge)");
+    for (size_t b = 0; b < g.on.size(); ++b)
+      sample(os, "updraft_suffix_gate_on", "batch=\"" + std::to_string(int64_t{1} << b) + "\"", g.on[b] ? 1.0 : 0.0);
+    family(os, "updraft_suffix_gate_tokens_per_second", "gauge",
+           "measured tokens/s per decoding sequence without and with suffix drafts, by live-batch bucket");
+    for (size_t b = 0; b < g.arms.size(); ++b)
+      for (int on = 0; on < 2; ++on)
+        sample(os, "updraft_suffix_gate_tokens_per_second",
+               "batch=\"" + std::to_string(int64_t{1} << b) + "\",suffix=\"" + (on ? "on" : "off") + "\"",
+               g.arms[b][static_cast<size_t>(on)].rate);
+    family(os, "updraft_suffix_gate_explore_steps_total", "counter", "steps run with the other suffix-draft arm");
+    sample(os, "updraft_suffix_gate_explore_steps_total", "", static_cast<double>(g.explore_steps));
+  }
   if (!m.adaptive)
     return;
   const AdaptiveDepth::Snapshot& a = m.adaptive_model;

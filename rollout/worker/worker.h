@@ -181,6 +181,8 @@ struct WorkerMetrics {
   std::vector<int64_t> depth_steps;  // [d]: steps that ran at depth d
   bool adaptive = false;
   AdaptiveDepth::Snapshot adaptive_model;
+  bool suffix_gate = false;  // the serving engine's suffix drafts are gated (rollout/spec/suffix_gate.h)
+  SuffixGate::Snapshot suffix_gate_model;
 };
 
 class Worker {

@@ -117,6 +117,10 @@ void Worker::publish_state() {  // mu_ held
   metrics_.adaptive = s.chooser != nullptr;
   if (s.chooser)
     metrics_.adaptive_model = s.chooser->snapshot();
+  const SuffixGate* gate = s.engine->suffix_gate();
+  metrics_.suffix_gate = gate != nullptr;
+  if (gate != nullptr)
+    metrics_.suffix_gate_model = gate->snapshot();
 }
 
 }  // namespace updraft

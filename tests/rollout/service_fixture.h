@@ -30,11 +30,11 @@ struct Bed {
 
   explicit Bed(int64_t kv_cache_bytes = int64_t{64} << 20, int64_t max_inflight = 4096,
                std::shared_ptr<const Tokenizer> tokenizer = nullptr, ChatSetup chat = {},
-               SuffixMode suffix = SuffixMode::kOff) {
+               SuffixMode suffix = SuffixMode::kOff, bool suffix_gate = false) {
     WorkerOptions o;
     o.engine.spec = SpecSettings{3, 1, 4};
     o.engine.suffix.mode = suffix;
-    o.engine.suffix.gate = false;  // every step grafts (the gate's choices depend on timing)
+    o.engine.suffix.gate = suffix_gate;  // default: every step grafts (the gate's choices depend on timing)
     o.engine.kv_cache_bytes = kv_cache_bytes;
     o.on_window = [d = dashboard](const WindowReport& w) {
       if (RolloutService* s = d->load())

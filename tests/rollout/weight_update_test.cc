@@ -102,6 +102,13 @@ TEST(RolloutService, SuffixDraftsAreAccountedBySource) {
                          "source=\"history\"}"),
             std::string::npos)
       << metrics;
+  EXPECT_EQ(metrics.find("updraft_suffix_gate_on"), std::string::npos) << "no gate, no gate metrics";
+  // With the gate, its state per live-batch bucket.
+  Bed g(int64_t{64} << 20, 4096, nullptr, {}, SuffixMode::kBoth, true);
+  ASSERT_EQ(g.call("POST", "/generate", body).first, 200);
+  const std::string gm = g.raw("GET", "/metrics").body;
+  EXPECT_NE(gm.find("updraft_suffix_gate_on{batch=\"1\"} "), std::string::npos) << gm;
+  EXPECT_NE(gm.find("updraft_suffix_gate_tokens_per_second{batch=\"1\",suffix=\"on\"}"), std::string::npos) << gm;
 }
 
 // Writes a NaN over the first element of `tensor` in a safetensors file (f32, bf16 or f16).
