@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/machine_probe.h"
 #include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
@@ -226,16 +227,6 @@ void rl(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& promp
   std::printf("\n");
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  for (size_t at = 0; at <= s.size();) {
-    const size_t end = std::min(s.find(',', at), s.size());
-    v.push_back(std::stoll(s.substr(at, end - at)));
-    at = end + 1;
-  }
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,7 +250,7 @@ int main(int argc, char** argv) {
     else if (a == "--sequences" && has) sequences = std::stoll(argv[++i]);
     else if (a == "--ignore-eos") ignore_eos = true;
     else if (a == "--reps" && has) reps = std::stoi(argv[++i]);
-    else if (a == "--batches" && has) batches = parse_list(argv[++i]);
+    else if (a == "--batches" && has) batches = bench::parse_int_list(argv[++i]);
     else if (a == "--prompts" && has) prompts_n = std::stoll(argv[++i]);
     else if (a == "--group" && has) group = std::stoll(argv[++i]);
     else if (a == "--max-new" && has) max_new = std::stoll(argv[++i]);

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_policy.h"
 #include "bench/group_bench.h"
 #include "bench/machine_probe.h"
@@ -109,31 +110,14 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
     r.seconds += now_s() - t0;
     r.capture_seconds += e.stats().capture_seconds - cap0;
     generated += e.stats().generated_tokens - gen0;
-    const SpecStats& after = e.stats().spec;
-    r.spec.rounds += after.rounds - before.rounds;
-    r.spec.accepted += after.accepted - before.accepted;
-    r.spec.drafted += after.drafted - before.drafted;
-    r.spec.draft_seconds += after.draft_seconds - before.draft_seconds;
-    r.spec.verify_seconds += after.verify_seconds - before.verify_seconds;
-    r.spec.accepted_at.resize(after.accepted_at.size(), 0);
-    for (size_t j = 0; j < after.accepted_at.size(); ++j)
-      r.spec.accepted_at[j] += after.accepted_at[j] - (j < before.accepted_at.size() ? before.accepted_at[j] : 0);
+    SpecStats d = e.stats().spec;
+    d.subtract(before);
+    r.spec.merge(d);
   }
   r.tokens = generated;
   r.tokens_per_s = static_cast<double>(generated) / r.seconds;
   r.forwards = e.decode_forward_parts();
   return r;
-}
-
-// "2,3,5" -> {2, 3, 5}.
-std::vector<int64_t> parse_int_list(const std::string& list) {
-  std::vector<int64_t> out;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    out.push_back(std::stoll(list.substr(at, end - at)));
-    at = end + 1;
-  }
-  return out;
 }
 
 double median(std::vector<double> v) {
@@ -176,7 +160,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
       draft_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--anatomy-rows") && i + 1 < argc)
-      anatomy_rows = parse_int_list(argv[++i]);
+      anatomy_rows = bench::parse_int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
       ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else if (!std::strcmp(argv[i], "--group") && i + 1 < argc)
@@ -199,7 +183,7 @@ int main(int argc, char** argv) {
       mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
     else if (!std::strcmp(argv[i], "--chains") && i + 1 < argc) {
       settings.clear();
-      for (int64_t d : parse_int_list(argv[++i])) {
+      for (int64_t d : bench::parse_int_list(argv[++i])) {
         if (d < 1 || d > 16) {
           std::fprintf(stderr, "spec_bench: chain depths are 1..16, got %ld\n", d);
           return 2;
