@@ -2,6 +2,8 @@
 // and value gradients in per-thread buffers and sums them once at the end.
 #include "kernels/ops/backward_cpu.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -122,12 +124,22 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const uint8_t* tree = mask.kind == MaskKind::Tree ? mask.tree_mask.data<uint8_t>() : nullptr;
   const size_t kv_numel = static_cast<size_t>(S * NKV * HD);
 
-#pragma omp parallel if (T * NH * S * HD > (1 << 16))
+  // Deterministic: items go to threads in a fixed round-robin of chunks of 4, and the threads'
+  // dk/dv partial sums are added in thread order (a dynamic schedule and a critical section made
+  // the gradients, and so every training run, depend on thread timing).
+  const bool parallel = T * NH * S * HD > (1 << 16);
+  const int nt = parallel ? omp_get_max_threads() : 1;
+  std::vector<std::vector<float>> dk_parts(static_cast<size_t>(nt)), dv_parts(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt) if (parallel)
   {
     std::vector<int64_t> keys;
     std::vector<float> probs;
-    std::vector<float> dk_local(kv_numel, 0.f), dv_local(kv_numel, 0.f);
-#pragma omp for schedule(dynamic, 4)
+    const size_t me = static_cast<size_t>(omp_get_thread_num());
+    std::vector<float>& dk_local = dk_parts[me];
+    std::vector<float>& dv_local = dv_parts[me];
+    dk_local.assign(kv_numel, 0.f);
+    dv_local.assign(kv_numel, 0.f);
+#pragma omp for schedule(static, 4)
     for (int64_t item = 0; item < T * NH; ++item) {
       const int64_t i = item / NH, h = item % NH, g = h / group;
       const float* qv = qp + (i * NH + h) * HD;
@@ -162,11 +174,14 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         }
       }
     }
-#pragma omp critical(attention_backward_reduce)
-    for (size_t n = 0; n < kv_numel; ++n) {
-      dkp[n] += dk_local[n];
-      dvp[n] += dv_local[n];
-    }
+#pragma omp for schedule(static)
+    for (size_t n = 0; n < kv_numel; ++n)
+      for (size_t t = 0; t < dk_parts.size(); ++t) {
+        if (dk_parts[t].empty())
+          continue;  // a thread the runtime did not start
+        dkp[n] += dk_parts[t][n];
+        dvp[n] += dv_parts[t][n];
+      }
   }
 }
 

@@ -175,6 +175,31 @@ TEST(Backward, AttentionTrainingTimeTest) {
     check_attention(ops::AttentionMask::ttt(steps), T, (steps + 1) * T, 50 + static_cast<uint32_t>(steps));
 }
 
+// Large enough to run on every thread: the key and value gradients are the same bits on every run
+// (the threads' partial sums are added in a fixed order), so training runs repeat exactly.
+TEST(Backward, AttentionIsDeterministicAcrossRuns) {
+  const int64_t T = 96, NH = 8, NKV = 4, HD = 32, S = 96;
+  const ops::AttentionMask mask = ops::AttentionMask::causal(0);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const Tensor q = tensor_of(random_vec(T * NH * HD, 61, 1.5), {T, NH, HD});
+  const Tensor k = tensor_of(random_vec(S * NKV * HD, 62, 1.5), {S, NKV, HD});
+  const Tensor v = tensor_of(random_vec(S * NKV * HD, 63), {S, NKV, HD});
+  const Tensor g = tensor_of(random_vec(T * NH * HD, 64), {T, NH, HD});
+  Tensor out = Tensor::empty({T, NH, HD}, DType::F32), lse = Tensor::empty({T, NH}, DType::F32);
+  ops::attention(q, k, v, mask, scale, out, &lse);
+  auto grads = [&] {
+    Tensor dq = Tensor::empty({T, NH, HD}, DType::F32);
+    Tensor dk = Tensor::zeros({S, NKV, HD}, DType::F32), dv = Tensor::zeros({S, NKV, HD}, DType::F32);
+    ops::attention_backward(q, k, v, out, lse, g, mask, scale, dq, dk, dv);
+    std::vector<float> all = dk.to_f32_vector(), dvv = dv.to_f32_vector();
+    all.insert(all.end(), dvv.begin(), dvv.end());
+    return all;
+  };
+  const std::vector<float> first = grads();
+  for (int run = 0; run < 40; ++run)
+    ASSERT_EQ(grads(), first) << "run " << run;
+}
+
 TEST(Backward, CrossEntropy) {
   const int64_t R_ = 4, C = 9;
   Vec z = random_vec(R_ * C, 60, 3.0), dl = {1.0, 0.5, 2.0, 1.0};
