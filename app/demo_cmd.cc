@@ -35,16 +35,31 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--trainer-steps", o.trainer_steps_per_round, "online trainer steps per round")
       ->capture_default_str();
   cmd.add_option("--trainer-share", o.trainer_share,
-                 "trainer time per RL step, as a multiple of the step's generation time (the CPU is shared)")
+                 "trainer CPU seconds per RL step, as a multiple of the CPU seconds of the step's online generation (the cores are shared)")
       ->capture_default_str();
   cmd.add_option("--trainer-lr", o.trainer_lr, "online trainer learning rate")->capture_default_str();
+  cmd.add_option("--trainer-samples", o.trainer_samples, "online trainer records per optimiser step")
+      ->capture_default_str();
+  cmd.add_option("--trainer-ttt-steps", o.trainer_ttt_steps, "online trainer training-time-test depth K")
+      ->capture_default_str();
+  cmd.add_option("--trainer-newest-share", o.trainer_newest_share,
+                 "share of the online trainer's draws from the newest policy version's records (0: uniform)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd.add_option("--window-versions", o.window_versions, "policy versions the trainer reads")->capture_default_str();
   cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")
       ->capture_default_str();
-  cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the offline drafters")->capture_default_str();
-  cmd.add_option("--offline-steps", o.offline_steps, "minimum optimiser steps of the offline drafter (default: as many as the online trainer took)")
+  cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the quick reference drafter")->capture_default_str();
+  cmd.add_option("--offline-steps", o.offline_steps, "minimum optimiser steps of the quick reference (it takes as many as the online trainer took)")
       ->capture_default_str();
-  cmd.add_flag("!--no-offline", o.offline_compare, "skip the offline drafter of the final comparison");
+  cmd.add_option("--reference", o.reference,
+                 "reference drafters trained offline on the final policy: strong (converged, cached; with quick), "
+                 "quick (the online trainer's budget) or off")
+      ->check(CLI::IsMember({"strong", "quick", "off"}))
+      ->capture_default_str();
+  cmd.add_option("--strong-prompts", o.strong_prompts, "rollouts for the strong reference")->capture_default_str();
+  cmd.add_option("--strong-steps", o.strong_steps, "optimiser steps of the strong reference")->capture_default_str();
+  cmd.add_option("--reference-cache", o.reference_cache, "cache of strong references (default: OUT/reference-cache)");
   cmd.add_flag("--keep-buffer", o.keep_buffer, "keep the RocksDB buffer in OUT/buffer");
   cmd.add_flag("--fetch-weights", o.fetch_weights,
                "workers fetch every new version as chunks over the weight link (as without a shared filesystem)");

@@ -29,13 +29,22 @@
 //   4. The trainer's slot. In a deployment the trainer has its own device and runs beside
 //      generation; here it shares two cores with the workers, so the demo time-slices: it is
 //      paused while generation runs (it yields within one training step) and gets a slot of
-//      trainer_share × the step's online generation time after the update (ended early when
-//      it is idle). Step timings exclude the slot, which is reported on its own. Promoted
+//      trainer_share × the CPU seconds of the step's online generation after the update
+//      (ended early when it is idle). Step timings exclude the slot, which is reported on its own. Promoted
 //      drafters are announced on the weight link as they appear and served from the next batch
 //      (or the next speculation round when one arrives while a batch runs).
-// At the end the initial drafter is trained offline on the final policy's rollouts (as many
-// optimiser steps as the online trainer took, at least offline_steps), and the online, frozen and
-// offline drafters are measured on the same held-out requests.
+//   The GRPO update uses the plain run's rollouts: the same requests and seeds, and the same
+//   distribution as the online run's (speculation is lossless), but unlike those they do not
+//   depend on timing-dependent choices (adaptive depth, promotions), so the policy trajectory is
+//   reproducible: reruns with the same options, and ablations of the online trainer, see the
+//   same policies step for step, and the strong reference's cache hits.
+// At the end two reference drafters are trained offline on the final policy's rollouts
+// (app/demo/reference.h: a quick one with the online trainer's budget, a strong one trained to
+// convergence), and the online, frozen and reference drafters are measured on the same held-out
+// requests. The report adds the online drafter's recovery after a curriculum switch, the trainer's
+// learning curve (its rounds) and its compute share (process CPU seconds in its slot over those of
+// the online generation), and the workers' plain decoding speed with the trainer's work running
+// beside them against alone.
 #pragma once
 
 #include <cstdint>
@@ -60,12 +69,17 @@ struct DemoOptions {
   std::string suffix_drafts = "both";  // the online run's suffix drafts: off, group, history, both
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
   int64_t trainer_steps_per_round = 10;
-  double trainer_share = 4.0;
+  double trainer_share = 4.0;  // trainer CPU seconds per CPU second of online generation, per step
   double trainer_lr = 3e-4;
+  int64_t trainer_samples = 4;      // records per optimiser step
+  int64_t trainer_ttt_steps = 7;    // K of training-time test
+  double trainer_newest_share = 0;  // share of draws from the newest policy version's records (0: uniform)
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end
-  int64_t offline_prompts = 128, offline_steps = 60;
-  bool offline_compare = true;
+  std::string reference = "strong";  // reference drafters: strong (and quick), quick, off
+  int64_t offline_prompts = 128, offline_steps = 60;  // the quick reference
+  int64_t strong_prompts = 1024, strong_steps = 200;  // the strong reference
+  std::string reference_cache;  // where strong references are cached (empty: OUT/reference-cache)
   uint64_t seed = 1;
   bool keep_buffer = false;
   bool fetch_weights = false;  // workers copy new versions over the weight link instead of reading them in place

@@ -34,11 +34,17 @@ double StepRecord::step_speedup() const {
   return online > 0 ? plain / online : 0.0;
 }
 
-Summary summarize(const std::vector<StepRecord>& steps) {
+Summary summarize(const std::vector<StepRecord>& steps, size_t switch_step) {
   Summary s;
   const size_t n = steps.size();
   if (n == 0)
     return s;
+  if (switch_step > 0 && switch_step < n) {
+    s.pre_switch_tau = mean_of(steps, 0, switch_step, &StepRecord::tau_online);
+    for (size_t i = switch_step; i < n && s.recovery_steps < 0; ++i)
+      if (steps[i].tau_online >= kRecoveryShare * s.pre_switch_tau)
+        s.recovery_steps = static_cast<int64_t>(i - switch_step);
+  }
   const size_t q = std::max<size_t>(1, n / 4), half = n / 2;
   s.frozen_tau_first_quarter = mean_of(steps, 0, q, &StepRecord::tau_frozen);
   s.frozen_tau_last_quarter = mean_of(steps, n - q, n, &StepRecord::tau_frozen);
@@ -46,14 +52,17 @@ Summary summarize(const std::vector<StepRecord>& steps) {
   s.online_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_online);
   s.frozen_tau_second_half = mean_of(steps, half, n, &StepRecord::tau_frozen);
   s.adapt_ratio = s.frozen_tau_second_half > 0 ? s.online_tau_second_half / s.frozen_tau_second_half : 0.0;
-  double g = 0, w = 0, gen = 0, all = 0;
+  double g = 0, w = 0, gen = 0, all = 0, trainer_cpu = 0, rollout_cpu = 0;
   for (const StepRecord& r : steps) {
+    trainer_cpu += r.trainer_cpu_s;
+    rollout_cpu += r.rollout_cpu_s;
     g += r.gen_speedup();
     w += r.step_speedup();
     gen += r.gen_online_s;
     all += r.gen_online_s + r.capture_s + r.update_s;
   }
   s.gen_share = all > 0 ? gen / all : 0.0;
+  s.trainer_share = rollout_cpu > 0 ? trainer_cpu / rollout_cpu : 0.0;
   s.gen_speedup = g / static_cast<double>(n);
   s.step_speedup = w / static_cast<double>(n);
   s.reward_first = mean_of(steps, 0, q, &StepRecord::reward);
@@ -91,6 +100,8 @@ nlohmann::json step_json(const StepRecord& s) {
             {"capture", s.capture_s},
             {"policy_update", s.update_s},
             {"trainer_slot", s.trainer_slot_s}}},
+          {"cpu_seconds", {{"online_generation", s.rollout_cpu_s}, {"trainer_slot", s.trainer_cpu_s}}},
+          {"trainer_share", s.rollout_cpu_s > 0 ? s.trainer_cpu_s / s.rollout_cpu_s : 0.0},
           {"tokens", {{"online", s.tokens_online}, {"plain", s.tokens_plain}}},
           {"generation_speedup", s.gen_speedup()},
           {"step_speedup", s.step_speedup()},
@@ -99,11 +110,22 @@ nlohmann::json step_json(const StepRecord& s) {
           {"grpo", {{"grad_norm", s.grad_norm}, {"nll", s.nll}}}};
 }
 
-std::string render_svg(const std::vector<StepRecord>& steps, const std::string& title) {
+nlohmann::json trainer_point_json(const TrainerPoint& p) {
+  return {{"round", p.round},
+          {"rl_step", p.rl_step},
+          {"optimizer_steps", p.optimizer_steps},
+          {"records_stored", p.records_stored},
+          {"candidate_tau_hat", p.candidate_tau},
+          {"serving_tau_hat", p.serving_tau},
+          {"promoted", p.promoted}};
+}
+
+std::string render_svg(const std::vector<StepRecord>& steps, const Summary& sum, const std::string& title) {
   const double W = 760, H = 380, L = 60, R = 20, T = 40, B = 50;
   double ymax = 1.0;
   for (const StepRecord& s : steps)
     ymax = std::max({ymax, s.tau_online, s.tau_frozen});
+  ymax = std::max({ymax, sum.final_quick_tau, sum.final_strong_tau});
   ymax = std::ceil(ymax + 0.25);
   const double ymin = 1.0;
   const size_t n = std::max<size_t>(steps.size(), 2);
@@ -142,6 +164,20 @@ std::string render_svg(const std::vector<StepRecord>& steps, const std::string& 
   };
   series(&StepRecord::tau_online, "#1f5fbf");
   series(&StepRecord::tau_frozen, "#d0542a");
+  // The references (final policy) as dashed lines over the last quarter, labelled at the right.
+  auto reference = [&](double tau, const char* color, const char* label, double from) {
+    if (tau <= 0)
+      return;
+    o << "<line x1=\"" << x(from) << "\" x2=\"" << W - R << "\" y1=\"" << y(tau) << "\" y2=\"" << y(tau)
+      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"" << W - R - 4
+      << "\" y=\"" << y(tau) - 5 << "\" text-anchor=\"end\" fill=\"" << color << "\">" << label << fmt(" %.2f", tau)
+      << "</text>\n";
+  };
+  const double last = static_cast<double>(n - 1);
+  reference(sum.final_strong_tau, "#2a8a3e", "strong reference, final policy", last * 0.75);
+  reference(sum.final_quick_tau, "#8a5a2a", "quick reference, final policy", last * 0.75);
+  if (sum.pre_switch_tau > 0)
+    reference(kRecoveryShare * sum.pre_switch_tau, "#999", "70% of the online tau before the switch", 0);
   const double lx = W - R - 250, ly = T + 8;
   o << "<line x1=\"" << lx << "\" x2=\"" << lx + 24 << "\" y1=\"" << ly << "\" y2=\"" << ly
     << "\" stroke=\"#1f5fbf\" stroke-width=\"2\"/><text x=\"" << lx + 30 << "\" y=\"" << ly + 4
@@ -158,17 +194,31 @@ std::string render_svg(const std::vector<StepRecord>& steps, const std::string& 
   return o.str();
 }
 
-std::vector<std::string> summary_table(const Summary& s, bool offline) {
+std::vector<std::string> summary_table(const Summary& s) {
   std::vector<std::string> t;
-  t.push_back("                                   online   frozen   offline");
+  auto ref = [&](double v) { return v > 0 ? fmt(" %9.2f", v) : std::string("        -"); };
+  t.push_back("                                   online   frozen     quick    strong (references)");
   t.push_back("tau, second half of the run     " + fmt("%8.2f", s.online_tau_second_half) +
-              fmt(" %8.2f", s.frozen_tau_second_half) + "        -");
-  t.push_back("tau, final policy (held-out)    " + fmt("%8.2f", s.final_online_tau) +
-              fmt(" %8.2f", s.final_frozen_tau) + (offline ? fmt(" %9.2f", s.final_offline_tau) : "        -"));
+              fmt(" %8.2f", s.frozen_tau_second_half) + "        -         -");
+  t.push_back("tau, final policy (held-out)    " + fmt("%8.2f", s.final_online_tau) + fmt(" %8.2f", s.final_frozen_tau) +
+              ref(s.final_quick_tau) + ref(s.final_strong_tau));
   t.push_back("frozen tau: first quarter " + fmt("%.2f", s.frozen_tau_first_quarter) + ", last quarter " +
               fmt("%.2f", s.frozen_tau_last_quarter) + " (drift " + fmt("%.0f%%", 100 * s.drift) + ")");
   t.push_back("online / frozen tau, second half: " + fmt("%.2fx", s.adapt_ratio) +
-              (offline ? "; online / offline on the final policy: " + fmt("%.2fx", s.vs_offline) : ""));
+              (s.vs_quick > 0 ? "; on the final policy, online / quick " + fmt("%.2fx", s.vs_quick) : "") +
+              (s.vs_strong > 0 ? ", online / strong " + fmt("%.2fx", s.vs_strong) : ""));
+  if (s.pre_switch_tau > 0)
+    t.push_back("recovery: online tau before the switch " + fmt("%.2f", s.pre_switch_tau) + "; 70% of it " +
+                (s.recovery_steps >= 0 ? "reached " + std::to_string(s.recovery_steps) + " RL steps after the switch"
+                                       : std::string("not reached")));
+  t.push_back("trainer compute: " + fmt("%.2f", s.trainer_share) +
+              " CPU-seconds per CPU-second of online generation" +
+              (s.plain_tps_trainer_paused > 0
+                   ? "; workers' plain decoding with the trainer running " +
+                         fmt("%.2fx", s.plain_tps_trainer_running / s.plain_tps_trainer_paused) + " of alone (" +
+                         fmt("%.0f", s.plain_tps_trainer_running) + " vs " + fmt("%.0f", s.plain_tps_trainer_paused) +
+                         " tokens/s)"
+                   : ""));
   t.push_back("speculative (online) vs plain: generation " + fmt("%.2fx", s.gen_speedup) + ", whole RL step " +
               fmt("%.2fx", s.step_speedup) + " (generation is " + fmt("%.0f%%", 100 * s.gen_share) +
               " of the online step)");

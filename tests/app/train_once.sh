@@ -42,7 +42,8 @@ awk -v t="$tau" 'BEGIN { exit !(t >= 2.0) }' || { echo "tau $tau below 2"; cat "
   { cat "$work/weak.log"; exit 1; }
 "$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo" --steps 4 --prompts 3 --group 4 \
   --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
-  --fetch-weights --record-max-tokens 24 >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
+  --fetch-weights --record-max-tokens 24 --reference strong --strong-prompts 24 --strong-steps 10 \
+  >"$work/demo.log" 2>&1 || { cat "$work/demo.log"; exit 1; }
 grep -qE "weight link: [0-9]+ versions announced, [0-9]+ deliveries to 2 workers \([1-9][0-9]* fetched as chunks.*, 0 failures" \
   "$work/demo.log" || { echo "the weight link did not deliver by transfer"; grep "weight link" "$work/demo.log"; exit 1; }
 grep -q "demo: step 4/4" "$work/demo.log" || { echo "no progress line for step 4"; cat "$work/demo.log"; exit 1; }
@@ -70,8 +71,40 @@ if any(x["tau_online"] < 1 or x["tau_frozen"] < 1 or x["tokens_per_s"]["plain"] 
     problems.append("a step without measurements")
 if s["rejected_versions"] != 0:
     problems.append("a version was rejected")
+ft = s["final_tau"]
+if not (ft["quick_reference"] >= 1 and ft["strong_reference"] >= 1 and s["online_over_strong_reference"] > 0):
+    problems.append(f"reference drafters not measured: {ft}")
+if not s["pre_switch_online_tau"] >= 1 or not isinstance(s["recovery_steps_to_70pct"], int):
+    problems.append("no recovery figures for the default curriculum")
+if not s["trainer_cpu_share"] > 0 or any(x["cpu_seconds"]["online_generation"] <= 0 for x in steps):
+    problems.append(f"trainer compute share not measured: {s['trainer_cpu_share']}")
+w = s["workers_plain_tokens_per_s"]
+if not (w["trainer_paused"] > 0 and w["trainer_running"] > 0):
+    problems.append(f"workers' speed beside the trainer not measured: {w}")
+curve = r["trainer_rounds"]
+if not curve or any(b["optimizer_steps"] < a["optimizer_steps"] for a, b in zip(curve, curve[1:])):
+    problems.append(f"no learning curve, or one whose optimiser steps go back: {curve}")
 print("demo:", {k: s[k] for k in ("records_stored", "record_chunks", "drafters_promoted", "drafter_swaps", "policy_swaps")})
 if problems:
     print("\n".join(problems))
     sys.exit(1)
+PY
+
+# The same demo again: its policy trajectory is reproducible (the GRPO update reads the plain
+# run's rollouts, which do not depend on timing), so every step's reward repeats and the strong
+# reference, cached by the final policy's hash, is reused rather than trained again.
+"$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo2" --steps 4 --prompts 3 --group 4 \
+  --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
+  --record-max-tokens 24 --reference strong --strong-prompts 24 --strong-steps 10 \
+  --reference-cache "$work/demo/reference-cache" >"$work/demo2.log" 2>&1 || { cat "$work/demo2.log"; exit 1; }
+grep -q "strong reference: reusing" "$work/demo2.log" || { echo "the cached strong reference was not reused"; grep "strong reference" "$work/demo2.log"; exit 1; }
+python3 - "$work/demo/report.json" "$work/demo2/report.json" <<'PY' || exit 1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ra, rb = ([x["reward"] for x in r["steps"]] for r in (a, b))
+if ra != rb:
+    sys.exit(f"the policy trajectory did not repeat: rewards {ra} vs {rb}")
+if a["summary"]["final_tau"]["strong_reference"] != b["summary"]["final_tau"]["strong_reference"]:
+    sys.exit("the reused strong reference measured differently on the same policy and requests")
+print("rerun: same rewards", ra, "and the cached strong reference")
 PY

@@ -1,0 +1,49 @@
+// The demo's generation phases (app/demo/demo.h): the same requests through the workers in one
+// mode (serving, frozen reference, plain, full settings), and single-engine measurements on the
+// final policy; plus the process CPU clock the demo uses to report the trainer's compute share.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rollout/engine/engine.h"
+#include "rollout/worker/worker.h"
+
+namespace updraft::demo {
+
+// One generation phase: the requests split over the workers, run in parallel.
+struct Phase {
+  std::vector<BatchReport> batches;        // per worker
+  std::vector<const Completion*> ordered;  // completion of request i
+  SpecStats spec, probe_spec;              // every round; the probe requests' (full settings)
+  int64_t tokens = 0;
+  double seconds = 0;
+  double cpu_seconds = 0;  // the process's CPU time over the phase (all threads)
+  uint64_t drafter_version = 0;
+};
+
+// Request i goes to worker (i / group) % W: a group's siblings (consecutive requests) to one
+// worker, as a prefix-aware router places them, so that they can draft for one another.
+Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector<GenRequest>& reqs, GenMode mode,
+                size_t group);
+
+// Seconds the workers spent turning completions into records (inside generation), the most of
+// any worker: they ran in parallel.
+double record_seconds(const std::vector<std::unique_ptr<Worker>>& workers);
+
+struct Measured {
+  SpecStats spec;
+  int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+};
+
+// One engine run over reqs (the drafter at the full settings, or with adaptive depth).
+Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std::vector<GenRequest>& reqs,
+                 const EngineOptions& eo, bool adaptive = false);
+
+// CPU seconds this process has used (every thread), from CLOCK_PROCESS_CPUTIME_ID.
+double process_cpu_seconds();
+
+}  // namespace updraft::demo
