@@ -191,6 +191,14 @@ class PayloadCrc {
     scalar<uint64_t>(v.size());
     bytes(v.data(), v.size() * sizeof(T));
   }
+  // A round's suffix-source counts, added to the schema after the first version: they enter
+  // only when set, so a record written before they existed keeps its checksum.
+  void round_sources(uint32_t group, uint32_t history) {
+    if (group != 0 || history != 0) {
+      scalar<uint32_t>(group);
+      scalar<uint32_t>(history);
+    }
+  }
   uint32_t value() const { return crc_; }
 
  private:
@@ -220,6 +228,7 @@ uint32_t checksum_of(wire::Record::Reader r) {
   for (auto s : rounds) {
     c.scalar<uint32_t>(s.getDrafted());
     c.scalar<uint32_t>(s.getAccepted());
+    c.round_sources(s.getAcceptedGroup(), s.getAcceptedHistory());
   }
   return c.value();
 }
@@ -255,14 +264,18 @@ std::string contract_violation(uint32_t prompt_length, const Tokens& tokens, uin
   for (float lp : logprobs)
     if (std::isnan(lp) || lp > 1e-3f)
       return "teacher logprob " + std::to_string(lp) + " is not a log-probability";
-  for (const auto& s : rounds)
+  for (const auto& s : rounds) {
     if (s.accepted > s.drafted)
       return "round accepted " + std::to_string(s.accepted) + " > drafted " + std::to_string(s.drafted);
+    if (uint64_t{s.accepted_group} + s.accepted_history > s.accepted)
+      return "round accepted from suffix sources " + std::to_string(uint64_t{s.accepted_group} + s.accepted_history) +
+             " > accepted " + std::to_string(s.accepted);
+  }
   return {};
 }
 
 struct RoundView {
-  uint32_t drafted, accepted;
+  uint32_t drafted, accepted, accepted_group, accepted_history;
 };
 
 template <typename Reader>
@@ -270,7 +283,7 @@ std::string reader_violation(wire::Record::Reader r, const Reader&, const Decode
   std::vector<RoundView> rounds;
   rounds.reserve(r.getRounds().size());
   for (auto s : r.getRounds())
-    rounds.push_back({s.getDrafted(), s.getAccepted()});
+    rounds.push_back({s.getDrafted(), s.getAccepted(), s.getAcceptedGroup(), s.getAcceptedHistory()});
   auto aux = r.getAux();
   return contract_violation(r.getPromptLength(), r.getTokens(), static_cast<uint16_t>(aux.getDtype()), aux.getShape(),
                             aux.getData().size(), r.getTeacherK(), r.getTeacherIds(), r.getTeacherLogprobs(), rounds,
@@ -349,6 +362,7 @@ uint32_t record_checksum(const RecordData& r) {
   for (const auto& s : r.rounds) {
     c.scalar<uint32_t>(s.drafted);
     c.scalar<uint32_t>(s.accepted);
+    c.round_sources(s.accepted_group, s.accepted_history);
   }
   return c.value();
 }
@@ -393,6 +407,8 @@ EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits, ui
   for (size_t i = 0; i < r.rounds.size(); ++i) {
     rounds[i].setDrafted(r.rounds[i].drafted);
     rounds[i].setAccepted(r.rounds[i].accepted);
+    rounds[i].setAcceptedGroup(r.rounds[i].accepted_group);
+    rounds[i].setAcceptedHistory(r.rounds[i].accepted_history);
   }
   const uint32_t crc = record_checksum(r);
   m.setChecksum(crc);
@@ -498,7 +514,7 @@ RecordData decode_record(const void* data, size_t size, const DecodeLimits& limi
       out.teacher_ids = to_vector<int32_t>(r.getTeacherIds());
       out.teacher_logprobs = to_vector<float>(r.getTeacherLogprobs());
       for (auto s : r.getRounds())
-        out.rounds.push_back({s.getDrafted(), s.getAccepted()});
+        out.rounds.push_back({s.getDrafted(), s.getAccepted(), s.getAcceptedGroup(), s.getAcceptedHistory()});
       out.checksum = r.getChecksum();
     });
   }

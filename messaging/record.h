@@ -27,6 +27,10 @@ struct AuxTensor {
 struct RoundStats {
   uint32_t drafted = 0;
   uint32_t accepted = 0;
+  // Of `accepted`, those a suffix source proposed (sibling rollouts, recent completions); the
+  // rest were the drafter's. accepted_group + accepted_history <= accepted.
+  uint32_t accepted_group = 0;
+  uint32_t accepted_history = 0;
 };
 
 struct RecordData {

@@ -24,6 +24,10 @@ struct Tensor {
 struct RoundStats {
   drafted @0 :UInt32;
   accepted @1 :UInt32;
+  # Of `accepted`, the drafts that model-free suffix sources proposed (rollout/spec/suffix_drafts.h):
+  # from the request's sibling rollouts, and from recent completions. The rest were the drafter's.
+  acceptedGroup @2 :UInt32;
+  acceptedHistory @3 :UInt32;
 }
 
 # What the drafter learns from: one completed sequence of one worker.

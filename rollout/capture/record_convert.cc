@@ -56,7 +56,9 @@ std::vector<messaging::RoundStats> round_stats(const std::vector<SpecRound>& rou
   std::vector<messaging::RoundStats> out;
   out.reserve(rounds.size());
   for (const SpecRound& x : rounds)
-    out.push_back({static_cast<uint32_t>(x.drafted), static_cast<uint32_t>(x.accepted)});
+    out.push_back({static_cast<uint32_t>(x.drafted), static_cast<uint32_t>(x.accepted),
+                   static_cast<uint32_t>(x.accepted_by[static_cast<size_t>(DraftSource::kGroup)]),
+                   static_cast<uint32_t>(x.accepted_by[static_cast<size_t>(DraftSource::kHistory)])});
   return out;
 }
 

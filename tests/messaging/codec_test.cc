@@ -61,6 +61,14 @@ TEST(Codec, RoundTripKeepsEveryField) {
   ASSERT_EQ(d.rounds.size(), 3u);
   EXPECT_EQ(d.rounds[1].accepted, 4u);
   EXPECT_EQ(d.checksum, record_checksum(r));
+  // The rounds' suffix-source counts.
+  r.rounds[1].accepted_group = 1;
+  r.rounds[1].accepted_history = 2;
+  const EncodedMessage ms = encode_record(r);
+  const RecordData ds = decode_record(ms.data(), ms.size());
+  EXPECT_EQ(ds.rounds[1].accepted_group, 1u);
+  EXPECT_EQ(ds.rounds[1].accepted_history, 2u);
+  EXPECT_EQ(ds.rounds[0].accepted_group + ds.rounds[0].accepted_history, 0u);
   const Verdict v = validate_record(m.data(), m.size());
   ASSERT_TRUE(v.ok()) << v.detail;
   EXPECT_EQ(v.header.seq, 99u);
@@ -83,6 +91,45 @@ TEST(Codec, ChecksumCoversEveryField) {
   EXPECT_TRUE(differs([](RecordData& r) { r.aux.shape[2] = 9; }));
   EXPECT_TRUE(differs([](RecordData& r) { r.teacher_logprobs[0] -= 1; }));
   EXPECT_TRUE(differs([](RecordData& r) { r.rounds[0].accepted = 1; }));
+  EXPECT_TRUE(differs([](RecordData& r) { r.rounds[1].accepted_group = 1; }));
+  EXPECT_TRUE(differs([](RecordData& r) { r.rounds[1].accepted_history = 1; }));
+}
+
+// Rounds without suffix-source counts checksum as before the fields existed (docs/messaging.md:
+// u32 drafted, u32 accepted per round and nothing more), so stored records still verify.
+TEST(Codec, ChecksumOfRoundsWithoutSourcesIsTheFirstVersions) {
+  const RecordData r = make_record(1, 2, 3);
+  std::vector<uint8_t> bytes;
+  auto put = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + n);
+  };
+  auto u64 = [&](uint64_t v) { put(&v, 8); };
+  put(&r.worker, 4);
+  u64(r.seq);
+  u64(r.incarnation);
+  u64(r.policy_version);
+  u64(r.drafter_version);
+  put(&r.prompt_length, 4);
+  u64(r.tokens.size());
+  put(r.tokens.data(), r.tokens.size() * 4);
+  const auto dtype = static_cast<uint8_t>(r.aux.dtype);
+  put(&dtype, 1);
+  u64(r.aux.shape.size());
+  put(r.aux.shape.data(), r.aux.shape.size() * 4);
+  u64(r.aux.bytes.size());
+  put(r.aux.bytes.data(), r.aux.bytes.size());
+  put(&r.teacher_k, 4);
+  u64(r.teacher_ids.size());
+  put(r.teacher_ids.data(), r.teacher_ids.size() * 4);
+  u64(r.teacher_logprobs.size());
+  put(r.teacher_logprobs.data(), r.teacher_logprobs.size() * 4);
+  u64(r.rounds.size());
+  for (const RoundStats& x : r.rounds) {
+    put(&x.drafted, 4);
+    put(&x.accepted, 4);
+  }
+  EXPECT_EQ(record_checksum(r), crc32c(bytes.data(), bytes.size()));
 }
 
 TEST(Codec, MisalignedInputIsCopiedAndDecoded) {
@@ -189,6 +236,7 @@ TEST(Codec, ContractViolationsAreInvalidFields) {
   expect_invalid([](RecordData& r) { r.teacher_ids.pop_back(); }, "teacher ids count");
   expect_invalid([](RecordData& r) { r.teacher_logprobs[0] = 0.5f; }, "positive logprob");
   expect_invalid([](RecordData& r) { r.rounds[0] = {1, 2}; }, "accepted > drafted");
+  expect_invalid([](RecordData& r) { r.rounds[0] = {3, 2, 1, 2}; }, "suffix-source accepted > accepted");
   DecodeLimits l;
   l.max_token_id = 10;
   EXPECT_THROW(encode_record(make_record(1, 1, 1), l), Error);

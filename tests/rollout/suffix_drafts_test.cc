@@ -17,6 +17,7 @@
 #include <cmath>
 #include <optional>
 
+#include "rollout/capture/record_convert.h"
 #include "rollout/engine/engine.h"
 #include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
@@ -230,6 +231,16 @@ TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
         }
         EXPECT_EQ(drafted, st.spec.drafted) << where;
         EXPECT_EQ(accepted, st.spec.accepted) << where;
+        // The records' rounds carry the same counts by source (rollout/capture/record_convert.h).
+        int64_t rec_group = 0, rec_history = 0;
+        for (const GenResult& g : got)
+          for (const messaging::RoundStats& x : round_stats(g.rounds)) {
+            EXPECT_LE(x.accepted_group + x.accepted_history, x.accepted) << where;
+            rec_group += x.accepted_group;
+            rec_history += x.accepted_history;
+          }
+        EXPECT_EQ(rec_group, st.spec.accepted_by[1]) << where;
+        EXPECT_EQ(rec_history, st.spec.accepted_by[2]) << where;
         if (!s) {
           EXPECT_EQ(st.spec.drafted_by[0], 0) << where;
           EXPECT_EQ(st.drafter_spec.rounds, 0) << where;
