@@ -46,6 +46,10 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
                  "share of the online trainer's draws from the newest policy version's records (0: uniform)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd.add_option("--trainer-eval-records", o.trainer_eval_records,
+                 "held-out records each online trainer round evaluates on, the newest first (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd.add_option("--window-versions", o.window_versions, "policy versions the trainer reads")->capture_default_str();
   cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")
       ->capture_default_str();

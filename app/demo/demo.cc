@@ -150,6 +150,7 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   to_.samples_per_step = o.trainer_samples;
   to_.ttt.steps = o.trainer_ttt_steps;
   to_.newest_share = o.trainer_newest_share;
+  to_.eval_records = static_cast<size_t>(o.trainer_eval_records);
   to_.lr = o.trainer_lr;
   to_.min_new_records = static_cast<uint64_t>(std::max<int64_t>(1, records_per_step / 2));
   to_.seed = o.seed;

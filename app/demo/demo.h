@@ -74,6 +74,7 @@ struct DemoOptions {
   int64_t trainer_samples = 4;      // records per optimiser step
   int64_t trainer_ttt_steps = 7;    // K of training-time test
   double trainer_newest_share = 0;  // share of draws from the newest policy version's records (0: uniform)
+  int64_t trainer_eval_records = 0;  // held-out records a round evaluates on, newest first (0: all)
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;             // held-out comparison at the end
   std::string reference = "strong";  // reference drafters: strong (and quick), quick, off

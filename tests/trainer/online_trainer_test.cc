@@ -216,6 +216,30 @@ TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
   EXPECT_EQ(tr.reports()[1].max_policy_version, 2u);
 }
 
+TEST(OnlineTrainer, EvalRecordsBoundsTheEvaluation) {
+  Bed bed("ote");
+  auto& policy = bed.policy;
+  auto& store = bed.store;
+  const auto rolls = rollouts(*policy, prompts(16, 6));
+  store_samples(*store, capture(*policy, {rolls.begin(), rolls.begin() + 8}, 1), 1, 0);
+  store_samples(*store, capture(*policy, {rolls.begin() + 8, rolls.end()}, 2), 1, 8);
+  auto round = [&](size_t cap) {
+    OnlineTrainerOptions o;
+    o.steps_per_round = 2;
+    o.ttt.steps = 2;
+    o.heldout_fraction = 0.5;
+    o.eval_records = cap;
+    o.dir = bed.t.str() + "/cap" + std::to_string(cap);
+    return OnlineTrainer(o, store, policy, 2, fresh_draft(*policy, 5), 1).run_round("test");
+  };
+  const RoundReport all = round(0), two = round(2);
+  ASSERT_GT(all.heldout_records, 2u) << "the split held out too few of 16 records for this test";
+  EXPECT_EQ(all.evaluated_records, all.heldout_records);
+  EXPECT_EQ(two.heldout_records, all.heldout_records);
+  EXPECT_EQ(two.evaluated_records, 2u);
+  EXPECT_NE(two.serving_tau, all.serving_tau) << "the same drafter scored on 2 of the records, not all";
+}
+
 }  // namespace
 }  // namespace updraft::train
 

@@ -1,5 +1,6 @@
 #include "trainer/online/online_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -270,6 +271,11 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   rep.trained_on_policy = policy_version;
   rep.train_records = train.size();
   rep.heldout_records = heldout.size();
+  if (options_.eval_records > 0 && heldout.size() > options_.eval_records) {  // the newest policy's first
+    std::stable_sort(heldout.begin(), heldout.end(),
+                     [](const TttSample& a, const TttSample& b) { return a.policy_version > b.policy_version; });
+    heldout.resize(options_.eval_records);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     trained_policy_version_ = std::max(trained_policy_version_, policy_version);
@@ -320,6 +326,7 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   yield_while_paused();
   // 3. Evaluation on held-out records (the training records when none are held out yet).
   const InMemoryDataset eval(heldout.empty() ? train : heldout);
+  rep.evaluated_records = eval.size();
   const TttStats cand = evaluate_drafter(*draft_, eval, options_.ttt);
   const TttStats serv = evaluate_drafter(*serving_, eval, options_.ttt);
   rep.candidate_tau = estimated_chain_tau(cand);

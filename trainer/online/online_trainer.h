@@ -63,6 +63,10 @@ struct OnlineTrainerOptions {
   uint64_t window_versions = 3;
   size_t window_records = 256;
   double heldout_fraction = 0.25;
+  // Held-out records a round evaluates candidate and serving drafter on, the newest policy
+  // version's first (0: all): evaluation is forward passes of both drafters, a cost that
+  // short rounds pay as often as they train.
+  size_t eval_records = 0;
   double newest_share = 0;  // share of training draws from the newest policy version (0: uniform)
   int64_t steps_per_round = 30;
   int64_t samples_per_step = 4;
@@ -85,7 +89,7 @@ struct OnlineTrainerOptions {
 struct RoundReport {
   int64_t round = 0;
   std::string trigger;
-  size_t train_records = 0, heldout_records = 0;
+  size_t train_records = 0, heldout_records = 0, evaluated_records = 0;
   uint64_t min_policy_version = 0, max_policy_version = 0, trained_on_policy = 0;
   double loss = 0;  // mean training loss over the round's steps
   int64_t samples = 0, samples_newest = 0;  // training draws, and those of the newest policy version
