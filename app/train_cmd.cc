@@ -46,6 +46,7 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--max-new-tokens", o.max_new_tokens, "tokens per rollout")->capture_default_str();
   cmd.add_option("--temperature", o.temperature, "rollout temperature (0 = greedy)")->capture_default_str();
   cmd.add_option("--draft-vocab", o.draft_vocab, "draft vocabulary size")->capture_default_str();
+  cmd.add_option("--init", o.init_dir, "--once: continue this drafter (EAGLE format) instead of a fresh one");
   cmd.add_option("--teacher-k", o.teacher_k, "top-k log-probabilities kept as the teacher")->capture_default_str();
   cmd.add_option("--steps", o.train.steps, "optimiser steps")->capture_default_str();
   cmd.add_option("--samples-per-step", o.train.samples_per_step, "rollouts per step")->capture_default_str();

@@ -137,7 +137,7 @@ DraftTrainResult train_drafter(TrainableDraft& draft, const TttDataset& train, c
     }
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0 && !last)) {
       const TttStats h = evaluate_drafter(draft, heldout, o.ttt);
-      std::snprintf(buf, sizeof buf, "  held-out: loss %.3f ", h.mean_loss());
+      std::snprintf(buf, sizeof buf, "  held-out: loss %.3f  tau-hat %.2f  ", h.mean_loss(), estimated_chain_tau(h));
       say(buf + accuracy_line(h));
     }
   }

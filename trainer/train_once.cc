@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
@@ -111,13 +112,23 @@ TrainOnceResult train_once(const TrainOnceOptions& o) {
   samples.resize(samples.size() - n_held);
   InMemoryDataset train(std::move(samples));
 
-  // 3. Vocabulary, model, training.
+  // 3. Vocabulary, model (fresh, or the drafter to continue), training.
+  std::unique_ptr<TrainableDraft> fresh_or_init;
   double coverage = 0;
-  const int64_t vd = std::min(o.draft_vocab, pc.vocab_size);
-  const VocabMap vocab = choose_draft_vocab(train, vd, pc.vocab_size, &coverage);
-  say("draft vocabulary: " + std::to_string(vd) + " tokens covering " + fmt("%.1f%%", 100 * coverage) +
-      " of response tokens");
-  TrainableDraft draft(draft_config_for(pc, vd), vocab, policy.draft_target(), policy.lm_head(), o.seed);
+  int64_t vd = std::min(o.draft_vocab, pc.vocab_size);
+  if (o.init_dir.empty()) {
+    const VocabMap vocab = choose_draft_vocab(train, vd, pc.vocab_size, &coverage);
+    say("draft vocabulary: " + std::to_string(vd) + " tokens covering " + fmt("%.1f%%", 100 * coverage) +
+        " of response tokens");
+    fresh_or_init = std::make_unique<TrainableDraft>(draft_config_for(pc, vd), vocab, policy.draft_target(),
+                                                     policy.lm_head(), o.seed);
+  } else {
+    const DraftModel init = DraftModel::load(o.init_dir, policy.draft_target());
+    vd = init.config().draft_vocab_size;
+    fresh_or_init = std::make_unique<TrainableDraft>(init, policy.draft_target());
+    say("continuing the drafter in " + o.init_dir + " (its draft vocabulary)");
+  }
+  TrainableDraft& draft = *fresh_or_init;
   DraftTrainOptions to = o.train;
   to.progress = o.progress;
   TrainOnceResult res;

@@ -22,6 +22,7 @@ struct TrainOnceOptions {
   int64_t max_new_tokens = 96;
   float temperature = 0.f;
   int64_t draft_vocab = 1024;
+  std::string init_dir;  // continue this drafter (its vocabulary) instead of a fresh one
   int64_t teacher_k = 16;
   DraftTrainOptions train;
   int64_t spec_steps = 4;  // chain length used for the acceptance measurement
