@@ -40,6 +40,12 @@ awk -v t="$tau" 'BEGIN { exit !(t >= 2.0) }' || { echo "tau $tau below 2"; cat "
 "$bin" train --once --model "$work/policy" --out "$work/weak" --prompts 24 --heldout-prompts 4 --max-new-tokens 32 \
   --draft-vocab 256 --steps 4 --ttt-steps 3 --eval-every 0 >"$work/weak.log" 2>&1 ||
   { cat "$work/weak.log"; exit 1; }
+# --init continues a drafter (its draft vocabulary, not --draft-vocab's) rather than a fresh one.
+"$bin" train --once --model "$work/policy" --init "$work/weak" --out "$work/weak2" --prompts 12 --heldout-prompts 2 \
+  --max-new-tokens 16 --draft-vocab 512 --steps 2 --ttt-steps 2 --eval-every 1 >"$work/weak2.log" 2>&1 ||
+  { cat "$work/weak2.log"; exit 1; }
+grep -q "continuing the drafter in $work/weak" "$work/weak2.log" || { echo "--init did not continue"; cat "$work/weak2.log"; exit 1; }
+grep -q '"draft_vocab_size": 256' "$work/weak2/config.json" || { echo "--init did not keep the vocabulary"; exit 1; }
 "$bin" demo --model "$work/policy" --drafter "$work/weak" --out "$work/demo" --steps 4 --prompts 3 --group 4 \
   --max-new-tokens 32 --trainer-steps 40 --trainer-lr 2e-3 --trainer-share 100 --final-prompts 3 --offline-prompts 24 --offline-steps 20 \
   --fetch-weights --record-max-tokens 24 --reference strong --strong-prompts 24 --strong-steps 10 \
