@@ -152,6 +152,9 @@ std::string render_svg(const std::vector<StepRecord>& steps, const Summary& sum,
   for (size_t i = 0; i < steps.size(); ++i) {
     o << "<line x1=\"" << x(static_cast<double>(i)) << "\" x2=\"" << x(static_cast<double>(i)) << "\" y1=\"" << H - B
       << "\" y2=\"" << H - B + 6 << "\" stroke=\"#999\"/>\n";
+    if (steps.size() <= 20 || (i + 1) % 5 == 0)
+      o << "<text x=\"" << x(static_cast<double>(i)) << "\" y=\"" << H - B + 18 << "\" text-anchor=\"middle\">"
+        << steps[i].step << "</text>\n";
     if (i > 0 && steps[i].drafter_version != steps[i - 1].drafter_version)
       o << "<line x1=\"" << x(static_cast<double>(i) - 0.5) << "\" x2=\"" << x(static_cast<double>(i) - 0.5)
         << "\" y1=\"" << T << "\" y2=\"" << H - B << "\" stroke=\"#4a7bd0\" stroke-dasharray=\"4 3\"/>\n";
@@ -165,17 +168,17 @@ std::string render_svg(const std::vector<StepRecord>& steps, const Summary& sum,
   series(&StepRecord::tau_online, "#1f5fbf");
   series(&StepRecord::tau_frozen, "#d0542a");
   // The references (final policy) as dashed lines over the last quarter, labelled at the right.
+  // A dashed line from step `from` to the right edge, labelled above its start.
   auto reference = [&](double tau, const char* color, const char* label, double from) {
     if (tau <= 0)
       return;
     o << "<line x1=\"" << x(from) << "\" x2=\"" << W - R << "\" y1=\"" << y(tau) << "\" y2=\"" << y(tau)
-      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"" << W - R - 4
-      << "\" y=\"" << y(tau) - 5 << "\" text-anchor=\"end\" fill=\"" << color << "\">" << label << fmt(" %.2f", tau)
-      << "</text>\n";
+      << "\" stroke=\"" << color << "\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"" << x(from) + 4
+      << "\" y=\"" << y(tau) - 5 << "\" fill=\"" << color << "\">" << label << fmt(" %.2f", tau) << "</text>\n";
   };
   const double last = static_cast<double>(n - 1);
-  reference(sum.final_strong_tau, "#2a8a3e", "strong reference, final policy", last * 0.75);
-  reference(sum.final_quick_tau, "#8a5a2a", "quick reference, final policy", last * 0.75);
+  reference(sum.final_strong_tau, "#2a8a3e", "strong reference, final policy", last * 0.6);
+  reference(sum.final_quick_tau, "#8a5a2a", "quick reference, final policy", last * 0.6);
   if (sum.pre_switch_tau > 0)
     reference(kRecoveryShare * sum.pre_switch_tau, "#999", "70% of the online tau before the switch", 0);
   const double lx = W - R - 250, ly = T + 8;
