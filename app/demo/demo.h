@@ -13,11 +13,12 @@
 //   2. Online: the workers generate them with the serving drafter (the RL data; records
 //      captured and streamed), speculating while that pays (adaptive speculation,
 //      rollout/worker/worker.h), with suffix drafts from the request's siblings and recent
-//      completions (suffix_drafts; rollout/spec/suffix_drafts.h) where they pay. Frozen: the same requests, all speculative, with a frozen copy
-//      of the initial drafter (τ only). Plain: the same requests without a drafter. All three
-//      on the same policy version, back to back (their order rotates every step), with the
-//      trainer paused: one policy trajectory (the one the online run's rollouts drive), three
-//      ways of generating it.
+//      completions (suffix_drafts; rollout/spec/suffix_drafts.h) where they pay. Frozen: the
+//      same requests, all speculative, with a frozen copy of the initial drafter (τ only).
+//      Plain: the same requests without a drafter. All three on the same policy version, back
+//      to back (their order rotates every step), with the trainer paused: one policy
+//      trajectory (the one the plain run's rollouts drive, see below), three ways of
+//      generating it.
 //   The RL prompts come from one domain mix, or from a two-stage curriculum ("arith>code":
 //   arithmetic until switch_step, then code), as multi-stage RL pipelines do. A curriculum
 //   starts from a drafter trained in-domain for its first stage (models/small-eagle3-arith),
@@ -58,34 +59,37 @@ struct DemoOptions {
   std::string drafter_dir;  // its initial drafter; empty: the built-in one, or trained here
   std::string out_dir = "updraft-demo";
   std::string domain = "arith>code";  // RL prompts: mix, arith, code, or a curriculum "A>B" (the default)
-  int64_t switch_step = 0;     // curriculum: steps of stage A (0: a quarter of the run)
+  int64_t switch_step = 0;            // curriculum: steps of stage A (0: a quarter of the run)
   int64_t steps = 16;
   int64_t prompts_per_step = 8, group = 4;
   int64_t max_new_tokens = 64;
   double rl_lr = 5e-5;
   int64_t workers = 2;
-  int64_t worker_batch = 1;  // sequences each worker's engine decodes at once; 0: its whole share
-  bool adaptive_spec = true;  // workers fall back to plain decoding while speculation does not pay
+  int64_t worker_batch = 1;            // sequences each worker's engine decodes at once; 0: its whole share
+  bool adaptive_spec = true;           // workers fall back to plain decoding while speculation does not pay
   std::string suffix_drafts = "both";  // the online run's suffix drafts: off, group, history, both
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
-  int64_t trainer_steps_per_round = 10;
+  // The online trainer's recipe, chosen by the ablation in docs/online.md ("Drift recovery"):
+  // training-time test as deep as the served chain (K = 4), one record per optimiser step, 40
+  // steps per round (the records per round of the earlier 4 x 10).
+  int64_t trainer_steps_per_round = 40;
   double trainer_share = 4.0;  // trainer CPU seconds per CPU second of online generation, per step
   double trainer_lr = 3e-4;
-  int64_t trainer_samples = 4;      // records per optimiser step
-  int64_t trainer_ttt_steps = 7;    // K of training-time test
-  double trainer_newest_share = 0;  // share of draws from the newest policy version's records (0: uniform)
+  int64_t trainer_samples = 1;       // records per optimiser step
+  int64_t trainer_ttt_steps = 4;     // K of training-time test
+  double trainer_newest_share = 0;   // share of draws from the newest policy version's records (0: uniform)
   int64_t trainer_eval_records = 0;  // held-out records a round evaluates on, newest first (0: all)
   uint64_t window_versions = 3;
-  int64_t final_prompts = 16;             // held-out comparison at the end
-  std::string reference = "strong";  // reference drafters: strong (and quick), quick, off
+  int64_t final_prompts = 16;                         // held-out comparison at the end
+  std::string reference = "strong";                   // reference drafters: strong (and quick), quick, off
   int64_t offline_prompts = 128, offline_steps = 60;  // the quick reference
   int64_t strong_prompts = 1024, strong_steps = 200;  // the strong reference
-  std::string reference_cache;  // where strong references are cached (empty: OUT/reference-cache)
+  std::string reference_cache;                        // where strong references are cached (empty: OUT/reference-cache)
   uint64_t seed = 1;
   bool keep_buffer = false;
-  bool fetch_weights = false;  // workers copy new versions over the weight link instead of reading them in place
-  double record_rate = 1.0;        // share of the online completions streamed as records
-  int64_t record_max_tokens = 0;   // positions per record (longer completions are split; 0: no cap)
+  bool fetch_weights = false;     // workers copy new versions over the weight link instead of reading them in place
+  double record_rate = 1.0;       // share of the online completions streamed as records
+  int64_t record_max_tokens = 0;  // positions per record (longer completions are split; 0: no cap)
 };
 
 // Writes out_dir/report.json and out_dir/tau.svg; returns a process exit code.
