@@ -26,16 +26,17 @@ void trainer_contention(std::vector<std::unique_ptr<Worker>>& workers, const std
   std::thread trainer([&] {
     try {
       train::TrainableDraft copy(drafter, target);
-      const train::InMemoryDataset train_set(data.train), held(data.held);
-      train::DraftTrainOptions dto;
-      dto.ttt = to.ttt;
-      dto.samples_per_step = to.samples_per_step;
-      dto.steps = 5;
-      dto.lr = to.lr;
-      dto.eval_every = 0;
-      while (!done.load()) {
-        train::train_drafter(copy, train_set, held, dto);
-        trained += dto.steps;
+      // The online trainer's step: its draws, depth, clipping and optimiser, no evaluation.
+      train::AdamW opt(copy.params(), train::AdamWOptions{});
+      for (size_t i = 0; !done.load(); ++i) {
+        copy.params().zero_grad();
+        for (int64_t j = 0; j < to.samples_per_step; ++j)
+          copy.forward_backward(
+              data.train[(i * static_cast<size_t>(to.samples_per_step) + static_cast<size_t>(j)) % data.train.size()],
+              to.ttt, 1.0f / static_cast<float>(to.samples_per_step));
+        train::clip_grad_norm(copy.params(), to.clip);
+        opt.step(to.lr);
+        ++trained;
       }
     } catch (...) {
       error = std::current_exception();
@@ -53,10 +54,22 @@ void trainer_contention(std::vector<std::unique_ptr<Worker>>& workers, const std
   sum.plain_tps_trainer_paused = static_cast<double>(alone1.tokens + alone2.tokens) / (alone1.seconds + alone2.seconds);
   sum.plain_tps_trainer_running = static_cast<double>(beside.tokens) / beside.seconds;
   spdlog::info(
-      "demo: workers' plain decoding: {:.0f} tokens/s alone, {:.0f} beside the trainer (which finished {} "
-      "TTT steps in those {:.1f} s)",
+      "demo: workers' plain decoding: {:.0f} tokens/s alone, {:.0f} beside the trainer (which made {} "
+      "optimiser steps in those {:.1f} s)",
       sum.plain_tps_trainer_paused, sum.plain_tps_trainer_running, trained_beside, beside.seconds);
 }
+// The quick reference's optimiser recipe: the online trainer's.
+train::DraftTrainOptions online_recipe(const train::OnlineTrainerOptions& to) {
+  train::DraftTrainOptions dto;
+  dto.ttt = to.ttt;
+  dto.samples_per_step = to.samples_per_step;
+  dto.lr = to.lr;
+  dto.clip = to.clip;
+  dto.seed = to.seed;
+  dto.eval_every = 0;
+  return dto;
+}
+
 }  // namespace
 
 // Drafters on the final policy, measured on the same held-out requests (RL prompts the run never
@@ -95,7 +108,7 @@ void DemoRun::final_compare(Summary& sum) {
   const ReferenceData data = reference_rollouts(in, draft0_->aux_layers(), o_.offline_prompts, 7);
   trainer_contention(workers_, final_reqs, online_final, ft, data, to_, sum);
   const ReferenceDrafter quick =
-      train_quick_reference(in, data, *draft0_, std::max(o_.offline_steps, optimizer_steps_), o_.trainer_lr);
+      train_quick_reference(in, data, *draft0_, std::max(o_.offline_steps, optimizer_steps_), online_recipe(to_));
   sum.final_quick_tau = measure(*policy_, quick.drafter.get(), final_reqs, meo).spec.tau();
   sum.vs_quick = sum.final_quick_tau > 0 ? sum.final_online_tau / sum.final_quick_tau : 0.0;
   if (o_.reference != "strong")

@@ -73,16 +73,15 @@ ReferenceData reference_rollouts(const ReferenceInputs& in, const std::vector<in
 }
 
 ReferenceDrafter train_quick_reference(const ReferenceInputs& in, const ReferenceData& data, const DraftModel& initial,
-                                       int64_t steps, double lr) {
+                                       int64_t steps, const train::DraftTrainOptions& recipe) {
   const auto t0 = std::chrono::steady_clock::now();
   const DraftTarget target = in.policy->draft_target();
   const train::InMemoryDataset train_set(data.train), held(data.held);
-  spdlog::info("demo: quick reference: {} rollouts of the final policy, {} steps from the initial drafter",
-               data.rollouts, steps);
+  spdlog::info("demo: quick reference: {} rollouts of the final policy, {} steps of {} from the initial drafter",
+               data.rollouts, steps, recipe.samples_per_step);
   train::TrainableDraft off(initial, target);
-  train::DraftTrainOptions dto;
+  train::DraftTrainOptions dto = recipe;
   dto.steps = steps;
-  dto.lr = lr;
   dto.warmup_steps = 0;
   dto.eval_every = 0;
   dto.seed = in.seed;

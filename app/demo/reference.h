@@ -24,6 +24,7 @@
 #include "rollout/policy_model.h"
 #include "rollout/tokenizer.h"
 #include "trainer/corpus.h"
+#include "trainer/draft_train.h"
 #include "trainer/ttt_data.h"
 
 namespace updraft::demo {
@@ -56,8 +57,10 @@ struct ReferenceData {
 ReferenceData reference_rollouts(const ReferenceInputs& in, const std::vector<int64_t>& aux_layers, int64_t prompts,
                                  uint64_t offset);
 
+// `recipe`: the online trainer's (TTT depth, records per step, learning rate), for `steps`
+// optimiser steps: as many draws as the online trainer made.
 ReferenceDrafter train_quick_reference(const ReferenceInputs& in, const ReferenceData& data, const DraftModel& initial,
-                                       int64_t steps, double lr);
+                                       int64_t steps, const train::DraftTrainOptions& recipe);
 
 struct StrongRecipe {
   int64_t prompts = 1024, steps = 200;
