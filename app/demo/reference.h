@@ -1,9 +1,10 @@
 // The reference drafters of the demo's final comparison (app/demo/demo.h), both trained offline
 // on the final policy's own rollouts of the last curriculum stage and measured beside the online
 // drafter on the same held-out requests:
-//  - quick: the initial drafter trained for as many optimiser steps as the online trainer took
-//    over the whole run (at least offline_steps) on offline_prompts rollouts: the same start and
-//    budget as the online drafter, data from exactly the distribution measured.
+//  - quick: the initial drafter trained with the online trainer's recipe for as many optimiser
+//    steps as it took over the whole run (at least offline_steps) on offline_prompts rollouts:
+//    the same start and budget in draws as the online drafter, data from exactly the
+//    distribution measured.
 //  - strong: what a well-trained drafter reaches on the final policy. It starts from the shipped
 //    drafter trained to convergence on the domain mix (models/small-eagle3, 2,400 steps on 4,096
 //    rollouts: the recipe in models/README.md) where the policy is the built-in one, else from the
