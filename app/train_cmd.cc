@@ -78,6 +78,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                 "share of training draws from the newest policy version's records (0: uniform over the window)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  g->add_option("--eval-records", on.eval_records,
+                "held-out records a round evaluates candidate and serving drafter on, the newest first (0: all)")
+      ->capture_default_str();
   g->add_option("--steps-per-round", on.steps_per_round, "optimiser steps per round")->capture_default_str();
   g->add_option("--min-new-records", on.min_new_records, "trigger: records stored since the last round")
       ->capture_default_str();

@@ -30,6 +30,7 @@ struct OnlineTrainArgs {
   uint64_t window_versions = 3;
   size_t window_records = 256;
   double newest_share = 0;
+  size_t eval_records = 0;
   int64_t steps_per_round = 30;
   uint64_t min_new_records = 16;
   uint64_t min_new_tokens = 0;
