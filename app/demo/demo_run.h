@@ -29,10 +29,6 @@ namespace updraft::demo {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-inline double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // The RL prompts' domains: one mix for the whole run, or a two-stage curriculum "A>B" (stage A
 // before switch_step, B from it on).
 struct Schedule {

@@ -10,15 +10,7 @@
 #include "rollout/spec/adaptive.h"
 
 namespace updraft::demo {
-namespace {
-
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
 
 double process_cpu_seconds() {
   timespec ts{};

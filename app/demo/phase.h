@@ -3,6 +3,7 @@
 // final policy; plus the process CPU clock the demo uses to report the trainer's compute share.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -45,5 +46,10 @@ Measured measure(const PolicyModel& policy, const DraftModel* drafter, const std
 
 // CPU seconds this process has used (every thread), from CLOCK_PROCESS_CPUTIME_ID.
 double process_cpu_seconds();
+
+// Wall seconds since t0 on the steady clock.
+inline double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace updraft::demo

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "app/demo/phase.h"
 #include "kernels/core/error.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/sha256.h"
@@ -18,10 +19,6 @@ namespace updraft::demo {
 namespace {
 
 namespace fs = std::filesystem;
-
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string recipe_key(const ReferenceInputs& in, const std::string& start_dir, const StrongRecipe& r) {
   const std::string policy_hash = sha256_file_hex((fs::path(in.policy_dir) / "model.safetensors").string());
@@ -120,8 +117,8 @@ ReferenceDrafter train_strong_reference(const ReferenceInputs& in, const std::st
     }
   }
   const DraftModel start = DraftModel::load(start_dir, target);
-  const ReferenceData d = reference_rollouts(in, start.aux_layers(), recipe.prompts, 13);
-  const train::InMemoryDataset train_set(d.train), held(d.held);
+  ReferenceData d = reference_rollouts(in, start.aux_layers(), recipe.prompts, 13);
+  const train::InMemoryDataset train_set(std::move(d.train)), held(std::move(d.held));
   spdlog::info(
       "demo: strong reference: {} rollouts of the final policy, {} steps from {} (a few minutes; cached in {})",
       d.rollouts, recipe.steps, start_dir, recipe.cache_dir.empty() ? "nowhere" : recipe.cache_dir);
