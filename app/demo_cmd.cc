@@ -5,8 +5,7 @@ namespace updraft {
 void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--model", o.model_dir, "policy directory (default: the built-in small policy)");
   cmd.add_option("--drafter", o.drafter_dir, "its initial EAGLE-3 drafter (default: the built-in one)");
-  cmd.add_option("--out", o.out_dir, "where report.json, tau.svg and the published versions go")
-      ->capture_default_str();
+  cmd.add_option("--out", o.out_dir, "where report.json, tau.svg and the published versions go")->capture_default_str();
   cmd.add_option("--steps", o.steps, "RL steps")->capture_default_str();
   cmd.add_option("--prompts", o.prompts_per_step, "prompts per RL step")->capture_default_str();
   cmd.add_option("--group", o.group, "responses sampled per prompt (GRPO group)")->capture_default_str();
@@ -32,10 +31,14 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")
       ->capture_default_str();
-  cmd.add_option("--trainer-steps", o.trainer_steps_per_round, "online trainer steps per round")
+  cmd.add_option("--trainer-idle-rounds", o.trainer_idle_rounds,
+                 "online trainer rounds on the unchanged window after each round on new records, within its share")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd.add_option("--trainer-steps", o.trainer_steps_per_round, "online trainer steps per round")->capture_default_str();
   cmd.add_option("--trainer-share", o.trainer_share,
-                 "trainer CPU seconds per RL step, as a multiple of the CPU seconds of the step's online generation (the cores are shared)")
+                 "trainer CPU seconds per RL step, as a multiple of the CPU seconds of the step's online generation "
+                 "(the cores are shared)")
       ->capture_default_str();
   cmd.add_option("--trainer-lr", o.trainer_lr, "online trainer learning rate")->capture_default_str();
   cmd.add_option("--trainer-samples", o.trainer_samples, "online trainer records per optimiser step")
@@ -46,15 +49,21 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
                  "share of the online trainer's draws from the newest policy version's records (0: uniform)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  cmd.add_option("--trainer-matmul", o.trainer_matmul,
+                 "precision of the online trainer's products: f32, bf16 (f32 sums and master weights) or auto "
+                 "(bf16 where the CPU kernel is AMX)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
   cmd.add_option("--trainer-eval-records", o.trainer_eval_records,
                  "held-out records each online trainer round evaluates on, the newest first (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd.add_option("--window-versions", o.window_versions, "policy versions the trainer reads")->capture_default_str();
-  cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")
+  cmd.add_option("--final-prompts", o.final_prompts, "held-out prompts of the final comparison")->capture_default_str();
+  cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the quick reference drafter")
       ->capture_default_str();
-  cmd.add_option("--offline-prompts", o.offline_prompts, "rollouts for the quick reference drafter")->capture_default_str();
-  cmd.add_option("--offline-steps", o.offline_steps, "minimum optimiser steps of the quick reference (it takes as many as the online trainer took)")
+  cmd.add_option("--offline-steps", o.offline_steps,
+                 "minimum optimiser steps of the quick reference (it takes as many as the online trainer took)")
       ->capture_default_str();
   cmd.add_option("--reference", o.reference,
                  "reference drafters trained offline on the final policy: strong (converged, cached; with quick), "

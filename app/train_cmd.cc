@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kernels/ops.h"
+
 namespace updraft {
 
 void add_pretrain_options(CLI::App& cmd, train::PretrainOptions& o) {
@@ -52,6 +54,11 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--samples-per-step", o.train.samples_per_step, "rollouts per step")->capture_default_str();
   cmd.add_option("--ttt-steps", o.train.ttt.steps, "training-time-test unroll K")->capture_default_str();
   cmd.add_option("--lr", a.lr, "peak learning rate (default: 1e-3 with --once, 3e-4 online)");
+  cmd.add_option("--matmul", a.matmul,
+                 "precision of the training products: f32, bf16 (operands rounded, f32 sums, f32 master weights) "
+                 "or auto (bf16 where the CPU kernel is AMX)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
   cmd.add_option("--eval-every", o.train.eval_every, "held-out evaluation interval in steps (0: end only)")
       ->capture_default_str();
   cmd.add_option("--spec-steps", o.spec_steps, "chain length of the acceptance measurement")->capture_default_str();
@@ -82,6 +89,10 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                 "held-out records a round evaluates candidate and serving drafter on, the newest first (0: all)")
       ->capture_default_str();
   g->add_option("--steps-per-round", on.steps_per_round, "optimiser steps per round")->capture_default_str();
+  g->add_option("--idle-rounds", on.idle_rounds,
+                "rounds on the unchanged window after each round on new records, while nothing new is due (0: wait)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   g->add_option("--min-new-records", on.min_new_records, "trigger: records stored since the last round")
       ->capture_default_str();
   g->add_option("--min-new-tokens", on.min_new_tokens, "trigger: response tokens stored since the last round (0: off)")
@@ -98,6 +109,9 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
 }
 
 int run_train(TrainArgs a) {
+  a.once_opts.train.ttt.matmul = train::parse_ttt_matmul(a.matmul);
+  spdlog::info("train: training products in {} ({} CPU kernel)", train::ttt_matmul_name(a.once_opts.train.ttt.matmul),
+               ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
   if (!a.once)
     return run_train_online(a);
   UPD_REQUIRE(a.online.buffer.empty() && a.online.drafter.empty())

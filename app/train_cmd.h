@@ -32,6 +32,7 @@ struct OnlineTrainArgs {
   double newest_share = 0;
   size_t eval_records = 0;
   int64_t steps_per_round = 30;
+  int64_t idle_rounds = 0;
   uint64_t min_new_records = 16;
   uint64_t min_new_tokens = 0;
   double tau_floor = 0, promote_margin = 0.01;
@@ -43,6 +44,7 @@ struct OnlineTrainArgs {
 struct TrainArgs {
   bool once = false;
   double lr = 0;  // 0: the mode's default (1e-3 with --once, 3e-4 online)
+  std::string matmul = "auto";  // the TTT products' precision (trainer/ttt_linear.h)
   train::TrainOnceOptions once_opts;
   OnlineTrainArgs online;
 };

@@ -104,6 +104,7 @@ int run_train_online(const TrainArgs& a) {
   to.newest_share = on.newest_share;
   to.eval_records = on.eval_records;
   to.steps_per_round = on.steps_per_round;
+  to.idle_rounds = on.idle_rounds;
   to.samples_per_step = a.once_opts.train.samples_per_step;
   to.lr = a.lr > 0 ? a.lr : 3e-4;
   to.ttt = a.once_opts.train.ttt;

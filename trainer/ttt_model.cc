@@ -4,8 +4,15 @@
 
 #include "kernels/ops.h"
 #include "trainer/init.h"
+#include "trainer/ttt_teacher.h"
 
 namespace updraft::train {
+// What one TTT step's backward needs: rows lo .. T-1 of the step, logits (dz) of rows head .. T-1.
+struct StepActs {
+  Tensor in_state, emb, ne, nh, a, q, attn, lse, h1, n2, gate, up, act, h2, nf, dz;
+  Tensor positions;
+};
+
 namespace {
 
 Tensor f32(const Shape& s) {
@@ -30,65 +37,6 @@ void copy_columns(Tensor& dst, const Tensor& src, int64_t c0, bool to_dst) {
       else
         s[t * W + i] = d[t * D + c0 + i];
     }
-}
-
-// What one TTT step's backward needs.
-struct StepActs {
-  Tensor in_state, emb, ne, nh, a, q, attn, lse, h1, n2, gate, up, act, h2, nf, dz;
-  Tensor positions;
-};
-
-// Teacher of one step: dense draft-vocabulary probabilities, the rows that count, the target.
-struct StepTeacher {
-  Tensor probs;              // f32 [T, Vd]
-  std::vector<int32_t> top;  // draft id of the teacher's top-1, -1 when not counted
-  int64_t rows = 0;
-};
-
-StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k) {
-  const int64_t n = s.length(), T = n - 1, Vd = vocab.draft_vocab();
-  StepTeacher st;
-  st.probs = Tensor::zeros({T, Vd}, DType::F32);
-  st.top.assign(static_cast<size_t>(T), -1);
-  float* pp = st.probs.data<float>();
-  for (int64_t p = 0; p < T; ++p) {
-    const int64_t j = p + 2 + k;  // the token this row predicts
-    if (j >= n || j < s.prompt_length)
-      continue;
-    const int64_t r = j - s.prompt_length;
-    float* row = pp + p * Vd;
-    if (s.teacher_k == 0) {
-      const int32_t d = vocab.to_draft(s.tokens[static_cast<size_t>(j)]);
-      if (d < 0)
-        continue;
-      row[d] = 1.f;
-      st.top[static_cast<size_t>(p)] = d;
-      ++st.rows;
-      continue;
-    }
-    const int32_t* ids = s.teacher_ids.data() + r * s.teacher_k;
-    const float* lps = s.teacher_logprobs.data() + r * s.teacher_k;
-    int64_t best = 0;
-    for (int64_t i = 1; i < s.teacher_k; ++i)
-      if (lps[i] > lps[best])
-        best = i;
-    const int32_t top = vocab.to_draft(ids[best]);
-    if (top < 0)
-      continue;  // the teacher's top-1 is outside the draft vocabulary: the row does not count
-    double mass = 0;
-    for (int64_t i = 0; i < s.teacher_k; ++i) {
-      const int32_t d = vocab.to_draft(ids[i]);
-      if (d >= 0) {
-        row[d] += std::exp(lps[i]);
-        mass += std::exp(lps[i]);
-      }
-    }
-    for (int64_t c = 0; c < Vd; ++c)
-      row[c] = static_cast<float>(row[c] / mass);
-    st.top[static_cast<size_t>(p)] = top;
-    ++st.rows;
-  }
-  return st;
 }
 
 }  // namespace
@@ -209,13 +157,9 @@ std::vector<Tensor> TrainableDraft::step_logits(const TttSample& s, int64_t step
 
 TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
                              std::vector<Tensor>* logits_out) const {
-  const DraftConfig& c = cfg_;
-  s.validate(c.fc_in(), target_.vocab_size, "TTT sample");
+  s.validate(cfg_.fc_in(), target_.vocab_size, "TTT sample");
   UPD_REQUIRE(o.steps >= 1) << "TTT needs at least one step";
-  const int64_t n = s.length(), T = n - 1, K = o.steps;
-  const int64_t H = c.hidden_size, I = c.intermediate_size, Vd = c.draft_vocab_size;
-  const int64_t NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim;
-  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const int64_t T = s.length() - 1, K = o.steps;
   TttStats st;
   st.samples = 1;
   st.step_loss.assign(static_cast<size_t>(K), 0.0);
@@ -223,153 +167,191 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
   st.correct.assign(static_cast<size_t>(K), 0);
   if (T < 1)
     return st;
+  std::vector<StepTeacher> teachers;
+  for (int64_t k = 0; k < K; ++k)
+    teachers.push_back(make_teacher(s, vocab_, k));
+  const RowPlan plan = plan_rows(teachers, T, o.skip_idle_rows && logits_out == nullptr);
+  if (linears_.precision() != o.matmul)
+    linears_.set_precision(o.matmul);
+  linears_.refresh({fc_}, false);
+  linears_.refresh({q_, k_, v_, o_, gate_, up_, down_, lm_head_}, backward);
+  const int64_t rows0 = teachers[0].rows;
 
   const Tensor g = s.aux.rows(0, T).dtype() == DType::F32 ? s.aux.rows(0, T) : s.aux.rows(0, T).to_dtype(DType::F32);
-  Tensor state = f32({T, H});
-  ops::linear(g, fc_->value, nullptr, state);
-
-  Tensor kbuf = f32({K * T, NKV, HD}), vbuf = f32({K * T, NKV, HD});
+  Tensor state = f32({T, cfg_.hidden_size});
+  linears_.forward(g, *fc_, state);
+  const int64_t NKV = cfg_.num_kv_heads, HD = cfg_.head_dim;
+  Tensor kbuf = Tensor::zeros({K * T, NKV, HD}, DType::F32), vbuf = Tensor::zeros({K * T, NKV, HD}, DType::F32);
   std::vector<StepActs> acts;
-  std::vector<StepTeacher> teachers;
-  int64_t rows0 = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    StepActs a;
-    a.in_state = state;
-    std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T));
-    for (int64_t p = 0; p < T; ++p) {
-      const int64_t j = p + 1 + k;
-      ids[static_cast<size_t>(p)] = j < n ? s.tokens[static_cast<size_t>(j)] : 0;  // past the end: masked rows
-      pos[static_cast<size_t>(p)] = static_cast<int32_t>(p + k);
-    }
-    a.positions = Tensor::from_i32(pos, {T});
-    a.emb = f32({T, H});
-    ops::embedding(Tensor::from_i32(ids, {T}), target_.embedding, a.emb);
-    a.ne = f32({T, H});
-    a.nh = f32({T, H});
-    ops::rms_norm(a.emb, embed_norm_->value, eps, a.ne);
-    ops::rms_norm(state, hidden_norm_->value, eps, a.nh);
-    a.a = f32({T, 2 * H});
-    copy_columns(a.a, a.ne, 0, true);
-    copy_columns(a.a, a.nh, H, true);
-    a.q = f32({T, NH, HD});
-    Tensor kk = kbuf.rows(k * T, (k + 1) * T), vv = vbuf.rows(k * T, (k + 1) * T);
-    ops::linear(a.a, q_->value, nullptr, a.q.reshape({T, NH * HD}));
-    ops::linear(a.a, k_->value, nullptr, kk.reshape({T, NKV * HD}));
-    ops::linear(a.a, v_->value, nullptr, vv.reshape({T, NKV * HD}));
-    ops::rope(a.q, a.positions, inv_freq_);
-    ops::rope(kk, a.positions, inv_freq_);
-    a.attn = f32({T, NH, HD});
-    a.lse = f32({T, NH});
-    ops::attention(a.q, kbuf.rows(0, (k + 1) * T), vbuf.rows(0, (k + 1) * T), ops::AttentionMask::ttt(k), scale, a.attn,
-                   &a.lse);
-    a.h1 = f32({T, H});
-    ops::linear(a.attn.reshape({T, NH * HD}), o_->value, nullptr, a.h1);
-    ops::add(a.h1, state, a.h1);
-    a.n2 = f32({T, H});
-    ops::rms_norm(a.h1, post_norm_->value, eps, a.n2);
-    a.gate = f32({T, I});
-    a.up = f32({T, I});
-    a.act = f32({T, I});
-    ops::linear(a.n2, gate_->value, nullptr, a.gate);
-    ops::linear(a.n2, up_->value, nullptr, a.up);
-    ops::silu_mul(a.gate, a.up, a.act);
-    a.h2 = f32({T, H});
-    ops::linear(a.act, down_->value, nullptr, a.h2);
-    ops::add(a.h2, a.h1, a.h2);
-    a.nf = f32({T, H});
-    ops::rms_norm(a.h2, final_norm_->value, eps, a.nf);
-    a.dz = f32({T, Vd});
-    ops::linear(a.nf, lm_head_->value, nullptr, a.dz);  // logits; the backward turns them into dlogits
-
+  for (int64_t k = 0; k < plan.steps; ++k) {
+    const int64_t lo = plan.lo[static_cast<size_t>(k)], head = plan.head[static_cast<size_t>(k)];
+    StepActs a = forward_step(s, k, lo, head, state, kbuf, vbuf);
     if (logits_out != nullptr)
-      logits_out->push_back(a.dz.to(Device::CPU).reshape({T, Vd}).to_dtype(DType::F32));
-    StepTeacher te = make_teacher(s, vocab_, k);
-    if (k == 0)
-      rows0 = te.rows;
-    Tensor loss = f32({T});
-    ops::soft_cross_entropy(a.dz, te.probs, loss);
-    const float* lp = loss.data<float>();
-    const float* zp = a.dz.data<float>();
-    double lk = 0;
-    for (int64_t p = 0; p < T; ++p) {
-      const int32_t top = te.top[static_cast<size_t>(p)];
-      if (top < 0)
-        continue;
-      lk += lp[p];
-      const float* zr = zp + p * Vd;
-      int64_t best = 0;
-      for (int64_t v = 1; v < Vd; ++v)
-        if (zr[v] > zr[best])
-          best = v;
-      st.correct[static_cast<size_t>(k)] += best == top;
-    }
+      logits_out->push_back(a.dz.to(Device::CPU).reshape({T, cfg_.draft_vocab_size}).to_dtype(DType::F32));
+    const StepTeacher& te = teachers[static_cast<size_t>(k)];
+    const double lk = score_step(a.dz, te, head, st.correct[static_cast<size_t>(k)]);
     st.rows[static_cast<size_t>(k)] = te.rows;
     st.step_loss[static_cast<size_t>(k)] = rows0 > 0 ? lk / static_cast<double>(rows0) : 0.0;
     st.loss += std::pow(o.decay, static_cast<double>(k)) * st.step_loss[static_cast<size_t>(k)];
-    state = a.h2;
-    if (backward) {
+    if (k + 1 < plan.steps)
+      state = a.h2.rows(plan.lo[static_cast<size_t>(k + 1)] - lo, T - lo);
+    if (backward)
       acts.push_back(std::move(a));
-      teachers.push_back(std::move(te));
-    }
   }
   if (!backward || rows0 == 0)
     return st;
 
-  // ---- backward, last step first ----
+  // Backward, last step first. dkbuf/dvbuf collect the keys' gradients from every step reading them.
   Tensor dkbuf = Tensor::zeros({K * T, NKV, HD}, DType::F32), dvbuf = Tensor::zeros({K * T, NKV, HD}, DType::F32);
-  Tensor dstate;  // d(loss)/d(state fed into step k+1), i.e. of h2 at step k
-  Tensor dh = f32({T, H}), dtmp = f32({T, H}), dact = f32({T, I}), dgate = f32({T, I}), dup = f32({T, I});
-  Tensor dattn = f32({T, NH, HD}), dq = f32({T, NH, HD}), da = f32({T, 2 * H});
-  Tensor dne = f32({T, H}), dnh = f32({T, H}), dscratch = f32({T, H});
-  for (int64_t k = K - 1; k >= 0; --k) {
-    StepActs& a = acts[static_cast<size_t>(k)];
-    const StepTeacher& te = teachers[static_cast<size_t>(k)];
+  Tensor dstate;  // d(loss)/d(the state fed into step k+1), rows lo[k+1] .. T-1
+  for (int64_t k = plan.steps - 1; k >= 0; --k) {
     const float wk =
         grad_scale * static_cast<float>(std::pow(o.decay, static_cast<double>(k))) / static_cast<float>(rows0);
-    Tensor dloss = f32({T});
-    for (int64_t p = 0; p < T; ++p)
-      dloss.data<float>()[p] = te.top[static_cast<size_t>(p)] < 0 ? 0.f : wk;
-    ops::soft_cross_entropy_backward(a.dz, te.probs, dloss, a.dz);
-    // h2 -> nf -> logits, plus the gradient arriving through the next step's input.
-    Tensor dnf = f32({T, H});
-    ops::linear_backward(a.nf, lm_head_->value, a.dz, &dnf, false, &lm_head_->grad, nullptr);
-    Tensor dh2 = f32({T, H});
-    ops::rms_norm_backward(a.h2, final_norm_->value, eps, dnf, dh2, &final_norm_->grad);
-    if (dstate.defined())
-      ops::add(dh2, dstate, dh2);
-    // h2 = h1 + down(silu(gate) * up).
-    ops::linear_backward(a.act, down_->value, dh2, &dact, false, &down_->grad, nullptr);
-    ops::silu_mul_backward(a.gate, a.up, dact, dgate, dup);
-    ops::linear_backward(a.n2, gate_->value, dgate, &dtmp, false, &gate_->grad, nullptr);
-    ops::linear_backward(a.n2, up_->value, dup, &dtmp, true, &up_->grad, nullptr);
-    ops::rms_norm_backward(a.h1, post_norm_->value, eps, dtmp, dh, &post_norm_->grad);
-    ops::add(dh, dh2, dh);  // dh = d(loss)/d(h1)
-    // h1 = state + o(attention over the keys of steps 0..k).
-    Tensor dattn2 = dattn.reshape({T, NH * HD});
-    ops::linear_backward(a.attn.reshape({T, NH * HD}), o_->value, dh, &dattn2, false, &o_->grad, nullptr);
-    ops::attention_backward(a.q, kbuf.rows(0, (k + 1) * T), vbuf.rows(0, (k + 1) * T), a.attn, a.lse, dattn,
-                            ops::AttentionMask::ttt(k), scale, dq, dkbuf.rows(0, (k + 1) * T),
-                            dvbuf.rows(0, (k + 1) * T));
-    // Step k's own keys have now received the gradient of every step that reads them.
-    Tensor dk = dkbuf.rows(k * T, (k + 1) * T), dv = dvbuf.rows(k * T, (k + 1) * T);
-    ops::rope_backward(dq, a.positions, inv_freq_);
-    ops::rope_backward(dk, a.positions, inv_freq_);
-    ops::linear_backward(a.a, q_->value, dq.reshape({T, NH * HD}), &da, false, &q_->grad, nullptr);
-    ops::linear_backward(a.a, k_->value, dk.reshape({T, NKV * HD}), &da, true, &k_->grad, nullptr);
-    ops::linear_backward(a.a, v_->value, dv.reshape({T, NKV * HD}), &da, true, &v_->grad, nullptr);
-    copy_columns(da, dne, 0, false);
-    copy_columns(da, dnh, H, false);
-    ops::rms_norm_backward(a.emb, embed_norm_->value, eps, dne, dscratch, &embed_norm_->grad);  // embedding frozen
-    Tensor ds = f32({T, H});
-    ops::rms_norm_backward(a.in_state, hidden_norm_->value, eps, dnh, ds, &hidden_norm_->grad);
-    ops::add(ds, dh, ds);  // the residual
-    dstate = ds;
-    a = StepActs{};
+    const int64_t next_lo = k + 1 < plan.steps ? plan.lo[static_cast<size_t>(k + 1)] : T;
+    dstate = backward_step(acts[static_cast<size_t>(k)], teachers[static_cast<size_t>(k)], k,
+                           plan.lo[static_cast<size_t>(k)], plan.head[static_cast<size_t>(k)], wk, dstate, next_lo,
+                           kbuf, vbuf, dkbuf, dvbuf);
+    acts[static_cast<size_t>(k)] = StepActs{};
   }
   // state_0 = fc(g).
-  ops::linear_backward(g, fc_->value, dstate, nullptr, false, &fc_->grad, nullptr);
+  linears_.backward(g, *fc_, dstate, nullptr, false);
+  linears_.flush_grads();
   return st;
 }
 
+// Rows lo .. T-1 of step k; the LM head over rows head .. T-1 (a.dz). Writes the step's keys and
+// values into kbuf/vbuf at k*T + lo ...
+StepActs TrainableDraft::forward_step(const TttSample& s, int64_t k, int64_t lo, int64_t head, const Tensor& state,
+                                      Tensor& kbuf, Tensor& vbuf) const {
+  const DraftConfig& c = cfg_;
+  const int64_t n = s.length(), T = n - 1, R = T - lo;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim;
+  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  StepActs a;
+  a.in_state = state;
+  std::vector<int32_t> ids(static_cast<size_t>(R)), pos(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t p = lo + r, j = p + 1 + k;
+    ids[static_cast<size_t>(r)] = j < n ? s.tokens[static_cast<size_t>(j)] : 0;  // past the end: masked rows
+    pos[static_cast<size_t>(r)] = static_cast<int32_t>(p + k);
+  }
+  a.positions = Tensor::from_i32(pos, {R});
+  a.emb = f32({R, H});
+  ops::embedding(Tensor::from_i32(ids, {R}), target_.embedding, a.emb);
+  a.ne = f32({R, H});
+  a.nh = f32({R, H});
+  ops::rms_norm(a.emb, embed_norm_->value, eps, a.ne);
+  ops::rms_norm(state, hidden_norm_->value, eps, a.nh);
+  a.a = f32({R, 2 * H});
+  copy_columns(a.a, a.ne, 0, true);
+  copy_columns(a.a, a.nh, H, true);
+  a.q = f32({R, NH, HD});
+  Tensor kk = kbuf.rows(k * T + lo, (k + 1) * T), vv = vbuf.rows(k * T + lo, (k + 1) * T);
+  linears_.forward(a.a, *q_, a.q.reshape({R, NH * HD}));
+  linears_.forward(a.a, *k_, kk.reshape({R, NKV * HD}));
+  linears_.forward(a.a, *v_, vv.reshape({R, NKV * HD}));
+  ops::rope(a.q, a.positions, inv_freq_);
+  ops::rope(kk, a.positions, inv_freq_);
+  a.attn = f32({R, NH, HD});
+  a.lse = f32({R, NH});
+  ops::attention(a.q, kbuf.rows(0, (k + 1) * T), vbuf.rows(0, (k + 1) * T), ops::AttentionMask::ttt(k, lo), scale,
+                 a.attn, &a.lse);
+  a.h1 = f32({R, H});
+  linears_.forward(a.attn.reshape({R, NH * HD}), *o_, a.h1);
+  ops::add(a.h1, state, a.h1);
+  a.n2 = f32({R, H});
+  ops::rms_norm(a.h1, post_norm_->value, eps, a.n2);
+  a.gate = f32({R, I});
+  a.up = f32({R, I});
+  a.act = f32({R, I});
+  linears_.forward(a.n2, *gate_, a.gate);
+  linears_.forward(a.n2, *up_, a.up);
+  ops::silu_mul(a.gate, a.up, a.act);
+  a.h2 = f32({R, H});
+  linears_.forward(a.act, *down_, a.h2);
+  ops::add(a.h2, a.h1, a.h2);
+  a.nf = f32({R, H});
+  ops::rms_norm(a.h2, final_norm_->value, eps, a.nf);
+  a.dz = f32({T - head, c.draft_vocab_size});
+  linears_.forward(a.nf.rows(head - lo, R), *lm_head_, a.dz);  // the backward turns them into dlogits
+  return a;
+}
+
+// The step's summed soft-CE over counted rows (logits z of rows head .. T-1); counts argmax hits.
+double TrainableDraft::score_step(const Tensor& z, const StepTeacher& te, int64_t head, int64_t& correct) const {
+  const int64_t rows = z.size(0), Vd = z.size(1);
+  Tensor loss = f32({rows});
+  ops::soft_cross_entropy(z, te.probs.rows(head, head + rows), loss);
+  const float* lp = loss.data<float>();
+  const float* zp = z.data<float>();
+  double lk = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t top = te.top[static_cast<size_t>(head + r)];
+    if (top < 0)
+      continue;
+    lk += lp[r];
+    const float* zr = zp + r * Vd;
+    int64_t best = 0;
+    for (int64_t v = 1; v < Vd; ++v)
+      if (zr[v] > zr[best])
+        best = v;
+    correct += best == top;
+  }
+  return lk;
+}
+
+// Adds step k's parameter gradients; returns d(loss)/d(the step's input state), rows lo .. T-1.
+// dnext: the gradient arriving through step k+1's input state (rows next_lo .. T-1), or undefined.
+Tensor TrainableDraft::backward_step(StepActs& a, const StepTeacher& te, int64_t k, int64_t lo, int64_t head, float wk,
+                                     const Tensor& dnext, int64_t next_lo, const Tensor& kbuf, const Tensor& vbuf,
+                                     Tensor& dkbuf, Tensor& dvbuf) const {
+  const DraftConfig& c = cfg_;
+  const int64_t T = te.probs.size(0), R = T - lo;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, NH = c.num_heads, NKV = c.num_kv_heads, HD = c.head_dim;
+  const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  Tensor dloss = f32({T - head});
+  for (int64_t r = 0; r < T - head; ++r)
+    dloss.data<float>()[r] = te.top[static_cast<size_t>(head + r)] < 0 ? 0.f : wk;
+  ops::soft_cross_entropy_backward(a.dz, te.probs.rows(head, T), dloss, a.dz);
+  // h2 -> nf -> logits, plus the gradient arriving through the next step's input.
+  Tensor dnf = Tensor::zeros({R, H}, DType::F32);
+  Tensor dnf_head = dnf.rows(head - lo, R);
+  linears_.backward(a.nf.rows(head - lo, R), *lm_head_, a.dz, &dnf_head, false);
+  Tensor dh2 = f32({R, H});
+  ops::rms_norm_backward(a.h2, final_norm_->value, eps, dnf, dh2, &final_norm_->grad);
+  if (dnext.defined()) {
+    Tensor tail = dh2.rows(next_lo - lo, R);
+    ops::add(tail, dnext, tail);
+  }
+  // h2 = h1 + down(silu(gate) * up).
+  Tensor dact = f32({R, I}), dgate = f32({R, I}), dup = f32({R, I}), dtmp = f32({R, H}), dh = f32({R, H});
+  linears_.backward(a.act, *down_, dh2, &dact, false);
+  ops::silu_mul_backward(a.gate, a.up, dact, dgate, dup);
+  linears_.backward(a.n2, *gate_, dgate, &dtmp, false);
+  linears_.backward(a.n2, *up_, dup, &dtmp, true);
+  ops::rms_norm_backward(a.h1, post_norm_->value, eps, dtmp, dh, &post_norm_->grad);
+  ops::add(dh, dh2, dh);  // dh = d(loss)/d(h1)
+  // h1 = state + o(attention over the keys of steps 0..k).
+  Tensor dattn = f32({R, NH, HD}), dq = f32({R, NH, HD}), da = f32({R, 2 * H});
+  Tensor dattn2 = dattn.reshape({R, NH * HD});
+  linears_.backward(a.attn.reshape({R, NH * HD}), *o_, dh, &dattn2, false);
+  ops::attention_backward(a.q, kbuf.rows(0, (k + 1) * T), vbuf.rows(0, (k + 1) * T), a.attn, a.lse, dattn,
+                          ops::AttentionMask::ttt(k, lo), scale, dq, dkbuf.rows(0, (k + 1) * T),
+                          dvbuf.rows(0, (k + 1) * T));
+  // Step k's own keys have now received the gradient of every step that reads them.
+  Tensor dk = dkbuf.rows(k * T + lo, (k + 1) * T), dv = dvbuf.rows(k * T + lo, (k + 1) * T);
+  ops::rope_backward(dq, a.positions, inv_freq_);
+  ops::rope_backward(dk, a.positions, inv_freq_);
+  linears_.backward(a.a, *q_, dq.reshape({R, NH * HD}), &da, false);
+  linears_.backward(a.a, *k_, dk.reshape({R, NKV * HD}), &da, true);
+  linears_.backward(a.a, *v_, dv.reshape({R, NKV * HD}), &da, true);
+  Tensor dne = f32({R, H}), dnh = f32({R, H}), dscratch = f32({R, H}), ds = f32({R, H});
+  copy_columns(da, dne, 0, false);
+  copy_columns(da, dnh, H, false);
+  ops::rms_norm_backward(a.emb, embed_norm_->value, eps, dne, dscratch, &embed_norm_->grad);  // embedding frozen
+  ops::rms_norm_backward(a.in_state, hidden_norm_->value, eps, dnh, ds, &hidden_norm_->grad);
+  ops::add(ds, dh, ds);  // the residual
+  return ds;
+}
 
 }  // namespace updraft::train

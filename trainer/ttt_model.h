@@ -27,13 +27,24 @@
 #include "trainer/init.h"
 #include "trainer/params.h"
 #include "trainer/ttt_data.h"
+#include "trainer/ttt_linear.h"
 
 namespace updraft::train {
 
 struct TttOptions {
   int64_t steps = 7;   // K
   double decay = 0.8;  // weight of step k: decay^k
+  // Rows that predict nothing at a step or after it (the prompt's, the last ones) skip that step's
+  // work beyond the step-0 keys later rows read, and the LM head runs from the first counted row:
+  // the same loss and gradients, up to float rounding, for less work (most where prompts are long).
+  bool skip_idle_rows = true;
+  // The matrix products' precision (ttt_linear.h): f32, or bf16 operands summed in f32 (fast with
+  // AMX; the weights and the optimiser stay f32).
+  TttMatmul matmul = TttMatmul::F32;
 };
+
+struct StepActs;     // one step's activations (ttt_model.cc)
+struct StepTeacher;  // one step's teacher distribution (ttt_model.cc)
 
 struct TttStats {
   double loss = 0;                     // Σ_k decay^k loss_k, summed over samples
@@ -79,6 +90,12 @@ class TrainableDraft {
   void init_params(uint64_t seed, const Tensor* lm_head_rows);
   TttStats run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
                std::vector<Tensor>* logits_out = nullptr) const;
+  StepActs forward_step(const TttSample& s, int64_t k, int64_t lo, int64_t head, const Tensor& state, Tensor& kbuf,
+                        Tensor& vbuf) const;
+  double score_step(const Tensor& z, const StepTeacher& te, int64_t head, int64_t& correct) const;
+  Tensor backward_step(StepActs& a, const StepTeacher& te, int64_t k, int64_t lo, int64_t head, float wk,
+                       const Tensor& dnext, int64_t next_lo, const Tensor& kbuf, const Tensor& vbuf, Tensor& dkbuf,
+                       Tensor& dvbuf) const;
 
   DraftConfig cfg_;
   VocabMap vocab_;
@@ -87,6 +104,7 @@ class TrainableDraft {
   Param *fc_, *embed_norm_, *hidden_norm_, *q_, *k_, *v_, *o_, *post_norm_, *gate_, *up_, *down_, *final_norm_,
       *lm_head_;
   Tensor inv_freq_;
+  mutable TttLinears linears_;  // the bf16 copies of the weights, remade by every run()
 };
 
 }  // namespace updraft::train

@@ -47,13 +47,15 @@ namespace {
 
 void check_options(const DemoOptions& o) {
   if (o.steps < 1 || o.prompts_per_step < 1 || o.group < 2 || o.max_new_tokens < 1 || o.workers < 1 ||
-      o.spec_steps < 1 || o.spec_top_k < 1 || o.worker_batch < 0 || o.trainer_steps_per_round < 1 || o.final_prompts < 1 ||
-      o.offline_prompts < 2 || o.offline_steps < 1 || o.strong_prompts < 2 || o.strong_steps < 0 ||
-      o.trainer_samples < 1 || o.trainer_ttt_steps < 1 || !(o.rl_lr >= 0) || !(o.trainer_lr > 0) ||
-      o.window_versions < 1 || !(o.trainer_share >= 0) || !(o.trainer_newest_share >= 0 && o.trainer_newest_share <= 1))
-    throw Error("demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps, samples and TTT "
-                "steps must be >= 1, group >= 2 (GRPO compares responses within a group), learning rates positive, "
-                "the newest share within [0, 1]");
+      o.spec_steps < 1 || o.spec_top_k < 1 || o.worker_batch < 0 || o.trainer_steps_per_round < 1 ||
+      o.final_prompts < 1 || o.offline_prompts < 2 || o.offline_steps < 1 || o.strong_prompts < 2 ||
+      o.strong_steps < 0 || o.trainer_samples < 1 || o.trainer_ttt_steps < 1 || !(o.rl_lr >= 0) ||
+      !(o.trainer_lr > 0) || o.window_versions < 1 || !(o.trainer_share >= 0) ||
+      !(o.trainer_newest_share >= 0 && o.trainer_newest_share <= 1))
+    throw Error(
+        "demo: steps, prompts, max-new-tokens, workers, spec settings and trainer steps, samples and TTT "
+        "steps must be >= 1, group >= 2 (GRPO compares responses within a group), learning rates positive, "
+        "the newest share within [0, 1]");
   if (o.reference != "strong" && o.reference != "quick" && o.reference != "off")
     throw Error("demo: --reference takes strong, quick or off, not '" + o.reference + "'");
   (void)parse_schedule(o);  // throws on a bad --domain
@@ -79,9 +81,10 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   const PolicyConfig& pc = policy0_->config();
   spdlog::info(
       "demo: policy {} ({} layers x {}, vocab {}), drafter {} (vocab {}), {} RL steps of {} prompts x {}; cpu bf16 "
-      "kernel {}",
+      "kernel {}, trainer products in {}",
       models_.name, pc.num_layers, pc.hidden_size, pc.vocab_size, models_.drafter, draft0_->config().draft_vocab_size,
-      o.steps, o.prompts_per_step, o.group, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
+      o.steps, o.prompts_per_step, o.group, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()),
+      train::ttt_matmul_name(train::parse_ttt_matmul(o.trainer_matmul)));
   // Versions (published policies and drafters) live in the output directory, fresh each run.
   fs::remove_all(versions_);
   fs::create_directories(versions_);
@@ -147,8 +150,10 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
       1, static_cast<int64_t>(std::llround(static_cast<double>(o.prompts_per_step * o.group) * o.record_rate)));
   to_.window_records = static_cast<size_t>(records_per_step * static_cast<int64_t>(o.window_versions));
   to_.steps_per_round = o.trainer_steps_per_round;
+  to_.idle_rounds = o.trainer_idle_rounds;
   to_.samples_per_step = o.trainer_samples;
   to_.ttt.steps = o.trainer_ttt_steps;
+  to_.ttt.matmul = train::parse_ttt_matmul(o.trainer_matmul);
   to_.newest_share = o.trainer_newest_share;
   to_.eval_records = static_cast<size_t>(o.trainer_eval_records);
   to_.lr = o.trainer_lr;
@@ -172,7 +177,8 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
 // Requests of step `step` (the final comparison uses the last stage): the same for all runs.
 std::vector<GenRequest> DemoRun::requests(int64_t step, uint64_t offset, int64_t prompts,
                                           std::vector<corpus::Sample>* samples) const {
-  *samples = corpus::make_samples(schedule_.at(step), corpus::Split::kRl, static_cast<size_t>(prompts), o_.seed, offset);
+  *samples =
+      corpus::make_samples(schedule_.at(step), corpus::Split::kRl, static_cast<size_t>(prompts), o_.seed, offset);
   std::vector<GenRequest> reqs;
   for (size_t i = 0; i < samples->size(); ++i)
     for (int64_t g = 0; g < o_.group; ++g) {

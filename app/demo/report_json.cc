@@ -1,4 +1,5 @@
 #include "app/demo/report.h"
+#include "trainer/ttt_linear.h"
 
 namespace updraft::demo {
 
@@ -23,12 +24,14 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"spec", {{"steps", o.spec_steps}, {"top_k", o.spec_top_k}, {"draft_tokens", eo.spec.draft_tokens}}},
       {"trainer",
        {{"steps_per_round", o.trainer_steps_per_round},
+        {"idle_rounds", o.trainer_idle_rounds},
         {"lr", o.trainer_lr},
         {"share", o.trainer_share},
         {"samples_per_step", o.trainer_samples},
         {"ttt_steps", o.trainer_ttt_steps},
         {"newest_share", o.trainer_newest_share},
-        {"eval_records", o.trainer_eval_records}}},
+        {"eval_records", o.trainer_eval_records},
+        {"matmul", train::ttt_matmul_name(train::parse_ttt_matmul(o.trainer_matmul))}}},
       {"reference", o.reference},
       {"record_rate", o.record_rate},
       {"record_max_tokens", o.record_max_tokens},

@@ -13,8 +13,8 @@ bool attention_visible(const AttentionMask& m, int64_t T, int64_t i, int64_t j) 
         return true;
       return m.tree_mask.data<uint8_t>()[i * T + (j - m.q_offset)] != 0;
     case MaskKind::TTT: {
-      const int64_t step = j / T, p = j % T;
-      return step == 0 ? p <= i : p == i;
+      const int64_t R = m.q_offset + T, row = m.q_offset + i, step = j / R, p = j % R;
+      return step == 0 ? p <= row : p == row;
     }
   }
   return false;
@@ -56,7 +56,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
       tree_dev = mask.tree_mask.to(q.device());
       break;
     case MaskKind::TTT:
-      UPD_CHECK(mask.ttt_steps >= 0 && S == (mask.ttt_steps + 1) * T) << op << ": TTT mask needs S == (steps+1)*T";
+      UPD_CHECK(mask.ttt_steps >= 0 && mask.q_offset >= 0 && S == (mask.ttt_steps + 1) * (mask.q_offset + T))
+          << op << ": TTT mask needs S == (steps+1)*(first_row+T)";
       break;
   }
   UPD_DISPATCH(q.device(), attention, q, k, v, mask, tree_dev, scale, out, lse);

@@ -12,10 +12,11 @@
 //   Tree:   keys 0 .. q_offset-1 are the committed prefix, seen by every query; keys
 //           q_offset + j (j < T) are the tree nodes; query i sees node j iff tree_mask[i, j].
 //           Requires S == q_offset + T and tree_mask bool [T, T] on the CPU.
-//   TTT:    training-time test (EAGLE-3, eagle3.md C.4). Keys are step-major: S = (steps+1)*T,
-//           key s*T + p is step s's key for row p. Row p sees step-0 keys 0..p (causal) and
-//           the step-s key s*T + p for s = 1..steps (the "diagonal"); never a T×T block for
-//           steps >= 1.
+//   TTT:    training-time test (EAGLE-3, eagle3.md C.4) over R = q_offset + T rows, the queries
+//           being rows q_offset .. R-1 (q_offset > 0 when the first rows are not needed at this
+//           step). Keys are step-major: S = (steps+1)*R, key s*R + p is step s's key for row p.
+//           Row p sees step-0 keys 0..p (causal) and the step-s key s*R + p for s = 1..steps
+//           (the "diagonal"); never an R×R block for steps >= 1.
 //
 // CPU: f32 everywhere. CUDA: q, k, v, out f32 or bf16 (same), accumulation in f32.
 #pragma once
@@ -28,13 +29,13 @@ enum class MaskKind { Causal, Tree, TTT };
 
 struct AttentionMask {
   MaskKind kind = MaskKind::Causal;
-  int64_t q_offset = 0;   // Causal, Tree
+  int64_t q_offset = 0;   // Causal, Tree; TTT: the row of the first query
   Tensor tree_mask;       // Tree: bool [T, T], CPU
   int64_t ttt_steps = 0;  // TTT: extra steps after step 0
 
   static AttentionMask causal(int64_t q_offset) { return {MaskKind::Causal, q_offset, {}, 0}; }
   static AttentionMask tree(int64_t prefix, Tensor mask) { return {MaskKind::Tree, prefix, std::move(mask), 0}; }
-  static AttentionMask ttt(int64_t steps) { return {MaskKind::TTT, 0, {}, steps}; }
+  static AttentionMask ttt(int64_t steps, int64_t first_row = 0) { return {MaskKind::TTT, first_row, {}, steps}; }
 };
 
 // True when query i may see key j under `mask` (T queries, S keys). The reference

@@ -22,12 +22,14 @@ void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_
         if (tree[i * T + j])
           out.push_back(m.q_offset + j);
       break;
-    case MaskKind::TTT:
-      for (int64_t j = 0; j <= i; ++j)
+    case MaskKind::TTT: {
+      const int64_t row = m.q_offset + i, R = m.q_offset + T;
+      for (int64_t j = 0; j <= row; ++j)
         out.push_back(j);
       for (int64_t s = 1; s <= m.ttt_steps; ++s)
-        out.push_back(s * T + i);
+        out.push_back(s * R + row);
       break;
+    }
   }
 }
 

@@ -14,14 +14,15 @@ constexpr int kKeyTile = 32;   // keys scored per round of the online softmax
 
 struct Mask {
   MaskKind kind;
-  int64_t q_offset;     // Causal, Tree
+  int64_t q_offset;     // Causal, Tree; TTT: the row of the first query
   const uint8_t* tree;  // Tree: [T, T] on the device
   int64_t steps;        // TTT
 };
 
 // The keys a query can possibly see, enumerated as candidates c = 0 .. n-1, so causal and TTT
-// rows never visit keys that are masked anyway. Causal: keys 0 .. q_offset + i. TTT: step-0 keys
-// 0 .. i, then the diagonal key s*T + i of each step s = 1 .. steps. Tree: every key, filtered
+// rows never visit keys that are masked anyway. Causal: keys 0 .. q_offset + i. TTT (query i is
+// row r = q_offset + i of R = q_offset + T): step-0 keys 0 .. r, then the diagonal key s*R + r of
+// each step s = 1 .. steps. Tree: every key, filtered
 // by tree_visible().
 __device__ __forceinline__ int64_t num_candidates(const Mask& m, int64_t S, int64_t i) {
   switch (m.kind) {
@@ -30,13 +31,16 @@ __device__ __forceinline__ int64_t num_candidates(const Mask& m, int64_t S, int6
     case MaskKind::Tree:
       return S;
     case MaskKind::TTT:
-      return i + 1 + m.steps;
+      return m.q_offset + i + 1 + m.steps;
   }
   return 0;
 }
 
 __device__ __forceinline__ int64_t candidate_key(const Mask& m, int64_t T, int64_t i, int64_t c) {
-  return (m.kind == MaskKind::TTT && c > i) ? (c - i) * T + i : c;
+  if (m.kind != MaskKind::TTT)
+    return c;
+  const int64_t r = m.q_offset + i;
+  return c > r ? (c - r) * (m.q_offset + T) + r : c;
 }
 
 // Tree: the committed prefix is visible to all; node j is visible iff tree_mask[i, j].

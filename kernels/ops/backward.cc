@@ -114,7 +114,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       check_shape(op, "tree_mask", mask.tree_mask, {T, T});
       break;
     case MaskKind::TTT:
-      UPD_CHECK(S == (mask.ttt_steps + 1) * T) << op << ": TTT mask needs S == (steps + 1) * T";
+      UPD_CHECK(mask.q_offset >= 0 && S == (mask.ttt_steps + 1) * (mask.q_offset + T))
+          << op << ": TTT mask needs S == (steps + 1) * (first_row + T)";
       break;
   }
   cpu::attention_backward(q, k, v, out, lse, dout, mask, scale, dq, dk, dv);

@@ -8,7 +8,9 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/ops/attention_backward_avx512.h"
 #include "kernels/ops/backend.h"
+#include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::ops::cpu {
 
@@ -128,6 +130,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   // dk/dv partial sums are added in thread order (a dynamic schedule and a critical section made
   // the gradients, and so every training run, depend on thread timing).
   const bool parallel = T * NH * S * HD > (1 << 16);
+  const bool wide = cpu_has_avx512();
   const int nt = parallel ? omp_get_max_threads() : 1;
   std::vector<std::vector<float>> dk_parts(static_cast<size_t>(nt)), dv_parts(static_cast<size_t>(nt));
 #pragma omp parallel num_threads(nt) if (parallel)
@@ -155,6 +158,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       float di = 0.f;  // D_i = dout_i · out_i
       for (int64_t d = 0; d < HD; ++d)
         di += gv[d] * ov[d];
+      if (wide) {
+        attention_backward_keys_avx512(qv, gv, dqv, keys.data(), static_cast<int64_t>(keys.size()), kp, vp, NKV, g, HD,
+                                       scale, l, di, dk_local.data(), dv_local.data());
+        continue;
+      }
       for (const int64_t j : keys) {
         const float* kv = kp + (j * NKV + g) * HD;
         const float* vv = vp + (j * NKV + g) * HD;

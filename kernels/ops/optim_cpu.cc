@@ -2,6 +2,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/ops/gemv_cpu.h"
+#include "kernels/ops/optim_avx512.h"
 #include "kernels/ops/optim_backend.h"
 
 namespace updraft::ops::cpu {
@@ -11,9 +13,14 @@ void sum_squares(const Tensor& x, double& out) {
   const float* p = x.data<float>();
   const int64_t chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
   std::vector<double> partial(static_cast<size_t>(chunks));
+  const bool wide = cpu_has_avx512();
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kSumSquaresChunk, end = std::min(n, begin + kSumSquaresChunk);
+    if (wide) {
+      partial[static_cast<size_t>(c)] = sum_squares_chunk_avx512(p, begin, end);
+      continue;
+    }
     // Eight interleaved accumulators: independent additions the compiler can vectorise while
     // the order of every addition stays fixed.
     double acc[8] = {};
@@ -40,13 +47,21 @@ void scale_(Tensor& x, float s) {
 }
 
 // Each operation rounds once: the baseline x86-64 target has no FMA for the compiler to contract
-// into, which keeps this bitwise equal to the CUDA kernel (OptimCudaParity checks it).
+// into, which keeps this bitwise equal to the CUDA kernel (OptimCudaParity checks it); the
+// AVX-512 loop does the same operations (optim_avx512.cc).
 void adamw_update(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const AdamWCoefficients& c) {
   const int64_t n = value.numel();
   float* pw = value.data<float>();
   const float* pg = grad.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
+  if (cpu_has_avx512()) {
+    constexpr int64_t kChunk = int64_t{1} << 14;
+#pragma omp parallel for schedule(static) if (n > (1 << 15))
+    for (int64_t b = 0; b < n; b += kChunk)
+      adamw_range_avx512(pw, pg, pm, pv, b, std::min(n, b + kChunk), c);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n > (1 << 15))
   for (int64_t i = 0; i < n; ++i) {
     const float g = pg[i];

@@ -397,6 +397,8 @@ std::vector<OpCase> op_cases() {
                }});
   c.push_back({"attention_ttt", false,
                [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3), 6, 24, 4, 2, 16); }});
+  c.push_back({"attention_ttt_last_rows", false,
+               [](const Backend& b) { attention_case(b, ops::AttentionMask::ttt(3, 2), 4, 24, 4, 2, 16); }});
 
   c.push_back({"paged_attention_causal", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Causal); }});
   c.push_back({"paged_attention_tree", false, [](const Backend& b) { paged_attention_case(b, PagedMode::Tree); }});

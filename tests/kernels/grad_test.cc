@@ -173,6 +173,9 @@ TEST(Backward, AttentionTrainingTimeTest) {
   const int64_t T = 5;
   for (int64_t steps : {0, 1, 3})
     check_attention(ops::AttentionMask::ttt(steps), T, (steps + 1) * T, 50 + static_cast<uint32_t>(steps));
+  // Only the last rows as queries (TTT steps >= 1 skip rows that predict nothing).
+  for (int64_t steps : {1, 3})
+    check_attention(ops::AttentionMask::ttt(steps, 2), T - 2, (steps + 1) * T, 60 + static_cast<uint32_t>(steps));
 }
 
 // Large enough to run on every thread: the key and value gradients are the same bits on every run

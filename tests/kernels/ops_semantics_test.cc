@@ -22,6 +22,26 @@ TEST(AttentionMask, TttIsCausalOnStepZeroPlusTheDiagonal) {
     if (ops::attention_visible(m, T, 1, j))
       seen.push_back(j);
   EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 4, 7}));
+  // The same row as query 0 of the last two rows (first_row 1): the same keys.
+  seen.clear();
+  for (int64_t j = 0; j < 3 * T; ++j)
+    if (ops::attention_visible(ops::AttentionMask::ttt(2, 1), T - 1, 0, j))
+      seen.push_back(j);
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 4, 7}));
+}
+
+TEST(Attention, TttLastRowsEqualTheFullStep) {
+  // Queries for rows 2..4 only (first_row 2) give those rows' outputs of the full step, bit for bit.
+  const int64_t T = 5, NH = 2, NKV = 1, HD = 8, steps = 2, S = (steps + 1) * T, first = 2;
+  auto qv = rand_vec(T * NH * HD, 11), kv = rand_vec(S * NKV * HD, 12), vv = rand_vec(S * NKV * HD, 13);
+  Tensor q = Tensor::from_f32(qv, {T, NH, HD}), k = Tensor::from_f32(kv, {S, NKV, HD}),
+         v = Tensor::from_f32(vv, {S, NKV, HD});
+  Tensor full = Tensor::empty({T, NH, HD}, DType::F32), last = Tensor::empty({T - first, NH, HD}, DType::F32);
+  ops::attention(q, k, v, ops::AttentionMask::ttt(steps), 0.35f, full);
+  ops::attention(q.rows(first, T), k, v, ops::AttentionMask::ttt(steps, first), 0.35f, last);
+  EXPECT_EQ(full.rows(first, T).to_f32_vector(), last.to_f32_vector());
+  Tensor bad = Tensor::empty({T - 1, NH, HD}, DType::F32);
+  EXPECT_THROW(ops::attention(q.rows(0, T - 1), k, v, ops::AttentionMask::ttt(steps, first), 0.35f, bad), CheckFailure);
 }
 
 TEST(Attention, TttRowEqualsCausalAttentionOverItsOwnChain) {

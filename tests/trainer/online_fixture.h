@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "kernels/io/weight_version.h"
+#include "messaging/codec.h"
+#include "messaging/record_store.h"
+#include "rollout/capture/capture.h"
+#include "rollout/capture/record_convert.h"
 #include "rollout/engine/engine.h"
 #include "rollout/policy_model.h"
 #include "rollout/random_policy.h"
 #include "tests/rollout/test_models.h"
-#include "rollout/capture/capture.h"
 #include "trainer/draft_train.h"
 #include "trainer/llama_train.h"
 
@@ -87,8 +90,7 @@ inline std::vector<Rollout> rollouts(const PolicyModel& p, const std::vector<std
   return out;
 }
 
-inline std::vector<TttSample> capture(const PolicyModel& p, const std::vector<Rollout>& r,
-                                             uint64_t version) {
+inline std::vector<TttSample> capture(const PolicyModel& p, const std::vector<Rollout>& r, uint64_t version) {
   CaptureOptions co;
   co.teacher_k = 8;
   return capture_samples(p, r, co, version);
@@ -97,15 +99,15 @@ inline std::vector<TttSample> capture(const PolicyModel& p, const std::vector<Ro
 // An untrained draft (draft vocabulary = the whole vocabulary).
 inline DraftModel fresh_draft(const PolicyModel& p, uint64_t seed) {
   const PolicyConfig& c = p.config();
-  train::TrainableDraft d(train::draft_config_for(c, c.vocab_size), VocabMap::identity(c.vocab_size),
-                          p.draft_target(), p.lm_head(), seed);
+  train::TrainableDraft d(train::draft_config_for(c, c.vocab_size), VocabMap::identity(c.vocab_size), p.draft_target(),
+                          p.lm_head(), seed);
   return d.to_draft();
 }
 
 inline DraftModel trained_draft(const PolicyModel& p, const std::vector<TttSample>& samples, int64_t steps) {
   const PolicyConfig& c = p.config();
-  train::TrainableDraft d(train::draft_config_for(c, c.vocab_size), VocabMap::identity(c.vocab_size),
-                          p.draft_target(), p.lm_head(), 3);
+  train::TrainableDraft d(train::draft_config_for(c, c.vocab_size), VocabMap::identity(c.vocab_size), p.draft_target(),
+                          p.lm_head(), 3);
   const train::InMemoryDataset data(samples);
   train::DraftTrainOptions o;
   o.steps = steps;
@@ -123,6 +125,36 @@ inline SpecStats acceptance(const PolicyModel& p, const DraftModel& d, const std
     e.submit(r);
   e.run();
   return e.stats().spec;
+}
+
+// A published policy v1 and an empty buffer store in a temporary directory.
+struct BufferBed {
+  explicit BufferBed(const char* name) : t(name) {
+    policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
+    messaging::StoreOptions so;
+    so.path = t.str() + "/buffer";
+    store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
+  }
+  train::TrainableLlama m = make_policy(4);
+  TempDir t;
+  std::shared_ptr<const PolicyModel> policy;
+  std::shared_ptr<messaging::RecordStore> store;
+};
+
+inline void store_samples(messaging::RecordStore& store, const std::vector<TttSample>& samples, uint32_t worker,
+                          uint64_t first_seq) {
+  std::vector<messaging::EncodedMessage> msgs;
+  std::vector<messaging::RecordStore::Item> items;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    messaging::RecordData r = to_record(samples[i]);
+    r.worker = worker;
+    r.seq = first_seq + i;
+    msgs.push_back(messaging::encode_record(r));
+    const messaging::Verdict v = messaging::validate_record(msgs.back().data(), msgs.back().size());
+    ASSERT_TRUE(v.ok()) << v.detail;
+    items.push_back({v.header, msgs.back().data(), msgs.back().size()});
+  }
+  store.write(items);
 }
 
 }  // namespace updraft::testing_online

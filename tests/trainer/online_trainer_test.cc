@@ -7,43 +7,13 @@
 
 #include "messaging/codec.h"
 #include "messaging/record_store.h"
-#include "tests/trainer/online_fixture.h"
 #include "rollout/capture/record_convert.h"
+#include "tests/trainer/online_fixture.h"
 
 namespace updraft::train {
 namespace {
 
 using namespace testing_online;
-
-// A published policy v1 and an empty buffer store in a temporary directory.
-struct Bed {
-  explicit Bed(const char* name) : t(name) {
-    policy = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m, t.str() + "/p", 1).dir));
-    messaging::StoreOptions so;
-    so.path = t.str() + "/buffer";
-    store = std::shared_ptr<messaging::RecordStore>(messaging::RecordStore::open(so));
-  }
-  train::TrainableLlama m = make_policy(4);
-  TempDir t;
-  std::shared_ptr<const PolicyModel> policy;
-  std::shared_ptr<messaging::RecordStore> store;
-};
-
-void store_samples(messaging::RecordStore& store, const std::vector<TttSample>& samples, uint32_t worker,
-                   uint64_t first_seq) {
-  std::vector<messaging::EncodedMessage> msgs;
-  std::vector<messaging::RecordStore::Item> items;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    messaging::RecordData r = to_record(samples[i]);
-    r.worker = worker;
-    r.seq = first_seq + i;
-    msgs.push_back(messaging::encode_record(r));
-    const messaging::Verdict v = messaging::validate_record(msgs.back().data(), msgs.back().size());
-    ASSERT_TRUE(v.ok()) << v.detail;
-    items.push_back({v.header, msgs.back().data(), msgs.back().size()});
-  }
-  store.write(items);
-}
 
 TEST(RecordConvert, RoundTripThroughTheWireIsExact) {
   const train::TrainableLlama m = make_policy(4);
@@ -119,7 +89,7 @@ TEST(OnlineTrainer, RoundPromotesABetterDrafterAndRestartResumes) {
 // A candidate that diverged (here: a learning rate beyond float's range puts infinities in its
 // weights) is never published, whatever its estimated τ; training restarts from the serving one.
 TEST(OnlineTrainer, ANonFiniteCandidateIsNeverPublished) {
-  Bed b("otnan");
+  BufferBed b("otnan");
   const auto samples = capture(*b.policy, rollouts(*b.policy, prompts(8, 1)), 1);
   store_samples(*b.store, samples, 1, 0);
   OnlineTrainerOptions o;
@@ -140,7 +110,7 @@ TEST(OnlineTrainer, ANonFiniteCandidateIsNeverPublished) {
 // declared no model) never fail a round: each is skipped and quarantined by key, for good and
 // across restarts, and the round trains on the rest.
 TEST(OnlineTrainer, BadRecordsAreQuarantinedAndTheRoundGoesOn) {
-  Bed b("otq");
+  BufferBed b("otq");
   std::vector<TttSample> samples = capture(*b.policy, rollouts(*b.policy, prompts(8, 1)), 1);
   const size_t good = samples.size();
   TttSample teacher = samples[0], nan_aux = samples[1], narrow = samples[2];
@@ -180,44 +150,8 @@ TEST(OnlineTrainer, BadRecordsAreQuarantinedAndTheRoundGoesOn) {
   EXPECT_NE(reasons.find("aux must be"), std::string::npos) << reasons;
 }
 
-TEST(OnlineTrainer, BackgroundLoopTrainsOnNewRecordsAndFollowsThePolicy) {
-  Bed bed("otl");
-  TempDir& t = bed.t;
-  auto& policy = bed.policy;
-  auto& store = bed.store;
-  OnlineTrainerOptions o;
-  o.dir = t.str() + "/versions";
-  o.steps_per_round = 5;
-  o.ttt.steps = 2;
-  o.min_new_records = 4;
-  o.poll_ms = 5;
-  o.progress = [](const std::string& l) { std::fprintf(stderr, "%s\n", l.c_str()); };
-  OnlineTrainer tr(o, store, policy, 1, fresh_draft(*policy, 5), 1);
-  tr.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_TRUE(tr.reports().empty());  // nothing stored: nothing due
-  store_samples(*store, capture(*policy, rollouts(*policy, prompts(4, 2)), 1), 1, 0);
-  for (int i = 0; i < 400 && tr.reports().empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  ASSERT_FALSE(tr.reports().empty());
-  EXPECT_EQ(tr.reports()[0].trigger, "4 new records");
-  // A new policy version with new records triggers a round bound to it.
-  train::TrainableLlama m2 = make_policy(4);
-  m2.params()[0].value.data<float>()[0] += 1.0f;
-  auto policy2 = std::make_shared<const PolicyModel>(PolicyModel::load(publish_policy(m2, t.str() + "/p", 2).dir));
-  tr.notify_policy(policy2, 2);
-  store_samples(*store, capture(*policy2, rollouts(*policy2, prompts(2, 3)), 2), 1, 4);
-  for (int i = 0; i < 400 && tr.reports().size() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  tr.stop();
-  ASSERT_GE(tr.reports().size(), 2u);
-  EXPECT_EQ(tr.reports()[1].trigger, "policy v2");
-  EXPECT_EQ(tr.reports()[1].trained_on_policy, 2u);
-  EXPECT_EQ(tr.reports()[1].max_policy_version, 2u);
-}
-
 TEST(OnlineTrainer, EvalRecordsBoundsTheEvaluation) {
-  Bed bed("ote");
+  BufferBed bed("ote");
   auto& policy = bed.policy;
   auto& store = bed.store;
   const auto rolls = rollouts(*policy, prompts(16, 6));
@@ -301,7 +235,8 @@ TEST(EngineCapture, MatchesTheCapturePass) {
         const auto a = g.aux.to_f32_vector(), b = x.aux.to_f32_vector();
         const int64_t W = x.aux.size(1), n = x.length();
         for (int64_t j = 0; j < (n - 1) * W; ++j)
-          ASSERT_NEAR(a[static_cast<size_t>(j)], b[static_cast<size_t>(j)], 0.02f * std::abs(b[static_cast<size_t>(j)]) + 1e-3f)
+          ASSERT_NEAR(a[static_cast<size_t>(j)], b[static_cast<size_t>(j)],
+                      0.02f * std::abs(b[static_cast<size_t>(j)]) + 1e-3f)
               << "aux row " << j / W;
         for (int64_t r = 0; r < x.response_length(); ++r) {
           std::vector<std::pair<int32_t, float>> u, v;
@@ -322,43 +257,10 @@ TEST(EngineCapture, MatchesTheCapturePass) {
 
 // The token-count trigger: a round starts once the records stored since the last one hold
 // min_new_tokens response tokens, however few records that is.
-TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
-  Bed bed("ott");
-  TempDir& t = bed.t;
-  auto& policy = bed.policy;
-  auto& store = bed.store;
-  const auto first = capture(*policy, rollouts(*policy, prompts(2, 4)), 1);
-  int64_t first_tokens = 0;
-  for (const TttSample& x : first)
-    first_tokens += x.response_length();
-  OnlineTrainerOptions o;
-  o.dir = t.str() + "/versions";
-  o.steps_per_round = 2;
-  o.ttt.steps = 2;
-  o.min_new_records = 0;
-  o.min_new_tokens = static_cast<uint64_t>(first_tokens + 1);
-  o.poll_ms = 5;
-  OnlineTrainer tr(o, store, policy, 1, fresh_draft(*policy, 5), 1);
-  store_samples(*store, first, 1, 0);
-  EXPECT_EQ(store->consumer_lag_tokens(), static_cast<uint64_t>(first_tokens));
-  tr.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_TRUE(tr.reports().empty()) << "one token short of the trigger";
-  const auto more = capture(*policy, rollouts(*policy, prompts(1, 5)), 1);
-  store_samples(*store, more, 1, 2);
-  for (int i = 0; i < 400 && tr.reports().empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  tr.stop();
-  ASSERT_FALSE(tr.reports().empty());
-  EXPECT_EQ(tr.reports()[0].trigger,
-            std::to_string(first_tokens + more[0].response_length()) + " new response tokens");
-  EXPECT_EQ(store->consumer_lag_tokens(), 0u);
-}
-
 // The window's mix: with newest_share 1 every training draw comes from the newest policy
 // version's records; with 0 (uniform) older versions' records are drawn too.
 TEST(OnlineTrainer, NewestShareSetsTheMixOfPolicyVersions) {
-  Bed bed("otm");
+  BufferBed bed("otm");
   TempDir& t = bed.t;
   auto& policy = bed.policy;
   auto& store = bed.store;

@@ -99,6 +99,102 @@ TEST(Ttt, GradientMatchesFiniteDifferences) {
   EXPECT_GT(checked, 60);
 }
 
+// Skipping the rows that predict nothing (a long prompt's, the last ones) gives the loss, the
+// statistics and the gradients of running every row.
+TEST(Ttt, SkippingIdleRowsKeepsLossAndGradients) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 5);
+  scale_weights(d, 8.f);
+  const TttSample s = make_sample(20, 11, 4, 3 * f.pc.hidden_size, 9);
+  auto run = [&](bool skip, std::vector<std::vector<float>>& grads) {
+    d.params().zero_grad();
+    TttOptions o{4, 0.8};
+    o.skip_idle_rows = skip;
+    const TttStats st = d.forward_backward(s, o, 1.f);
+    grads.clear();
+    for (Param* p : d.params())
+      grads.push_back(p->grad.to_f32_vector());
+    return st;
+  };
+  std::vector<std::vector<float>> gs, ga;
+  const TttStats skipped = run(true, gs), all = run(false, ga);
+  EXPECT_NEAR(skipped.loss, all.loss, 1e-5 * std::fabs(all.loss));
+  EXPECT_EQ(skipped.rows, all.rows);
+  EXPECT_EQ(skipped.correct, all.correct);
+  ASSERT_GT(all.rows[3], 0);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < ga.size(); ++i)
+    for (size_t j = 0; j < ga[i].size(); ++j) {
+      EXPECT_NEAR(gs[i][j], ga[i][j], 1e-5 + 1e-4 * std::fabs(ga[i][j])) << d.params()[i].name << "[" << j << "]";
+      nonzero += ga[i][j] != 0.f;
+    }
+  EXPECT_GT(nonzero, ga.size() * 10);
+  // Evaluation takes the same path.
+  TttOptions o{4, 0.8};
+  const double e1 = d.evaluate(s, o).loss;
+  o.skip_idle_rows = false;
+  EXPECT_NEAR(e1, d.evaluate(s, o).loss, 1e-5 * std::fabs(e1));
+}
+
+// bf16 products (operands rounded, f32 sums): the loss and the gradients follow the f32 ones within
+// bf16 rounding, on the vector kernels and on AMX tiles where the CPU has them; a stale bf16 copy
+// (the weights changed without a run) is not possible because every run remakes the copies.
+TEST(Ttt, Bf16MatmulsFollowF32) {
+  Fixture f;
+  TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 5);
+  scale_weights(d, 8.f);
+  const TttSample s = make_sample(40, 6, 4, 3 * f.pc.hidden_size, 10);
+  auto run = [&](TttMatmul m, std::vector<float>& grads) {
+    d.params().zero_grad();
+    TttOptions o{4, 0.8};
+    o.matmul = m;
+    const TttStats st = d.forward_backward(s, o, 1.f);
+    grads.clear();
+    for (Param* p : d.params())
+      for (float g : p->grad.to_f32_vector())
+        grads.push_back(g);
+    return st;
+  };
+  const ops::CpuBf16Kernel before = ops::cpu_bf16_kernel();
+  std::vector<ops::CpuBf16Kernel> kernels = {before};
+  if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAmx) && before != ops::CpuBf16Kernel::kAmx)
+    kernels.push_back(ops::CpuBf16Kernel::kAmx);
+  std::vector<float> g32, g16;
+  const TttStats ref = run(TttMatmul::F32, g32);
+  for (ops::CpuBf16Kernel k : kernels) {
+    ops::set_cpu_bf16_kernel(k);
+    const TttStats low = run(TttMatmul::BF16, g16);
+    EXPECT_NEAR(low.loss, ref.loss, 2e-2 * std::fabs(ref.loss)) << ops::cpu_bf16_kernel_name(k);
+    EXPECT_EQ(low.rows, ref.rows);
+    double diff = 0, norm = 0, dot = 0, norm16 = 0;
+    for (size_t i = 0; i < g32.size(); ++i) {
+      diff += (g16[i] - g32[i]) * (g16[i] - g32[i]);
+      norm += static_cast<double>(g32[i]) * g32[i];
+      norm16 += static_cast<double>(g16[i]) * g16[i];
+      dot += static_cast<double>(g16[i]) * g32[i];
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 0.03) << ops::cpu_bf16_kernel_name(k);  // bf16 keeps 8 bits
+    EXPECT_GT(dot / std::sqrt(norm * norm16), 0.999) << ops::cpu_bf16_kernel_name(k);
+    EXPECT_NE(g16, g32);  // the bf16 path did run
+  }
+  ops::set_cpu_bf16_kernel(before);
+  // The copies follow the weights: after a change, bf16 sees the new weights.
+  std::vector<float> again;
+  run(TttMatmul::BF16, again);
+  scale_weights(d, 0.5f);
+  std::vector<float> changed;
+  run(TttMatmul::BF16, changed);
+  EXPECT_NE(again, changed);
+  std::vector<float> changed32;
+  run(TttMatmul::F32, changed32);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < changed.size(); ++i) {
+    diff += (changed[i] - changed32[i]) * (changed[i] - changed32[i]);
+    norm += static_cast<double>(changed32[i]) * changed32[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 0.03);
+}
+
 // Row p at TTT step k must give the logits the inference path gives for the k-th draft step
 // after the committed pairs (g_0, x_1) .. (g_p, x_{p+1}).
 TEST(Ttt, StepLogitsEqualChainDraftInference) {

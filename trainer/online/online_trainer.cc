@@ -1,32 +1,18 @@
 #include "trainer/online/online_trainer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 
-#include <spdlog/spdlog.h>
-
 #include "kernels/core/error.h"
-#include "kernels/ops/sampling.h"
-#include "messaging/key.h"
 #include "trainer/draft_train.h"
-#include "rollout/capture/record_convert.h"
 #include "trainer/train_checkpoint.h"
 
 namespace updraft::train {
 namespace {
-
-// Held out by prompt, not by record: RL samples several responses per prompt (a GRPO group),
-// and a candidate trained on some of them predicts the others far better than it predicts new
-// prompts, which made every candidate look better than the serving drafter.
-bool is_heldout(const messaging::RecordData& r, double fraction) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  const size_t n = std::min<size_t>(r.prompt_length, r.tokens.size());
-  for (size_t i = 0; i < n; ++i)
-    h = ops::mix64(h ^ static_cast<uint32_t>(r.tokens[i]));
-  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
-}
 
 AdamWOptions adamw_options() {
   AdamWOptions ao;
@@ -44,8 +30,13 @@ std::string checkpoint_dir(const OnlineTrainerOptions& o) {
 OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messaging::RecordStore> store,
                              std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
                              const DraftModel& initial, uint64_t initial_version)
-    : options_(std::move(options)), store_(std::move(store)), rng_(options_.seed), policy_(std::move(policy)),
-      policy_version_(policy_version), bound_policy_version_(policy_version), trained_policy_version_(policy_version),
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      rng_(options_.seed),
+      policy_(std::move(policy)),
+      policy_version_(policy_version),
+      bound_policy_version_(policy_version),
+      trained_policy_version_(policy_version),
       serving_version_(initial_version) {
   UPD_REQUIRE(!options_.dir.empty()) << "OnlineTrainer: dir is required";
   std::error_code ec;
@@ -55,8 +46,9 @@ OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messa
   if (options_.steps_per_round <= 0 || options_.samples_per_step <= 0 || !(options_.lr > 0) || !(options_.clip > 0) ||
       options_.window_records == 0 || options_.window_versions == 0 || options_.heldout_fraction < 0 ||
       options_.heldout_fraction >= 1 || !(options_.newest_share >= 0 && options_.newest_share <= 1))
-    throw Error("online trainer: steps, samples per step, lr, clip, window sizes must be positive, "
-                "heldout_fraction in [0, 1) and newest_share in [0, 1]");
+    throw Error(
+        "online trainer: steps, samples per step, lr, clip, window sizes must be positive, "
+        "heldout_fraction in [0, 1) and newest_share in [0, 1]");
   const DraftTarget target = policy_->draft_target();
   draft_ = std::make_unique<TrainableDraft>(initial, target);
   opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
@@ -170,6 +162,8 @@ std::string OnlineTrainer::due_trigger() const {
   }
   if (options_.tau_floor > 0 && live_tau_ > 0 && live_tau_ < options_.tau_floor && lag > 0)
     return "live tau " + std::to_string(live_tau_).substr(0, 4);
+  if (rounds_ > 0 && idle_rounds_done_ < options_.idle_rounds)
+    return "idle " + std::to_string(idle_rounds_done_ + 1) + "/" + std::to_string(options_.idle_rounds);
   return "";
 }
 
@@ -197,6 +191,7 @@ void OnlineTrainer::loop() {
       trigger = due_trigger();
       if (trigger.empty())
         continue;
+      idle_rounds_done_ = trigger.rfind("idle ", 0) == 0 ? idle_rounds_done_ + 1 : 0;
       running_round_ = true;
     }
     try {
@@ -233,49 +228,8 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
     bound_policy_version_ = policy_version;
   }
 
-  // 1. The window.
-  std::vector<messaging::RecordData> recs = store_->latest(options_.window_records);
-  if (!recs.empty()) {
-    messaging::RecordKey newest{recs.front().policy_version, recs.front().worker, recs.front().seq};
-    store_->mark_consumed(newest);
-  }
-  uint64_t max_v = 0;
-  for (const auto& r : recs)
-    max_v = std::max(max_v, r.policy_version);
-  const uint64_t min_keep = max_v + 1 > options_.window_versions ? max_v + 1 - options_.window_versions : 0;
   std::vector<TttSample> train, heldout;
-  rep.min_policy_version = max_v;
-  const int64_t aux_width = draft_->config().fc_in();
-  for (const auto& r : recs) {
-    if (r.policy_version < min_keep)
-      continue;
-    const messaging::RecordKey key{r.policy_version, r.worker, r.seq};
-    if (quarantine_->contains(key)) {
-      ++rep.skipped_quarantined;
-      continue;
-    }
-    TttSample s;
-    try {  // one bad record never fails a round: it is skipped, and quarantined for good
-      s = to_sample(r);
-      s.validate(aux_width, policy->config().vocab_size, "buffer record");
-    } catch (const Error& e) {
-      quarantine_->add(key, rep.round, e.what());
-      ++rep.quarantined;
-      spdlog::warn("online trainer: record {} quarantined: {}", messaging::key_text(key), e.what());
-      continue;
-    }
-    rep.min_policy_version = std::min(rep.min_policy_version, r.policy_version);
-    (is_heldout(r, options_.heldout_fraction) ? heldout : train).push_back(std::move(s));
-  }
-  rep.max_policy_version = max_v;
-  rep.trained_on_policy = policy_version;
-  rep.train_records = train.size();
-  rep.heldout_records = heldout.size();
-  if (options_.eval_records > 0 && heldout.size() > options_.eval_records) {  // the newest policy's first
-    std::stable_sort(heldout.begin(), heldout.end(),
-                     [](const TttSample& a, const TttSample& b) { return a.policy_version > b.policy_version; });
-    heldout.resize(options_.eval_records);
-  }
+  const uint64_t max_v = load_window(*policy, policy_version, rep, train, heldout);
   {
     std::lock_guard<std::mutex> lock(mu_);
     trained_policy_version_ = std::max(trained_policy_version_, policy_version);
@@ -285,43 +239,7 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
     return rep;
   }
 
-  // 2. Training.
-  std::uniform_int_distribution<size_t> pick(0, train.size() - 1);
-  std::vector<size_t> newest;  // training records of the newest policy version in the window
-  for (size_t i = 0; i < train.size(); ++i)
-    if (train[i].policy_version == max_v)
-      newest.push_back(i);
-  std::uniform_int_distribution<size_t> pick_newest(0, newest.empty() ? 0 : newest.size() - 1);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  const auto draw = [&]() -> size_t {
-    if (options_.newest_share > 0 && !newest.empty() && coin(rng_) < options_.newest_share)
-      return newest[pick_newest(rng_)];
-    return pick(rng_);
-  };
-  double loss_sum = 0;
-  int64_t loss_n = 0;
-  const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
-  for (int64_t step = 0; step < options_.steps_per_round; ++step) {
-    if (!yield_while_paused())  // a stop ends the round early
-      break;
-    draft_->params().zero_grad();
-    for (int64_t j = 0; j < options_.samples_per_step; ++j) {
-      const size_t i = draw();
-      ++rep.samples;
-      rep.samples_newest += train[i].policy_version == max_v ? 1 : 0;
-      const TttStats st = draft_->forward_backward(train[i], options_.ttt, scale);
-      loss_sum += st.loss;
-      ++loss_n;
-    }
-    const double norm = clip_grad_norm(draft_->params(), options_.clip);
-    const double warm = options_.warmup_steps > 0
-                            ? std::min(1.0, static_cast<double>(opt_->steps() + 1) / static_cast<double>(options_.warmup_steps))
-                            : 1.0;
-    if (std::isfinite(norm))
-      opt_->step(options_.lr * warm);
-    draft_->params().zero_grad();
-  }
-  rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
+  train_steps(train, max_v, rep);
 
   yield_while_paused();
   // 3. Evaluation on held-out records (the training records when none are held out yet).
@@ -340,9 +258,10 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   const std::string bad = draft_->params().non_finite();
   if (!bad.empty()) {
     rep.refused = "tensor " + bad + " holds a non-finite value";
-    spdlog::error("online trainer: round {}: the candidate's {}; not published, training restarts from the serving "
-                  "drafter v{}",
-                  rep.round, rep.refused, serving_version());
+    spdlog::error(
+        "online trainer: round {}: the candidate's {}; not published, training restarts from the serving "
+        "drafter v{}",
+        rep.round, rep.refused, serving_version());
     draft_ = std::make_unique<TrainableDraft>(serving_->to_draft(), policy->draft_target());
     opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
   } else if (rep.candidate_tau > (1.0 + options_.promote_margin) * rep.serving_tau) {
@@ -382,8 +301,7 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
                   "tau-hat candidate %.2f vs serving %.2f%s, %.1f s",
                   static_cast<long long>(rep.round), trigger.c_str(), rep.train_records, rep.heldout_records,
                   static_cast<unsigned long long>(rep.min_policy_version),
-                  static_cast<unsigned long long>(rep.max_policy_version), rep.loss, rep.candidate_tau,
-                  rep.serving_tau,
+                  static_cast<unsigned long long>(rep.max_policy_version), rep.loss, rep.candidate_tau, rep.serving_tau,
                   rep.promoted ? (" -> promoted v" + std::to_string(rep.serving_version)).c_str() : "", rep.seconds);
     options_.progress(buf);
   }

@@ -77,7 +77,11 @@ struct OnlineTrainerOptions {
   bool train_on_new_policy = true;
   uint64_t min_new_records = 16;
   uint64_t min_new_tokens = 0;  // 0: off
-  double tau_floor = 0;  // 0: off
+  double tau_floor = 0;         // 0: off
+  // Rounds on the window as it is when nothing new is due, after each round that new records or
+  // a new policy started (0: wait for new records). For a trainer whose compute would idle
+  // otherwise (its own device, or a CPU share lent to it); promotion still needs a better τ̂.
+  int64_t idle_rounds = 0;
   double promote_margin = 0.01;
   int64_t poll_ms = 50;
   int64_t catch_up_ms = 1000;  // a secondary (read-only) store follows its primary this often
@@ -91,7 +95,7 @@ struct RoundReport {
   std::string trigger;
   size_t train_records = 0, heldout_records = 0, evaluated_records = 0;
   uint64_t min_policy_version = 0, max_policy_version = 0, trained_on_policy = 0;
-  double loss = 0;  // mean training loss over the round's steps
+  double loss = 0;                          // mean training loss over the round's steps
   int64_t samples = 0, samples_newest = 0;  // training draws, and those of the newest policy version
   double candidate_tau = 0, serving_tau = 0;
   std::vector<double> candidate_acc, serving_acc;
@@ -105,7 +109,6 @@ struct RoundReport {
   uint64_t serving_version = 0;  // after the round
   double seconds = 0;
 };
-
 
 class OnlineTrainer {
  public:
@@ -146,6 +149,10 @@ class OnlineTrainer {
   void loop();
   std::string due_trigger() const;  // REQUIRES: mu_ held; "" when nothing is due
   bool yield_while_paused();        // a round's pause point; false when stopping
+  // A round's parts (online_round.cc).
+  uint64_t load_window(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep,
+                       std::vector<TttSample>& train, std::vector<TttSample>& heldout);
+  void train_steps(const std::vector<TttSample>& train, uint64_t max_v, RoundReport& rep);
 
   OnlineTrainerOptions options_;
   std::shared_ptr<messaging::RecordStore> store_;
@@ -162,6 +169,7 @@ class OnlineTrainer {
   double live_tau_ = 0;
   bool paused_ = false, parked_ = false, running_round_ = false, stop_ = false;
   int64_t rounds_ = 0;
+  int64_t idle_rounds_done_ = 0;  // idle rounds since the last round with something new
   uint64_t serving_version_ = 0;
   std::vector<RoundReport> reports_;
   std::mutex round_mu_;  // one round at a time

@@ -1,0 +1,119 @@
+// OnlineTrainer's round, parts 1 and 2: the window of records and the optimiser steps on it.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "kernels/core/error.h"
+#include "kernels/ops/sampling.h"
+#include "messaging/key.h"
+#include "rollout/capture/record_convert.h"
+#include "trainer/online/online_trainer.h"
+
+namespace updraft::train {
+namespace {
+
+// Held out by prompt, not by record: RL samples several responses per prompt (a GRPO group),
+// and a candidate trained on some of them predicts the others far better than it predicts new
+// prompts, which made every candidate look better than the serving drafter.
+bool is_heldout(const messaging::RecordData& r, double fraction) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  const size_t n = std::min<size_t>(r.prompt_length, r.tokens.size());
+  for (size_t i = 0; i < n; ++i)
+    h = ops::mix64(h ^ static_cast<uint32_t>(r.tokens[i]));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+}
+
+}  // namespace
+
+// The newest window_records records of the newest window_versions policy versions, as samples
+// split into training and held-out ones (eval_records of the held-out kept, the newest policy's
+// first); records the trainer cannot use are quarantined. Returns the newest policy version seen.
+uint64_t OnlineTrainer::load_window(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep,
+                                    std::vector<TttSample>& train, std::vector<TttSample>& heldout) {
+  std::vector<messaging::RecordData> recs = store_->latest(options_.window_records);
+  if (!recs.empty()) {
+    messaging::RecordKey newest{recs.front().policy_version, recs.front().worker, recs.front().seq};
+    store_->mark_consumed(newest);
+  }
+  uint64_t max_v = 0;
+  for (const auto& r : recs)
+    max_v = std::max(max_v, r.policy_version);
+  const uint64_t min_keep = max_v + 1 > options_.window_versions ? max_v + 1 - options_.window_versions : 0;
+  rep.min_policy_version = max_v;
+  const int64_t aux_width = draft_->config().fc_in();
+  for (const auto& r : recs) {
+    if (r.policy_version < min_keep)
+      continue;
+    const messaging::RecordKey key{r.policy_version, r.worker, r.seq};
+    if (quarantine_->contains(key)) {
+      ++rep.skipped_quarantined;
+      continue;
+    }
+    TttSample s;
+    try {  // one bad record never fails a round: it is skipped, and quarantined for good
+      s = to_sample(r);
+      s.validate(aux_width, policy.config().vocab_size, "buffer record");
+    } catch (const Error& e) {
+      quarantine_->add(key, rep.round, e.what());
+      ++rep.quarantined;
+      spdlog::warn("online trainer: record {} quarantined: {}", messaging::key_text(key), e.what());
+      continue;
+    }
+    rep.min_policy_version = std::min(rep.min_policy_version, r.policy_version);
+    (is_heldout(r, options_.heldout_fraction) ? heldout : train).push_back(std::move(s));
+  }
+  rep.max_policy_version = max_v;
+  rep.trained_on_policy = policy_version;
+  rep.train_records = train.size();
+  rep.heldout_records = heldout.size();
+  if (options_.eval_records > 0 && heldout.size() > options_.eval_records) {  // the newest policy's first
+    std::stable_sort(heldout.begin(), heldout.end(),
+                     [](const TttSample& a, const TttSample& b) { return a.policy_version > b.policy_version; });
+    heldout.resize(options_.eval_records);
+  }
+  return max_v;
+}
+
+// steps_per_round optimiser steps of samples_per_step draws each (newest_share of them from the
+// newest policy version's records), pausing at step boundaries while the trainer is paused.
+void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t max_v, RoundReport& rep) {
+  std::uniform_int_distribution<size_t> pick(0, train.size() - 1);
+  std::vector<size_t> newest;  // training records of the newest policy version in the window
+  for (size_t i = 0; i < train.size(); ++i)
+    if (train[i].policy_version == max_v)
+      newest.push_back(i);
+  std::uniform_int_distribution<size_t> pick_newest(0, newest.empty() ? 0 : newest.size() - 1);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  const auto draw = [&]() -> size_t {
+    if (options_.newest_share > 0 && !newest.empty() && coin(rng_) < options_.newest_share)
+      return newest[pick_newest(rng_)];
+    return pick(rng_);
+  };
+  double loss_sum = 0;
+  int64_t loss_n = 0;
+  const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
+  for (int64_t step = 0; step < options_.steps_per_round; ++step) {
+    if (!yield_while_paused())  // a stop ends the round early
+      break;
+    draft_->params().zero_grad();
+    for (int64_t j = 0; j < options_.samples_per_step; ++j) {
+      const size_t i = draw();
+      ++rep.samples;
+      rep.samples_newest += train[i].policy_version == max_v ? 1 : 0;
+      const TttStats st = draft_->forward_backward(train[i], options_.ttt, scale);
+      loss_sum += st.loss;
+      ++loss_n;
+    }
+    const double norm = clip_grad_norm(draft_->params(), options_.clip);
+    const double warm =
+        options_.warmup_steps > 0
+            ? std::min(1.0, static_cast<double>(opt_->steps() + 1) / static_cast<double>(options_.warmup_steps))
+            : 1.0;
+    if (std::isfinite(norm))
+      opt_->step(options_.lr * warm);
+    draft_->params().zero_grad();
+  }
+  rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
+}
+
+}  // namespace updraft::train
