@@ -77,6 +77,7 @@ void TttLinears::set_precision(TttMatmul m) {
 }
 
 void TttLinears::refresh(const std::vector<const Param*>& weights, bool transposed) {
+  pending_.clear();  // a backward that threw left its products unadded: they belong to no step now
   if (precision_ != TttMatmul::BF16)
     return;
   for (const Param* p : weights) {

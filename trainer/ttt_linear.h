@@ -33,7 +33,8 @@ class TttLinears {
   TttMatmul precision() const { return precision_; }
   void set_precision(TttMatmul m);
 
-  // BF16: rounds each weight to bf16, and with `transposed` also its transpose (for dx). F32: nothing.
+  // BF16: rounds each weight to bf16, and with `transposed` also its transpose (for dx). F32:
+  // nothing. Either way, weight gradients still deferred from an unfinished backward are dropped.
   void refresh(const std::vector<const Param*>& weights, bool transposed);
   // y[T, N] = x[T, K]·w^T. BF16 needs refresh() since w last changed.
   void forward(const Tensor& x, const Param& w, Tensor y) const;

@@ -73,13 +73,13 @@ struct DemoOptions {
   // training-time test as deep as the served chain (K = 4), one record per optimiser step, 40
   // steps per round (the records per round of the earlier 4 x 10).
   int64_t trainer_steps_per_round = 40;
-  int64_t trainer_idle_rounds = 10;  // rounds on the unchanged window while the slot's budget lasts
-  double trainer_share = 4.0;  // trainer CPU seconds per CPU second of online generation, per step
+  int64_t trainer_idle_rounds = 0;  // rounds on the unchanged window, within the slot's budget (measured: no gain)
+  double trainer_share = 4.0;       // trainer CPU seconds per CPU second of online generation, per step
   double trainer_lr = 3e-4;
-  int64_t trainer_samples = 1;       // records per optimiser step
-  int64_t trainer_ttt_steps = 4;     // K of training-time test
-  double trainer_newest_share = 0;   // share of draws from the newest policy version's records (0: uniform)
-  int64_t trainer_eval_records = 0;  // held-out records a round evaluates on, newest first (0: all)
+  int64_t trainer_samples = 1;          // records per optimiser step
+  int64_t trainer_ttt_steps = 4;        // K of training-time test
+  double trainer_newest_share = 0;      // share of draws from the newest policy version's records (0: uniform)
+  int64_t trainer_eval_records = 0;     // held-out records a round evaluates on, newest first (0: all)
   std::string trainer_matmul = "auto";  // the TTT products' precision: auto|f32|bf16 (trainer/ttt_linear.h)
   uint64_t window_versions = 3;
   int64_t final_prompts = 16;                         // held-out comparison at the end

@@ -25,8 +25,8 @@ double sum_squares_chunk_avx512(const float* p, int64_t begin, int64_t end) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-void adamw_range_avx512(float* pw, const float* pg, float* pm, float* pv, int64_t begin, int64_t end,
-                        const AdamWCoefficients& c) {
+int64_t adamw_range_avx512(float* pw, const float* pg, float* pm, float* pv, int64_t begin, int64_t end,
+                           const AdamWCoefficients& c) {
   const __m512 decay = _mm512_set1_ps(c.decay), b1 = _mm512_set1_ps(c.beta1), ob1 = _mm512_set1_ps(c.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(c.beta2), ob2 = _mm512_set1_ps(c.one_minus_beta2);
   const __m512 bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps), lr = _mm512_set1_ps(c.step_size);
@@ -42,16 +42,7 @@ void adamw_range_avx512(float* pw, const float* pg, float* pm, float* pv, int64_
     _mm512_storeu_ps(pv + i, vi);
     _mm512_storeu_ps(pw + i, _mm512_sub_ps(p, _mm512_mul_ps(lr, _mm512_div_ps(mi, denom))));
   }
-  for (; i < end; ++i) {
-    const float g = pg[i];
-    const float p = pw[i] * c.decay;
-    const float mi = c.beta1 * pm[i] + c.one_minus_beta1 * g;
-    const float vi = c.beta2 * pv[i] + c.one_minus_beta2 * (g * g);
-    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    pm[i] = mi;
-    pv[i] = vi;
-    pw[i] = p - c.step_size * (mi / denom);
-  }
+  return i;
 }
 
 }  // namespace updraft::ops::cpu

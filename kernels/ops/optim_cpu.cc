@@ -55,23 +55,21 @@ void adamw_update(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const
   const float* pg = grad.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
-  if (cpu_has_avx512()) {
-    constexpr int64_t kChunk = int64_t{1} << 14;
+  const bool wide = cpu_has_avx512();
+  constexpr int64_t kChunk = int64_t{1} << 14;
 #pragma omp parallel for schedule(static) if (n > (1 << 15))
-    for (int64_t b = 0; b < n; b += kChunk)
-      adamw_range_avx512(pw, pg, pm, pv, b, std::min(n, b + kChunk), c);
-    return;
-  }
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = pg[i];
-    const float p = pw[i] * c.decay;
-    const float mi = c.beta1 * pm[i] + c.one_minus_beta1 * g;
-    const float vi = c.beta2 * pv[i] + c.one_minus_beta2 * (g * g);
-    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    pm[i] = mi;
-    pv[i] = vi;
-    pw[i] = p - c.step_size * (mi / denom);
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t end = std::min(n, b + kChunk);
+    for (int64_t i = wide ? adamw_range_avx512(pw, pg, pm, pv, b, end, c) : b; i < end; ++i) {
+      const float g = pg[i];
+      const float p = pw[i] * c.decay;
+      const float mi = c.beta1 * pm[i] + c.one_minus_beta1 * g;
+      const float vi = c.beta2 * pv[i] + c.one_minus_beta2 * (g * g);
+      const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+      pm[i] = mi;
+      pv[i] = vi;
+      pw[i] = p - c.step_size * (mi / denom);
+    }
   }
 }
 

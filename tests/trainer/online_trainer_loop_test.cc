@@ -82,7 +82,8 @@ TEST(OnlineTrainer, TriggersOnNewResponseTokens) {
 }
 
 // idle_rounds: after a round on new records, that many more rounds on the same window, then
-// nothing until new records arrive (and then the idle rounds again).
+// nothing until new records arrive (and then the idle rounds again). Nothing is promoted here, so
+// an idle round evaluates the serving drafter exactly as the round before did and reuses it.
 TEST(OnlineTrainer, IdleRoundsTrainOnTheWindowThenStop) {
   BufferBed bed("oti");
   TempDir& t = bed.t;
@@ -94,6 +95,7 @@ TEST(OnlineTrainer, IdleRoundsTrainOnTheWindowThenStop) {
   o.ttt.steps = 2;
   o.min_new_records = 4;
   o.idle_rounds = 2;
+  o.promote_margin = 1e6;
   o.poll_ms = 5;
   OnlineTrainer tr(o, store, policy, 1, fresh_draft(*policy, 5), 1);
   tr.start();
@@ -118,6 +120,12 @@ TEST(OnlineTrainer, IdleRoundsTrainOnTheWindowThenStop) {
   EXPECT_EQ(reps[1].trigger, "idle 1/2");
   EXPECT_EQ(reps[2].trigger, "idle 2/2");
   EXPECT_EQ(reps[2].train_records, reps[0].train_records);  // the same window
+  EXPECT_FALSE(reps[0].serving_eval_reused);
+  for (size_t i : {1, 2, 4, 5}) {
+    EXPECT_TRUE(reps[i].serving_eval_reused) << "round " << i;
+    EXPECT_EQ(reps[i].serving_tau, reps[i - 1].serving_tau) << "round " << i;
+    EXPECT_NE(reps[i].loss, reps[i - 1].loss) << "round " << i;  // the candidate trained on
+  }
   EXPECT_EQ(reps[3].trigger, "4 new records");
   EXPECT_EQ(reps[5].trigger, "idle 2/2");
   EXPECT_GT(reps[5].train_records, reps[2].train_records);

@@ -99,6 +99,17 @@ TEST(Ttt, GradientMatchesFiniteDifferences) {
   EXPECT_GT(checked, 60);
 }
 
+// Zeroes the gradients, runs one forward-backward; the statistics, and every gradient flattened.
+TttStats gradients(TrainableDraft& d, const TttSample& s, const TttOptions& o, std::vector<float>& grads) {
+  d.params().zero_grad();
+  const TttStats st = d.forward_backward(s, o, 1.f);
+  grads.clear();
+  for (Param* p : d.params())
+    for (float g : p->grad.to_f32_vector())
+      grads.push_back(g);
+  return st;
+}
+
 // Skipping the rows that predict nothing (a long prompt's, the last ones) gives the loss, the
 // statistics and the gradients of running every row.
 TEST(Ttt, SkippingIdleRowsKeepsLossAndGradients) {
@@ -106,29 +117,21 @@ TEST(Ttt, SkippingIdleRowsKeepsLossAndGradients) {
   TrainableDraft d(f.dc, f.vocab, f.policy.draft_target(), f.policy.lm_head(), 5);
   scale_weights(d, 8.f);
   const TttSample s = make_sample(20, 11, 4, 3 * f.pc.hidden_size, 9);
-  auto run = [&](bool skip, std::vector<std::vector<float>>& grads) {
-    d.params().zero_grad();
-    TttOptions o{4, 0.8};
-    o.skip_idle_rows = skip;
-    const TttStats st = d.forward_backward(s, o, 1.f);
-    grads.clear();
-    for (Param* p : d.params())
-      grads.push_back(p->grad.to_f32_vector());
-    return st;
-  };
-  std::vector<std::vector<float>> gs, ga;
-  const TttStats skipped = run(true, gs), all = run(false, ga);
+  TttOptions skip{4, 0.8}, every_row = skip;
+  every_row.skip_idle_rows = false;
+  std::vector<float> gs, ga;
+  const TttStats skipped = gradients(d, s, skip, gs), all = gradients(d, s, every_row, ga);
   EXPECT_NEAR(skipped.loss, all.loss, 1e-5 * std::fabs(all.loss));
   EXPECT_EQ(skipped.rows, all.rows);
   EXPECT_EQ(skipped.correct, all.correct);
   ASSERT_GT(all.rows[3], 0);
+  ASSERT_EQ(gs.size(), ga.size());
   size_t nonzero = 0;
-  for (size_t i = 0; i < ga.size(); ++i)
-    for (size_t j = 0; j < ga[i].size(); ++j) {
-      EXPECT_NEAR(gs[i][j], ga[i][j], 1e-5 + 1e-4 * std::fabs(ga[i][j])) << d.params()[i].name << "[" << j << "]";
-      nonzero += ga[i][j] != 0.f;
-    }
-  EXPECT_GT(nonzero, ga.size() * 10);
+  for (size_t j = 0; j < ga.size(); ++j) {
+    EXPECT_NEAR(gs[j], ga[j], 1e-5 + 1e-4 * std::fabs(ga[j])) << "gradient element " << j;
+    nonzero += ga[j] != 0.f;
+  }
+  EXPECT_GT(nonzero, ga.size() / 2);
   // Evaluation takes the same path.
   TttOptions o{4, 0.8};
   const double e1 = d.evaluate(s, o).loss;
@@ -145,15 +148,9 @@ TEST(Ttt, Bf16MatmulsFollowF32) {
   scale_weights(d, 8.f);
   const TttSample s = make_sample(40, 6, 4, 3 * f.pc.hidden_size, 10);
   auto run = [&](TttMatmul m, std::vector<float>& grads) {
-    d.params().zero_grad();
     TttOptions o{4, 0.8};
     o.matmul = m;
-    const TttStats st = d.forward_backward(s, o, 1.f);
-    grads.clear();
-    for (Param* p : d.params())
-      for (float g : p->grad.to_f32_vector())
-        grads.push_back(g);
-    return st;
+    return gradients(d, s, o, grads);
   };
   const ops::CpuBf16Kernel before = ops::cpu_bf16_kernel();
   std::vector<ops::CpuBf16Kernel> kernels = {before};

@@ -29,7 +29,7 @@ bool is_heldout(const messaging::RecordData& r, double fraction) {
 // split into training and held-out ones (eval_records of the held-out kept, the newest policy's
 // first); records the trainer cannot use are quarantined. Returns the newest policy version seen.
 uint64_t OnlineTrainer::load_window(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep,
-                                    std::vector<TttSample>& train, std::vector<TttSample>& heldout) {
+                                    std::vector<TttSample>& train, std::vector<TttSample>& heldout, uint64_t& eval_id) {
   std::vector<messaging::RecordData> recs = store_->latest(options_.window_records);
   if (!recs.empty()) {
     messaging::RecordKey newest{recs.front().policy_version, recs.front().worker, recs.front().seq};
@@ -40,6 +40,7 @@ uint64_t OnlineTrainer::load_window(const PolicyModel& policy, uint64_t policy_v
     max_v = std::max(max_v, r.policy_version);
   const uint64_t min_keep = max_v + 1 > options_.window_versions ? max_v + 1 - options_.window_versions : 0;
   rep.min_policy_version = max_v;
+  std::vector<messaging::RecordKey> heldout_keys, train_keys;
   const int64_t aux_width = draft_->config().fc_in();
   for (const auto& r : recs) {
     if (r.policy_version < min_keep)
@@ -60,17 +61,35 @@ uint64_t OnlineTrainer::load_window(const PolicyModel& policy, uint64_t policy_v
       continue;
     }
     rep.min_policy_version = std::min(rep.min_policy_version, r.policy_version);
-    (is_heldout(r, options_.heldout_fraction) ? heldout : train).push_back(std::move(s));
+    const bool held = is_heldout(r, options_.heldout_fraction);
+    (held ? heldout : train).push_back(std::move(s));
+    (held ? heldout_keys : train_keys).push_back(key);
   }
   rep.max_policy_version = max_v;
   rep.trained_on_policy = policy_version;
   rep.train_records = train.size();
   rep.heldout_records = heldout.size();
   if (options_.eval_records > 0 && heldout.size() > options_.eval_records) {  // the newest policy's first
-    std::stable_sort(heldout.begin(), heldout.end(),
-                     [](const TttSample& a, const TttSample& b) { return a.policy_version > b.policy_version; });
-    heldout.resize(options_.eval_records);
+    std::vector<size_t> order(heldout.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return heldout[a].policy_version > heldout[b].policy_version; });
+    order.resize(options_.eval_records);
+    std::vector<TttSample> kept;
+    std::vector<messaging::RecordKey> kept_keys;
+    for (size_t i : order) {
+      kept.push_back(std::move(heldout[i]));
+      kept_keys.push_back(heldout_keys[i]);
+    }
+    heldout = std::move(kept);
+    heldout_keys = std::move(kept_keys);
   }
+  // Evaluation reads the held-out records, or the training ones while none are held out.
+  uint64_t h = 0x243f6a8885a308d3ull;
+  for (const messaging::RecordKey& k : heldout.empty() ? train_keys : heldout_keys)
+    h = ops::mix64(ops::mix64(ops::mix64(h ^ k.policy_version) ^ k.worker) ^ k.seq);
+  eval_id = h;
   return max_v;
 }
 

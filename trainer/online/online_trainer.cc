@@ -229,7 +229,8 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   }
 
   std::vector<TttSample> train, heldout;
-  const uint64_t max_v = load_window(*policy, policy_version, rep, train, heldout);
+  uint64_t eval_id = 0;
+  const uint64_t max_v = load_window(*policy, policy_version, rep, train, heldout, eval_id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     trained_policy_version_ = std::max(trained_policy_version_, policy_version);
@@ -246,7 +247,13 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   const InMemoryDataset eval(heldout.empty() ? train : heldout);
   rep.evaluated_records = eval.size();
   const TttStats cand = evaluate_drafter(*draft_, eval, options_.ttt);
-  const TttStats serv = evaluate_drafter(*serving_, eval, options_.ttt);
+  const uint64_t serving_v = serving_version();
+  ServingEval& se = serving_eval_;
+  rep.serving_eval_reused =
+      se.valid && se.serving_version == serving_v && se.policy_version == policy_version && se.eval_id == eval_id;
+  if (!rep.serving_eval_reused)
+    se = {serving_v, policy_version, eval_id, evaluate_drafter(*serving_, eval, options_.ttt), true};
+  const TttStats& serv = se.stats;
   rep.candidate_tau = estimated_chain_tau(cand);
   rep.serving_tau = estimated_chain_tau(serv);
   for (size_t k = 0; k < cand.rows.size(); ++k) {

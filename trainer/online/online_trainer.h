@@ -100,6 +100,9 @@ struct RoundReport {
   double candidate_tau = 0, serving_tau = 0;
   std::vector<double> candidate_acc, serving_acc;
   bool promoted = false;
+  // The serving drafter's evaluation was the previous round's: the same drafter, policy and
+  // evaluation records (idle rounds on an unchanged window pay for the candidate's alone).
+  bool serving_eval_reused = false;
   // Records of the window the trainer could not use (inconsistent with the policy, non-finite):
   // skipped and quarantined this round, and quarantined earlier (skipped without a look).
   int64_t quarantined = 0, skipped_quarantined = 0;
@@ -150,8 +153,10 @@ class OnlineTrainer {
   std::string due_trigger() const;  // REQUIRES: mu_ held; "" when nothing is due
   bool yield_while_paused();        // a round's pause point; false when stopping
   // A round's parts (online_round.cc).
+  // Returns the newest policy version in the window; eval_id: a fingerprint of the records kept
+  // for evaluation (their keys, in order).
   uint64_t load_window(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep,
-                       std::vector<TttSample>& train, std::vector<TttSample>& heldout);
+                       std::vector<TttSample>& train, std::vector<TttSample>& heldout, uint64_t& eval_id);
   void train_steps(const std::vector<TttSample>& train, uint64_t max_v, RoundReport& rep);
 
   OnlineTrainerOptions options_;
@@ -171,6 +176,12 @@ class OnlineTrainer {
   int64_t rounds_ = 0;
   int64_t idle_rounds_done_ = 0;  // idle rounds since the last round with something new
   uint64_t serving_version_ = 0;
+  // The last evaluation of the serving drafter (round thread only) and what it depended on.
+  struct ServingEval {
+    uint64_t serving_version = 0, policy_version = 0, eval_id = 0;
+    TttStats stats;
+    bool valid = false;
+  } serving_eval_;
   std::vector<RoundReport> reports_;
   std::mutex round_mu_;  // one round at a time
   std::thread thread_;
