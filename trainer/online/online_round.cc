@@ -111,10 +111,10 @@ void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t ma
   double loss_sum = 0;
   int64_t loss_n = 0;
   const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
+  draft_->params().zero_grad();  // and after every step: one pass over the gradients a step
   for (int64_t step = 0; step < options_.steps_per_round; ++step) {
     if (!yield_while_paused())  // a stop ends the round early
       break;
-    draft_->params().zero_grad();
     for (int64_t j = 0; j < options_.samples_per_step; ++j) {
       const size_t i = draw();
       ++rep.samples;
