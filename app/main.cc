@@ -33,8 +33,8 @@ int run_info() {
   std::printf("  CPU threads        : %d\n", omp_get_max_threads());
   std::printf("  CPU AVX-512 kernels: %s\n", updraft::ops::cpu::cpu_has_avx512() ? "yes" : "no (portable path)");
   std::string kernels;
-  for (auto k : {updraft::ops::CpuBf16Kernel::kFma, updraft::ops::CpuBf16Kernel::kDot, updraft::ops::CpuBf16Kernel::kAmx,
-                 updraft::ops::CpuBf16Kernel::kPortable})
+  for (auto k : {updraft::ops::CpuBf16Kernel::kFma, updraft::ops::CpuBf16Kernel::kDot,
+                 updraft::ops::CpuBf16Kernel::kAmx, updraft::ops::CpuBf16Kernel::kPortable})
     if (updraft::ops::cpu_bf16_kernel_available(k))
       kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
   std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
   std::string cpu_kernel = "auto";
   app.add_option("--cpu-kernel", cpu_kernel,
-                 "CPU kernel for bf16 matmuls: auto (serve: amx where the CPU has it; otherwise dot with AVX512-BF16, "
+                 "CPU kernel for bf16 matmuls: auto (serve, demo, train: amx where the CPU has it; otherwise dot with "
+                 "AVX512-BF16, "
                  "else fma with AVX-512), fma, dot, amx (AMX tiles: faster from a few rows per step on, slower for "
                  "one; see docs/benchmarks.md), portable")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
   updraft::train::PretrainOptions pre;
   updraft::add_pretrain_options(*pretrain, pre);
 
-  auto* train_cmd = app.add_subcommand("train", "Train an EAGLE-3 drafter: online beside a running buffer, or --once offline (in-domain)");
+  auto* train_cmd = app.add_subcommand(
+      "train", "Train an EAGLE-3 drafter: online beside a running buffer, or --once offline (in-domain)");
   updraft::TrainArgs train_args;
   updraft::add_train_options(*train_cmd, train_args);
 
@@ -163,12 +165,15 @@ int main(int argc, char** argv) {
     // workers decode one sequence each on one thread, where AMX's plain step is slower, but its
     // online run verifies trees (suffix drafts beside the drafter's), and those cost little more
     // than a plain step with AMX: the online run measured 1393-1496 tokens/s with AMX against
-    // 1156-1258 with the dot kernel (docs/benchmarks.md, "Group-aware drafting").
-    if ((serve->parsed() || demo->parsed()) && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
+    // 1156-1258 with the dot kernel (docs/benchmarks.md, "Group-aware drafting"). And for `train`:
+    // its products in bf16 on AMX tiles cost 0.9x the f32 ones a draw, 0.68x the previous f32
+    // path's (docs/benchmarks.md, "What a training draw costs"), and its rollouts are batches.
+    if ((serve->parsed() || demo->parsed() || train_cmd->parsed()) && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
         updraft::ops::cpu_bf16_kernel_available(updraft::ops::CpuBf16Kernel::kAmx))
       kernel = updraft::ops::CpuBf16Kernel::kAmx;
     if (!updraft::ops::cpu_bf16_kernel_available(kernel))
-      throw updraft::Error("--cpu-kernel " + cpu_kernel + ": this CPU does not have it (`updraft info` lists what it has)");
+      throw updraft::Error("--cpu-kernel " + cpu_kernel +
+                           ": this CPU does not have it (`updraft info` lists what it has)");
     updraft::ops::set_cpu_bf16_kernel(kernel);
     if (info->parsed())
       return run_info();
