@@ -1,4 +1,5 @@
-// OnlineTrainer's round, parts 1 and 2: the window of records and the optimiser steps on it.
+// OnlineTrainer's round, parts 1-4: the window of records, the optimiser steps on it, the evaluation of
+// candidate and serving drafter, and the promotion.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -133,6 +134,63 @@ void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t ma
     draft_->params().zero_grad();
   }
   rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
+}
+
+// Candidate and serving drafter on the evaluation records; the serving drafter's evaluation is
+// reused while its version, the policy and the records (eval_id) stay the same.
+void OnlineTrainer::evaluate_round(const std::vector<TttSample>& samples, uint64_t policy_version, uint64_t eval_id,
+                                   RoundReport& rep) {
+  const InMemoryDataset eval(samples);
+  rep.evaluated_records = eval.size();
+  const TttStats cand = evaluate_drafter(*draft_, eval, options_.ttt);
+  const uint64_t serving_v = serving_version();
+  ServingEval& se = serving_eval_;
+  rep.serving_eval_reused =
+      se.valid && se.serving_version == serving_v && se.policy_version == policy_version && se.eval_id == eval_id;
+  if (!rep.serving_eval_reused)
+    se = {serving_v, policy_version, eval_id, evaluate_drafter(*serving_, eval, options_.ttt), true};
+  const TttStats& serv = se.stats;
+  rep.candidate_tau = estimated_chain_tau(cand);
+  rep.serving_tau = estimated_chain_tau(serv);
+  for (size_t k = 0; k < cand.rows.size(); ++k) {
+    rep.candidate_acc.push_back(cand.accuracy(k));
+    rep.serving_acc.push_back(serv.accuracy(k));
+  }
+}
+
+// Publishes the candidate when its τ̂ beats the serving drafter's by the margin; never a
+// non-finite candidate (it would poison every worker's drafts): training restarts from the
+// serving drafter instead.
+void OnlineTrainer::promote_if_better(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep) {
+  const std::string bad = draft_->params().non_finite();
+  if (!bad.empty()) {
+    rep.refused = "tensor " + bad + " holds a non-finite value";
+    spdlog::error(
+        "online trainer: round {}: the candidate's {}; not published, training restarts from the serving "
+        "drafter v{}",
+        rep.round, rep.refused, serving_version());
+    draft_ = std::make_unique<TrainableDraft>(serving_->to_draft(), policy.draft_target());
+    opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
+  } else if (rep.candidate_tau > (1.0 + options_.promote_margin) * rep.serving_tau) {
+    const uint64_t version = serving_version() + 1;
+    const DraftModel published = draft_->to_draft();
+    const nlohmann::json meta = {{"policy_version", policy_version},
+                                 {"round", rep.round},
+                                 {"heldout_tau_estimate", rep.candidate_tau},
+                                 {"previous_tau_estimate", rep.serving_tau},
+                                 {"heldout_records", rep.evaluated_records}};
+    const WeightVersion v = publish_version(
+        options_.dir, "drafter", version, [&](const std::string& d) { published.save(d); }, meta);
+    serving_ = std::make_unique<TrainableDraft>(published, policy.draft_target());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      serving_version_ = version;
+    }
+    rep.promoted = true;
+    if (options_.on_promote)
+      options_.on_promote(v);
+  }
+  rep.serving_version = serving_version();
 }
 
 }  // namespace updraft::train

@@ -14,18 +14,18 @@
 namespace updraft::train {
 namespace {
 
-AdamWOptions adamw_options() {
-  AdamWOptions ao;
-  ao.beta2 = 0.95;
-  ao.weight_decay = 0;
-  return ao;
-}
-
 std::string checkpoint_dir(const OnlineTrainerOptions& o) {
   return (std::filesystem::path(o.dir) / "trainer").string();
 }
 
 }  // namespace
+
+AdamWOptions OnlineTrainer::adamw_options() {
+  AdamWOptions ao;
+  ao.beta2 = 0.95;
+  ao.weight_decay = 0;
+  return ao;
+}
 
 OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messaging::RecordStore> store,
                              std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
@@ -243,54 +243,9 @@ RoundReport OnlineTrainer::run_round(const std::string& trigger) {
   train_steps(train, max_v, rep);
 
   yield_while_paused();
-  // 3. Evaluation on held-out records (the training records when none are held out yet).
-  const InMemoryDataset eval(heldout.empty() ? train : heldout);
-  rep.evaluated_records = eval.size();
-  const TttStats cand = evaluate_drafter(*draft_, eval, options_.ttt);
-  const uint64_t serving_v = serving_version();
-  ServingEval& se = serving_eval_;
-  rep.serving_eval_reused =
-      se.valid && se.serving_version == serving_v && se.policy_version == policy_version && se.eval_id == eval_id;
-  if (!rep.serving_eval_reused)
-    se = {serving_v, policy_version, eval_id, evaluate_drafter(*serving_, eval, options_.ttt), true};
-  const TttStats& serv = se.stats;
-  rep.candidate_tau = estimated_chain_tau(cand);
-  rep.serving_tau = estimated_chain_tau(serv);
-  for (size_t k = 0; k < cand.rows.size(); ++k) {
-    rep.candidate_acc.push_back(cand.accuracy(k));
-    rep.serving_acc.push_back(serv.accuracy(k));
-  }
-
-  // 4. Promotion, never of a non-finite candidate (it would poison every worker's drafts).
-  const std::string bad = draft_->params().non_finite();
-  if (!bad.empty()) {
-    rep.refused = "tensor " + bad + " holds a non-finite value";
-    spdlog::error(
-        "online trainer: round {}: the candidate's {}; not published, training restarts from the serving "
-        "drafter v{}",
-        rep.round, rep.refused, serving_version());
-    draft_ = std::make_unique<TrainableDraft>(serving_->to_draft(), policy->draft_target());
-    opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
-  } else if (rep.candidate_tau > (1.0 + options_.promote_margin) * rep.serving_tau) {
-    const uint64_t version = serving_version() + 1;
-    const DraftModel published = draft_->to_draft();
-    const nlohmann::json meta = {{"policy_version", policy_version},
-                                 {"round", rep.round},
-                                 {"heldout_tau_estimate", rep.candidate_tau},
-                                 {"previous_tau_estimate", rep.serving_tau},
-                                 {"heldout_records", eval.size()}};
-    const WeightVersion v = publish_version(
-        options_.dir, "drafter", version, [&](const std::string& d) { published.save(d); }, meta);
-    serving_ = std::make_unique<TrainableDraft>(published, policy->draft_target());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      serving_version_ = version;
-    }
-    rep.promoted = true;
-    if (options_.on_promote)
-      options_.on_promote(v);
-  }
-  rep.serving_version = serving_version();
+  // 3. Evaluation on held-out records (the training records when none are held out yet); 4. promotion.
+  evaluate_round(heldout.empty() ? train : heldout, policy_version, eval_id, rep);
+  promote_if_better(*policy, policy_version, rep);
 
   // 5. Checkpoint.
   TrainState st;

@@ -149,6 +149,7 @@ class OnlineTrainer {
   const std::string& quarantine_path() const { return quarantine_->path(); }
 
  private:
+  static AdamWOptions adamw_options();  // the trainer's optimiser: beta2 0.95, no weight decay
   void loop();
   std::string due_trigger() const;  // REQUIRES: mu_ held; "" when nothing is due
   bool yield_while_paused();        // a round's pause point; false when stopping
@@ -158,6 +159,9 @@ class OnlineTrainer {
   uint64_t load_window(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep,
                        std::vector<TttSample>& train, std::vector<TttSample>& heldout, uint64_t& eval_id);
   void train_steps(const std::vector<TttSample>& train, uint64_t max_v, RoundReport& rep);
+  void evaluate_round(const std::vector<TttSample>& samples, uint64_t policy_version, uint64_t eval_id,
+                      RoundReport& rep);
+  void promote_if_better(const PolicyModel& policy, uint64_t policy_version, RoundReport& rep);
 
   OnlineTrainerOptions options_;
   std::shared_ptr<messaging::RecordStore> store_;
