@@ -114,7 +114,8 @@ void TttLinears::forward(const Tensor& x, const Param& w, Tensor y) const {
 
 void TttLinears::backward(const Tensor& x, const Param& w, const Tensor& dy, Tensor* dx, bool accumulate_dx) {
   if (precision_ == TttMatmul::F32) {
-    ops::linear_backward(x, w.value, dy, dx, accumulate_dx, const_cast<Tensor*>(&w.grad), nullptr);
+    Tensor grad = w.grad;  // a handle: the gradient's storage is shared
+    ops::linear_backward(x, w.value, dy, dx, accumulate_dx, &grad, nullptr);
     return;
   }
   const int64_t T = x.size(0), K = x.size(1), N = w.value.size(0);
