@@ -24,8 +24,9 @@ AdamW::AdamW(const ParamSet& params, AdamWOptions options) : params_(params), op
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, float grad_scale) {
   UPD_CHECK(std::isfinite(lr) && lr >= 0) << "AdamW::step: lr = " << lr;
+  UPD_CHECK(std::isfinite(grad_scale) && grad_scale > 0) << "AdamW::step: grad_scale = " << grad_scale;
   UPD_CHECK(params_.size() == m_.size()) << "AdamW::step: the parameter set changed from " << m_.size() << " to "
                                          << params_.size() << " parameters after the optimiser was built";
   ++steps_;
@@ -38,6 +39,7 @@ void AdamW::step(double lr) {
   c.step_size = static_cast<float>(lr / (1.0 - std::pow(options_.beta1, t)));
   c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
   c.eps = static_cast<float>(options_.eps);
+  c.grad_scale = grad_scale;
   const float decay = static_cast<float>(1.0 - lr * options_.weight_decay);
   for (size_t i = 0; i < m_.size(); ++i) {
     Param& p = params_[i];
@@ -67,14 +69,18 @@ void AdamW::restore(int64_t steps, const AdamWOptions& options, const std::vecto
   steps_ = steps;
 }
 
+float clip_scale(const ParamSet& params, double max_norm, double* norm) {
+  UPD_CHECK(max_norm > 0) << "clip_scale: max_norm = " << max_norm;
+  *norm = params.grad_norm();
+  return !std::isfinite(*norm) || *norm <= max_norm ? 1.f : static_cast<float>(max_norm / *norm);
+}
+
 double clip_grad_norm(const ParamSet& params, double max_norm) {
-  UPD_CHECK(max_norm > 0) << "clip_grad_norm: max_norm = " << max_norm;
-  const double norm = params.grad_norm();
-  if (!std::isfinite(norm) || norm <= max_norm)
-    return norm;
-  const float scale = static_cast<float>(max_norm / norm);
-  for (const Param* p : params)
-    ops::scale_(p->grad, scale);
+  double norm = 0;
+  const float scale = clip_scale(params, max_norm, &norm);
+  if (scale != 1.f)
+    for (const Param* p : params)
+      ops::scale_(p->grad, scale);
   return norm;
 }
 

@@ -52,9 +52,10 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // One update of every parameter from its gradient. REQUIRES: lr >= 0 and finite gradients
-  // (a NaN gradient would spread into m, v and the weights: check clip_grad_norm first).
-  void step(double lr);
+  // One update of every parameter from its gradient times grad_scale (clip_scale's, or 1).
+  // REQUIRES: lr >= 0 and finite gradients (a NaN gradient would spread into m, v and the
+  // weights: check the norm first). The gradients are left as they were.
+  void step(double lr, float grad_scale = 1.f);
 
   const ParamSet& params() const { return params_; }
   const AdamWOptions& options() const { return options_; }
@@ -80,6 +81,10 @@ class AdamW {
 // non-finite norm leaves the gradients untouched and is returned as is: the caller skips the
 // step (and counts it). REQUIRES: max_norm > 0.
 double clip_grad_norm(const ParamSet& params, double max_norm);
+// The same clipping without touching the gradients: the factor clip_grad_norm would scale them by
+// (1 when the norm is within max_norm or not finite), for AdamW::step to apply as it reads them
+// (bit for bit the same update, one pass over the gradients fewer); *norm gets the norm.
+float clip_scale(const ParamSet& params, double max_norm, double* norm);
 
 enum class LrDecay { Constant, Linear, Cosine };
 const char* lr_decay_name(LrDecay d);              // "constant", "linear", "cosine"

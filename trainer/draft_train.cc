@@ -122,12 +122,13 @@ DraftTrainResult train_drafter(TrainableDraft& draft, const TttDataset& train, c
     draft.params().zero_grad();
     for (int64_t i = 0; i < o.samples_per_step; ++i)
       window.add(draft.forward_backward(train.get(next_index()), o.ttt, 1.0f / static_cast<float>(o.samples_per_step)));
-    const double gnorm = clip_grad_norm(draft.params(), o.clip);
+    double gnorm = 0;
+    const float clip = clip_scale(draft.params(), o.clip, &gnorm);
     if (!std::isfinite(gnorm)) {
       ++res.skipped;
       continue;
     }
-    opt.step(sched.lr(step));
+    opt.step(sched.lr(step), clip);
     const bool last = step + 1 == o.steps;
     if ((step + 1) % 25 == 0 || last) {
       std::snprintf(buf, sizeof buf, "step %lld/%lld  loss %.3f  lr %.2e  |g| %.2f  ", static_cast<long long>(step + 1),

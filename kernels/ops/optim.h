@@ -9,6 +9,7 @@
 // scale_(x, s):    x[i] *= s, in place.
 // adamw_update:    one AdamW step of one tensor, element by element in f32, each operation
 //                  rounded once as written (no FMA contraction, so CPU and CUDA agree bit for bit):
+//                    g  = grad * grad_scale                   (gradient clipping folded in; 1: none)
 //                    p  = value * decay                       decay = 1 - lr * weight_decay
 //                    m  = beta1 * m + one_minus_beta1 * g
 //                    v  = beta2 * v + one_minus_beta2 * (g * g)
@@ -35,6 +36,7 @@ struct AdamWCoefficients {
   float step_size = 0.f;
   float bc2_sqrt = 1.f;
   float eps = 1e-8f;
+  float grad_scale = 1.f;  // the gradient is multiplied by this first: scale_ then 1, bit for bit
 };
 
 double sum_squares(const Tensor& x);

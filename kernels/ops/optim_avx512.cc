@@ -30,9 +30,10 @@ int64_t adamw_range_avx512(float* pw, const float* pg, float* pm, float* pv, int
   const __m512 decay = _mm512_set1_ps(c.decay), b1 = _mm512_set1_ps(c.beta1), ob1 = _mm512_set1_ps(c.one_minus_beta1);
   const __m512 b2 = _mm512_set1_ps(c.beta2), ob2 = _mm512_set1_ps(c.one_minus_beta2);
   const __m512 bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps), lr = _mm512_set1_ps(c.step_size);
+  const __m512 gs = _mm512_set1_ps(c.grad_scale);
   int64_t i = begin;
   for (; i + 16 <= end; i += 16) {
-    const __m512 g = _mm512_loadu_ps(pg + i);
+    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(pg + i), gs);
     const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(pw + i), decay);
     const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(pm + i)), _mm512_mul_ps(ob1, g));
     const __m512 vi =

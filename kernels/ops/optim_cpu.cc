@@ -61,7 +61,7 @@ void adamw_update(Tensor& value, const Tensor& grad, Tensor& m, Tensor& v, const
   for (int64_t b = 0; b < n; b += kChunk) {
     const int64_t end = std::min(n, b + kChunk);
     for (int64_t i = wide ? adamw_range_avx512(pw, pg, pm, pv, b, end, c) : b; i < end; ++i) {
-      const float g = pg[i];
+      const float g = pg[i] * c.grad_scale;
       const float p = pw[i] * c.decay;
       const float mi = c.beta1 * pm[i] + c.one_minus_beta1 * g;
       const float vi = c.beta2 * pv[i] + c.one_minus_beta2 * (g * g);

@@ -36,7 +36,7 @@ __global__ void scale_kernel(float* __restrict__ x, int64_t n, float s) {
 __global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ grad, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, AdamWCoefficients c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i];
+    const float g = __fmul_rn(grad[i], c.grad_scale);
     const float p = __fmul_rn(w[i], c.decay);
     const float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
     const float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));

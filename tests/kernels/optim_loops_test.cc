@@ -23,6 +23,7 @@ TEST(OptimLoops, AdamWIsBitwiseTheScalarFormula) {
   c.decay = 0.99f;
   c.step_size = 3e-3f;
   c.bc2_sqrt = 0.3f;
+  c.grad_scale = 0.37f;  // clipping folded in
   for (int64_t n : kLengths) {
     auto w = rand_vec(n, 1), g = rand_vec(n, 2), m = rand_vec(n, 3), v = rand_vec(n, 4);
     for (float& x : v)
@@ -31,9 +32,10 @@ TEST(OptimLoops, AdamWIsBitwiseTheScalarFormula) {
            tv = Tensor::from_f32(v, {n});
     ops::adamw_update(tw, tg, tm, tv, c);
     for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * c.grad_scale;
       const float p = w[i] * c.decay;
-      const float mi = c.beta1 * m[i] + c.one_minus_beta1 * g[i];
-      const float vi = c.beta2 * v[i] + c.one_minus_beta2 * (g[i] * g[i]);
+      const float mi = c.beta1 * m[i] + c.one_minus_beta1 * gi;
+      const float vi = c.beta2 * v[i] + c.one_minus_beta2 * (gi * gi);
       const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
       w[i] = p - c.step_size * (mi / denom);
       m[i] = mi;

@@ -124,13 +124,14 @@ void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t ma
       loss_sum += st.loss;
       ++loss_n;
     }
-    const double norm = clip_grad_norm(draft_->params(), options_.clip);
+    double norm = 0;
+    const float clip = clip_scale(draft_->params(), options_.clip, &norm);
     const double warm =
         options_.warmup_steps > 0
             ? std::min(1.0, static_cast<double>(opt_->steps() + 1) / static_cast<double>(options_.warmup_steps))
             : 1.0;
     if (std::isfinite(norm))
-      opt_->step(options_.lr * warm);
+      opt_->step(options_.lr * warm, clip);
     draft_->params().zero_grad();
   }
   rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
