@@ -56,10 +56,7 @@ double estimated_chain_tau(const TttStats& s) {
 }
 
 TttStats evaluate_drafter(const TrainableDraft& draft, const TttDataset& data, const TttOptions& o) {
-  TttStats total;
-  for (size_t i = 0; i < data.size(); ++i)
-    total.add(draft.evaluate(data.get(i), o));
-  return total;
+  return draft.evaluate(data, o);
 }
 
 std::string accuracy_line(const TttStats& s) {

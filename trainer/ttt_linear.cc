@@ -91,10 +91,9 @@ void TttLinears::refresh(const std::vector<const Param*>& weights, bool transpos
 #pragma omp parallel for simd schedule(static) if (N * K > (1 << 15))
     for (int64_t i = 0; i < N * K; ++i)
       w[i] = round_bf16(src[i]);
-    if (!transposed) {
-      c.wt = Tensor();
+    c.wt_current = transposed;  // the stale transpose keeps its memory for the next refresh
+    if (!transposed)
       continue;
-    }
     if (!c.wt.defined())
       c.wt = Tensor::empty({K, N}, DType::BF16);
     transpose(src, N, K, static_cast<uint16_t*>(c.wt.raw()), N, ToBf16{});
@@ -103,7 +102,7 @@ void TttLinears::refresh(const std::vector<const Param*>& weights, bool transpos
 
 const TttLinears::Copies& TttLinears::copies(const Param& w, bool transposed) const {
   const auto it = copies_.find(&w);
-  UPD_CHECK(it != copies_.end() && (!transposed || it->second.wt.defined()))
+  UPD_CHECK(it != copies_.end() && (!transposed || it->second.wt_current))
       << "TttLinears: no bf16 copy of " << w.name << (transposed ? " (transposed)" : "") << "; refresh() first";
   return it->second;
 }

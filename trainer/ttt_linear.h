@@ -48,7 +48,8 @@ class TttLinears {
 
  private:
   struct Copies {
-    Tensor w, wt;  // bf16 [N, K] and [K, N]
+    Tensor w, wt;             // bf16 [N, K] and [K, N]
+    bool wt_current = false;  // wt made by the last refresh
   };
   struct Pending {
     const Param* w;

@@ -149,6 +149,21 @@ TttStats TrainableDraft::evaluate(const TttSample& s, const TttOptions& o) const
   return run(s, o, 0.f, false);
 }
 
+TttStats TrainableDraft::evaluate(const TttDataset& data, const TttOptions& o) const {
+  prepare_linears(o, false);
+  TttStats total;
+  for (size_t i = 0; i < data.size(); ++i)
+    total.add(run(data.get(i), o, 0.f, false, nullptr, true));
+  return total;
+}
+
+void TrainableDraft::prepare_linears(const TttOptions& o, bool backward) const {
+  if (linears_.precision() != o.matmul)
+    linears_.set_precision(o.matmul);
+  linears_.refresh({fc_}, false);
+  linears_.refresh({q_, k_, v_, o_, gate_, up_, down_, lm_head_}, backward);
+}
+
 std::vector<Tensor> TrainableDraft::step_logits(const TttSample& s, int64_t steps) const {
   std::vector<Tensor> out;
   run(s, TttOptions{steps, 0.8}, 0.f, false, &out);
@@ -156,7 +171,7 @@ std::vector<Tensor> TrainableDraft::step_logits(const TttSample& s, int64_t step
 }
 
 TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
-                             std::vector<Tensor>* logits_out) const {
+                             std::vector<Tensor>* logits_out, bool prepared) const {
   s.validate(cfg_.fc_in(), target_.vocab_size, "TTT sample");
   UPD_REQUIRE(o.steps >= 1) << "TTT needs at least one step";
   const int64_t T = s.length() - 1, K = o.steps;
@@ -171,10 +186,8 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
   for (int64_t k = 0; k < K; ++k)
     teachers.push_back(make_teacher(s, vocab_, k));
   const RowPlan plan = plan_rows(teachers, T, o.skip_idle_rows && logits_out == nullptr);
-  if (linears_.precision() != o.matmul)
-    linears_.set_precision(o.matmul);
-  linears_.refresh({fc_}, false);
-  linears_.refresh({q_, k_, v_, o_, gate_, up_, down_, lm_head_}, backward);
+  if (!prepared)
+    prepare_linears(o, backward);
   const int64_t rows0 = teachers[0].rows;
 
   const Tensor g = s.aux.rows(0, T).dtype() == DType::F32 ? s.aux.rows(0, T) : s.aux.rows(0, T).to_dtype(DType::F32);

@@ -78,6 +78,8 @@ class TrainableDraft {
   // Adds grad_scale × d(loss)/d(params) to the grads; returns the sample's statistics.
   TttStats forward_backward(const TttSample& s, const TttOptions& o, float grad_scale);
   TttStats evaluate(const TttSample& s, const TttOptions& o) const;
+  // Every sample of `data`, summed (the weights' bf16 copies made once for all of them).
+  TttStats evaluate(const TttDataset& data, const TttOptions& o) const;
   // The draft-vocabulary logits of every step, f32 [T, Vd] each (for tests and inspection).
   std::vector<Tensor> step_logits(const TttSample& s, int64_t steps) const;
 
@@ -88,8 +90,10 @@ class TrainableDraft {
 
  private:
   void init_params(uint64_t seed, const Tensor* lm_head_rows);
+  // prepared: the products' precision and bf16 copies are already those of `o` and the weights.
   TttStats run(const TttSample& s, const TttOptions& o, float grad_scale, bool backward,
-               std::vector<Tensor>* logits_out = nullptr) const;
+               std::vector<Tensor>* logits_out = nullptr, bool prepared = false) const;
+  void prepare_linears(const TttOptions& o, bool backward) const;
   StepActs forward_step(const TttSample& s, int64_t k, int64_t lo, int64_t head, const Tensor& state, Tensor& kbuf,
                         Tensor& vbuf) const;
   double score_step(const Tensor& z, const StepTeacher& te, int64_t head, int64_t& correct) const;
@@ -104,7 +108,7 @@ class TrainableDraft {
   Param *fc_, *embed_norm_, *hidden_norm_, *q_, *k_, *v_, *o_, *post_norm_, *gate_, *up_, *down_, *final_norm_,
       *lm_head_;
   Tensor inv_freq_;
-  mutable TttLinears linears_;  // the bf16 copies of the weights, remade by every run()
+  mutable TttLinears linears_;  // the bf16 copies of the weights, remade by every run() but evaluate(data)'s
 };
 
 }  // namespace updraft::train

@@ -190,6 +190,17 @@ TEST(Ttt, Bf16MatmulsFollowF32) {
     norm += static_cast<double>(changed32[i]) * changed32[i];
   }
   EXPECT_LT(std::sqrt(diff / norm), 0.03);
+  // A dataset's evaluation makes the copies once: the same sums as sample by sample, and after a
+  // change of the weights it sees the new ones.
+  TttOptions o{4, 0.8};
+  o.matmul = TttMatmul::BF16;
+  const TttSample s2 = make_sample(30, 4, 4, 3 * f.pc.hidden_size, 11);
+  const InMemoryDataset data({s, s2});
+  const double loss0 = d.evaluate(data, o).loss;
+  EXPECT_DOUBLE_EQ(loss0, d.evaluate(s, o).loss + d.evaluate(s2, o).loss);
+  scale_weights(d, 0.5f);
+  EXPECT_NE(d.evaluate(data, o).loss, loss0);
+  EXPECT_DOUBLE_EQ(d.evaluate(data, o).loss, d.evaluate(s, o).loss + d.evaluate(s2, o).loss);
 }
 
 // Row p at TTT step k must give the logits the inference path gives for the k-th draft step
