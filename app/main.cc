@@ -59,10 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")->capture_default_str();
   std::string cpu_kernel = "auto";
   app.add_option("--cpu-kernel", cpu_kernel,
-                 "CPU kernel for bf16 matmuls: auto (serve, demo, train: amx where the CPU has it; otherwise dot with "
-                 "AVX512-BF16, "
-                 "else fma with AVX-512), fma, dot, amx (AMX tiles: faster from a few rows per step on, slower for "
-                 "one; see docs/benchmarks.md), portable")
+                 "CPU kernel for bf16 matmuls: auto (amx where the CPU has it, else dot with AVX512-BF16, else fma "
+                 "with AVX-512), fma, dot, amx (AMX tiles), portable; see docs/benchmarks.md")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
       ->capture_default_str();
   app.require_subcommand(1);
@@ -159,18 +157,8 @@ int main(int argc, char** argv) {
   try {
     updraft::setup_logging(log_level);
     updraft::ops::CpuBf16Kernel kernel = updraft::ops::parse_cpu_bf16_kernel(cpu_kernel);
-    // A serving worker decodes batches and speculates when it runs one sequence, where AMX tiles
-    // measured 1.3-1.8x the vector kernels from 4 sequences on and even at 1: auto picks them
-    // for `serve` (docs/benchmarks.md, "Verification at the roofline"). And for the demo: its
-    // workers decode one sequence each on one thread, where AMX's plain step is slower, but its
-    // online run verifies trees (suffix drafts beside the drafter's), and those cost little more
-    // than a plain step with AMX: the online run measured 1393-1496 tokens/s with AMX against
-    // 1156-1258 with the dot kernel (docs/benchmarks.md, "Group-aware drafting"). And for `train`:
-    // its products in bf16 on AMX tiles cost 0.9x the f32 ones a draw, 0.68x the previous f32
-    // path's (docs/benchmarks.md, "What a training draw costs"), and its rollouts are batches.
-    if ((serve->parsed() || demo->parsed() || train_cmd->parsed()) && kernel == updraft::ops::CpuBf16Kernel::kAuto &&
-        updraft::ops::cpu_bf16_kernel_available(updraft::ops::CpuBf16Kernel::kAmx))
-      kernel = updraft::ops::CpuBf16Kernel::kAmx;
+    // auto: AMX tiles where the CPU has them, for every command (gemm.h; docs/benchmarks.md,
+    // "Verification at the roofline").
     if (!updraft::ops::cpu_bf16_kernel_available(kernel))
       throw updraft::Error("--cpu-kernel " + cpu_kernel +
                            ": this CPU does not have it (`updraft info` lists what it has)");

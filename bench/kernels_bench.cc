@@ -78,6 +78,13 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
               "%.1f GB/s; median of %d rounds)\n%-9s %4s %10s %12s %9s\n",
               p.name, bytes / 1048576.0, bw, reps, "kernel", "T", "ms", "bound ms", "of bound");
   const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
+  // The AMX kernel twice: reading the row-major weights, and their tile panels (prepare_linear).
+  std::vector<ops::LinearWeight> panels;
+  if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAmx)) {
+    ops::set_cpu_bf16_kernel(ops::CpuBf16Kernel::kAmx);
+    for (const Tensor& w : ws)
+      panels.push_back(ops::prepare_linear(w));
+  }
   for (int64_t T : {1, 2, 3, 5, 7, 10, 16}) {
     std::vector<Tensor> xs, ys;
     for (const Tensor& w : ws) {
@@ -96,6 +103,13 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
       const double bound = std::max(bytes / (bw * 1e9), T * bytes / (bench::bf16_peak_gflops(m, k) * 1e9));
       std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", ops::cpu_bf16_kernel_name(k), T, s * 1e3, bound * 1e3,
                   100 * bound / s);
+      if (k == ops::CpuBf16Kernel::kAmx) {
+        const double sp = median_seconds(reps, [&] {
+          for (size_t i = 0; i < ws.size(); ++i)
+            ops::linear(xs[i], panels[i], nullptr, ys[i]);
+        });
+        std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", "amx-panel", T, sp * 1e3, bound * 1e3, 100 * bound / sp);
+      }
     }
   }
   ops::set_cpu_bf16_kernel(saved);

@@ -96,19 +96,19 @@ DraftModel DraftModel::build(const DraftConfig& cfg, const std::vector<std::stri
     }
     m.unit_fc_norm = on_device(Tensor::from_f32(std::vector<float>(static_cast<size_t>(Ht), 1.f), {Ht}), target.device);
   }
-  m.fc_ = on_device(fold.empty() ? fc : fold_columns(fc, fold), target.device);
+  m.fc_ = ops::prepare_linear(on_device(fold.empty() ? fc : fold_columns(fc, fold), target.device));
   m.embed_norm_ = layer("input_layernorm.weight", {H});
   m.hidden_norm_ = layer("hidden_norm.weight", {H});
-  m.layer_.attn.q = layer("self_attn.q_proj.weight", {QD, 2 * H});
-  m.layer_.attn.k = layer("self_attn.k_proj.weight", {KVD, 2 * H});
-  m.layer_.attn.v = layer("self_attn.v_proj.weight", {KVD, 2 * H});
-  m.layer_.attn.o = layer("self_attn.o_proj.weight", {H, QD});
+  m.layer_.attn.q = ops::prepare_linear(layer("self_attn.q_proj.weight", {QD, 2 * H}));
+  m.layer_.attn.k = ops::prepare_linear(layer("self_attn.k_proj.weight", {KVD, 2 * H}));
+  m.layer_.attn.v = ops::prepare_linear(layer("self_attn.v_proj.weight", {KVD, 2 * H}));
+  m.layer_.attn.o = ops::prepare_linear(layer("self_attn.o_proj.weight", {H, QD}));
   m.layer_.post_attention_norm = layer("post_attention_layernorm.weight", {H});
-  m.layer_.mlp.gate = layer("mlp.gate_proj.weight", {I, H});
-  m.layer_.mlp.up = layer("mlp.up_proj.weight", {I, H});
-  m.layer_.mlp.down = layer("mlp.down_proj.weight", {H, I});
+  m.layer_.mlp.gate = ops::prepare_linear(layer("mlp.gate_proj.weight", {I, H}));
+  m.layer_.mlp.up = ops::prepare_linear(layer("mlp.up_proj.weight", {I, H}));
+  m.layer_.mlp.down = ops::prepare_linear(layer("mlp.down_proj.weight", {H, I}));
   m.final_norm_ = on_device(keep("norm.weight", "norm.weight", {H}), target.device);
-  m.lm_head_ = on_device(keep("lm_head.weight", "lm_head.weight", {Vd, H}), target.device);
+  m.lm_head_ = ops::prepare_linear(on_device(keep("lm_head.weight", "lm_head.weight", {Vd, H}), target.device));
 
   if (w.has("d2t")) {
     Tensor d2t = w.take_raw("d2t");

@@ -77,9 +77,10 @@ class DraftModel {
   VocabMap vocab_;
   std::vector<int64_t> aux_layers_;
   std::vector<std::pair<std::string, Tensor>> stored_;
-  Tensor fc_;           // [H, 3Ht], input norm weights folded into its columns when configured
+  ops::LinearWeight fc_;  // [H, 3Ht], input norm weights folded into its columns when configured
   Tensor unit_fc_norm;  // ones for the folded norms ([3Ht] or [Ht]), undefined without them
-  Tensor embed_norm_, hidden_norm_, final_norm_, lm_head_, inv_freq_;
+  Tensor embed_norm_, hidden_norm_, final_norm_, inv_freq_;
+  ops::LinearWeight lm_head_;
   nn::DecoderLayerWeights layer_;  // input_norm unused (embed_norm_/hidden_norm_ instead)
 };
 

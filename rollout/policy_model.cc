@@ -46,10 +46,10 @@ PolicyModel PolicyModel::build(const PolicyConfig& cfg, const std::vector<std::s
     nn::DecoderLayerWeights L;
     L.input_norm = w.take(p + "input_layernorm.weight", {H});
     L.post_attention_norm = w.take(p + "post_attention_layernorm.weight", {H});
-    L.attn.q = w.take(p + "self_attn.q_proj.weight", {QD, H});
-    L.attn.k = w.take(p + "self_attn.k_proj.weight", {KVD, H});
-    L.attn.v = w.take(p + "self_attn.v_proj.weight", {KVD, H});
-    L.attn.o = w.take(p + "self_attn.o_proj.weight", {H, QD});
+    L.attn.q = ops::prepare_linear(w.take(p + "self_attn.q_proj.weight", {QD, H}));
+    L.attn.k = ops::prepare_linear(w.take(p + "self_attn.k_proj.weight", {KVD, H}));
+    L.attn.v = ops::prepare_linear(w.take(p + "self_attn.v_proj.weight", {KVD, H}));
+    L.attn.o = ops::prepare_linear(w.take(p + "self_attn.o_proj.weight", {H, QD}));
     if (cfg.attention_bias) {
       L.attn.q_bias = w.take(p + "self_attn.q_proj.bias", {QD});
       L.attn.k_bias = w.take(p + "self_attn.k_proj.bias", {KVD});
@@ -61,17 +61,17 @@ PolicyModel PolicyModel::build(const PolicyConfig& cfg, const std::vector<std::s
       L.attn.q_norm = w.take(p + "self_attn.q_norm.weight", {HD});
       L.attn.k_norm = w.take(p + "self_attn.k_norm.weight", {HD});
     }
-    L.mlp.gate = w.take(p + "mlp.gate_proj.weight", {I, H});
-    L.mlp.up = w.take(p + "mlp.up_proj.weight", {I, H});
-    L.mlp.down = w.take(p + "mlp.down_proj.weight", {H, I});
+    L.mlp.gate = ops::prepare_linear(w.take(p + "mlp.gate_proj.weight", {I, H}));
+    L.mlp.up = ops::prepare_linear(w.take(p + "mlp.up_proj.weight", {I, H}));
+    L.mlp.down = ops::prepare_linear(w.take(p + "mlp.down_proj.weight", {H, I}));
     m.layers_.push_back(std::move(L));
   }
   m.final_norm_ = w.take("model.norm.weight", {H});
   if (cfg.tie_word_embeddings) {
-    m.lm_head_ = m.embed_;
+    m.lm_head_ = ops::prepare_linear(m.embed_);
     w.ignore("lm_head.weight");  // some exports write the tied copy anyway
   } else {
-    m.lm_head_ = w.take("lm_head.weight", {V, H});
+    m.lm_head_ = ops::prepare_linear(w.take("lm_head.weight", {V, H}));
   }
   w.check_all_taken();
   m.inv_freq_ = ops::rope_inv_freq(cfg.rope, HD, opts.device);

@@ -71,7 +71,7 @@ class PolicyModel {
   void set_aux_layers(const std::vector<int64_t>& layers);
   void check_aux_layers(const std::vector<int64_t>& layers) const;
   const Tensor& embedding_table() const { return embed_; }
-  const Tensor& lm_head() const { return lm_head_; }
+  const Tensor& lm_head() const { return lm_head_.w; }
   // What an EAGLE-3 drafter needs to serve this policy (its embedding is shared).
   DraftTarget draft_target() const {
     return {cfg_.hidden_size, cfg_.vocab_size, cfg_.num_layers, embed_, act_, device_};
@@ -87,7 +87,8 @@ class PolicyModel {
   PolicyConfig cfg_;
   Device device_ = Device::CPU;
   DType act_ = DType::F32;
-  Tensor embed_, final_norm_, lm_head_, inv_freq_;
+  Tensor embed_, final_norm_, inv_freq_;
+  ops::LinearWeight lm_head_;  // the embedding when tied
   std::vector<nn::DecoderLayerWeights> layers_;
   std::vector<int64_t> aux_layers_;
 };

@@ -11,17 +11,19 @@
 #pragma once
 
 #include "kernels/core/tensor.h"
+#include "kernels/ops/gemm.h"
 
 namespace updraft::nn {
 
+// The projections are ops::LinearWeight: the weight, plus its AMX panels when prepared.
 struct AttentionWeights {
-  Tensor q, k, v, o;                      // [NH*HD, Hin], [NKV*HD, Hin] x2, [H, NH*HD]
+  ops::LinearWeight q, k, v, o;           // [NH*HD, Hin], [NKV*HD, Hin] x2, [H, NH*HD]
   Tensor q_bias, k_bias, v_bias, o_bias;  // optional
   Tensor q_norm, k_norm;                  // optional [HD]
 };
 
 struct MlpWeights {
-  Tensor gate, up, down;  // [I, H], [I, H], [H, I]
+  ops::LinearWeight gate, up, down;  // [I, H], [I, H], [H, I]
 };
 
 // One Llama-style decoder layer: x += o(attn(norm1(x))); x += mlp(norm2(x)).

@@ -13,11 +13,13 @@ namespace {
 
 std::atomic<CpuBf16Kernel> g_kernel{CpuBf16Kernel::kAuto};
 
-// vdpbf16ps where the CPU has AVX512-BF16, else widening + FMA on AVX-512, else the portable
-// path. (On a Xeon with AMX, where vdpbf16ps issues at a quarter of the FMA rate, the two
-// AVX-512 kernels still measured within 5% of each other from 1 to 16 rows, vdpbf16ps ahead
-// for 1 to 3: kernels_bench's policy-shapes table, docs/benchmarks.md.)
+// AMX tiles where the CPU has them (with weights in panels, ops::prepare_linear, one decode row
+// runs as fast as vdpbf16ps and 5 to 16 rows 1.2-3.4x faster; prefill 6-7x), else vdpbf16ps
+// where the CPU has AVX512-BF16, else widening + FMA on AVX-512, else the portable path
+// (kernels_bench's policy-shapes table, docs/benchmarks.md).
 CpuBf16Kernel resolve_auto() {
+  if (cpu::cpu_has_amx_bf16())
+    return CpuBf16Kernel::kAmx;
   if (cpu::cpu_has_avx512_bf16())
     return CpuBf16Kernel::kDot;
   return cpu::cpu_has_avx512() ? CpuBf16Kernel::kFma : CpuBf16Kernel::kPortable;

@@ -1,6 +1,7 @@
 #include "kernels/ops/gemm.h"
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::ops {
 namespace {
@@ -52,6 +53,26 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
     check_dtype("linear", "bias", *bias, {DType::F32, w.dtype()});
   }
   UPD_DISPATCH(x.device(), linear, x, w, bias, y);
+}
+
+LinearWeight prepare_linear(Tensor w) {
+  LinearWeight lw{std::move(w), {}};
+  if (lw.w.defined() && lw.w.is_cpu() && lw.w.dim() == 2 && cpu_bf16_kernel() == CpuBf16Kernel::kAmx)
+    lw.panels = cpu::pack_linear_panels(lw.w);
+  return lw;
+}
+
+void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y) {
+  if (w.panels.defined() && x.is_cpu()) {
+    check_gemm("linear", x, false, w.w, true, y, 0);
+    if (bias != nullptr) {
+      check_shape("linear", "bias", *bias, {w.w.size(0)});
+      check_dtype("linear", "bias", *bias, {DType::F32, w.w.dtype()});
+    }
+    if (cpu::linear_panels(x, w.panels, w.w.size(0), bias, y))
+      return;
+  }
+  linear(x, w.w, bias, y);
 }
 
 }  // namespace updraft::ops

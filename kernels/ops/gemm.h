@@ -21,10 +21,11 @@
 // alias a or b. beta != 0 reads c.
 //
 // CPU bf16 kernel: one per process, since a row's last bits depend on the kernel. kAuto (the
-// default) resolves at the first bf16 linear(): kDot (vdpbf16ps) with AVX512-BF16, else kFma
-// (weights widened in registers, f32 FMAs) with AVX-512, else kPortable. kAmx (AMX-BF16 tiles;
-// K not a multiple of 32 runs kFma) is opt-in: far faster for many rows (prefill, large
-// batches), slower for one.
+// default) resolves at the first bf16 linear(): kAmx (AMX-BF16 tiles; K not a multiple of 32
+// runs kFma) where the CPU and the OS grant it, else kDot (vdpbf16ps) with AVX512-BF16, else
+// kFma (weights widened in registers, f32 FMAs) with AVX-512, else kPortable. AMX needs its
+// weights in panels (prepare_linear) for one row to run as fast as kDot; it is far faster for
+// several rows (verification, batches, prefill).
 // set_cpu_bf16_kernel (CheckFailure if the CPU lacks the kernel) belongs before the first
 // forward pass: switching mid-run changes the last bits of later rows against earlier ones
 // (benchmarks switch between runs to compare kernels side by side).
@@ -42,6 +43,22 @@ void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
                   float beta = 0.f);
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
+
+// A linear layer's weight prepared for the process's CPU bf16 kernel: the policy's and the
+// drafter's serving weights. Where the kernel is AMX, prepare_linear adds a copy of a bf16 CPU
+// weight [N, K] (K a multiple of 32) laid out in tile panels, which one decode row streams near
+// the cache bandwidth where row-major tile loads do not (kernels/README.md); it costs a second
+// copy of the weight's bytes. linear() reads the panels while the process's kernel is AMX and
+// the row-major weight otherwise; both give the same bits (the same values through the same
+// instructions in the same order), so packing changes only speed. The panels do not follow later
+// writes into w: prepare weights that are not written in place (serving weights are replaced
+// whole), or prepare them again after a write.
+struct LinearWeight {
+  Tensor w;       // [N, K], the Hugging Face layout
+  Tensor panels;  // undefined, or w's values in AMX tile panels
+};
+LinearWeight prepare_linear(Tensor w);
+void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y);
 
 enum class CpuBf16Kernel { kAuto, kPortable, kFma, kDot, kAmx };
 void set_cpu_bf16_kernel(CpuBf16Kernel k);

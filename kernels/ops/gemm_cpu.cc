@@ -147,23 +147,27 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const uint16_t* w, 
   });
 }
 
-// bf16 weights with K a multiple of 32 on a CPU with AMX-BF16: x packed into tiles once, then
-// each thread streams a contiguous run of 16-row weight blocks once for every token chunk.
-void linear_amx(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp) {
-  const int64_t chunks = (T + 15) / 16, chunk_elems = amx_packed_elems(16, K);
-  thread_local std::vector<uint16_t> buf;  // the caller's; the workers below see it through xb
-  buf.resize(static_cast<size_t>(amx_packed_elems(T, K)));
-  uint16_t* const xb = buf.data();
-#pragma omp parallel for schedule(static) if (chunks > 1 && T * K > (1 << 15))
-  for (int64_t c = 0; c < chunks; ++c)
-    pack_rows_amx(xp + c * 16 * K, std::min<int64_t>(16, T - c * 16), K, xb + c * chunk_elems);
+// bf16 weights with K a multiple of 32 on a CPU with AMX-BF16: each thread packs x into tiles
+// itself (reading the packed tiles another core just wrote cost more than packing them twice:
+// their loads sit on every step's critical path), then streams a contiguous run of 16-row weight
+// blocks once for every token chunk, from the row-major weights w or, when given, their panels
+// (the same bits either way).
+void linear_amx(const float* xp, int64_t T, int64_t K, const uint16_t* w, const uint16_t* panels, int64_t N,
+                float* yp) {
   const int64_t blocks = (N + 15) / 16;
 #pragma omp parallel if (N * K > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t n0 = blocks * id / nt * 16, n1 = std::min(N, blocks * (id + 1) / nt * 16);
-    if (n0 < n1)
-      gemv_rows_amx(xb, T, K, w, n0, n1, yp, N);
+    const int64_t b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
+    thread_local std::vector<uint16_t> xb;
+    if (b0 < b1) {
+      xb.resize(static_cast<size_t>(amx_packed_elems(T, K)));
+      pack_rows_amx(xp, T, K, xb.data());
+    }
+    if (b0 < b1 && panels != nullptr)
+      gemv_panels_amx(xb.data(), T, K, panels, N, b0, b1, yp, N);
+    else if (b0 < b1)
+      gemv_rows_amx(xb.data(), T, K, w, b0 * 16, std::min(N, b1 * 16), yp, N);
   }
 }
 
@@ -181,7 +185,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
     const auto* wp = static_cast<const uint16_t*>(w.raw());
     const CpuBf16Kernel kernel = cpu_bf16_kernel();
     if (kernel == CpuBf16Kernel::kAmx && K % 32 == 0) {
-      linear_amx(xp, T, K, wp, N, yp);
+      linear_amx(xp, T, K, wp, nullptr, N, yp);
     } else if (kernel == CpuBf16Kernel::kFma || kernel == CpuBf16Kernel::kAmx) {
       thread_local std::vector<float, AlignedAllocator<float>> buf;
       linear_bf16_gemv(xp, T, K, wp, N, yp, split_rows_bf16fma, gemv_rows_bf16fma, buf);
@@ -208,6 +212,26 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
     sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   }
   add_bias(bias, T, N, yp);
+}
+
+bool linear_panels(const Tensor& x, const Tensor& panels, int64_t N, const Tensor* bias, Tensor& y) {
+  const int64_t T = x.size(0), K = x.size(1);
+  if (cpu_bf16_kernel() != CpuBf16Kernel::kAmx || K % 32 != 0)
+    return false;
+  if (T > 0 && N > 0) {
+    linear_amx(x.data<float>(), T, K, nullptr, panels.data<uint16_t>(), N, y.data<float>());
+    add_bias(bias, T, N, y.data<float>());
+  }
+  return true;
+}
+
+Tensor pack_linear_panels(const Tensor& w) {
+  const int64_t N = w.size(0), K = w.size(1);
+  if (w.dtype() != DType::BF16 || K % 32 != 0 || !cpu_has_amx_bf16())
+    return {};
+  Tensor panels = Tensor::empty({amx_panel_elems(N, K)}, DType::BF16);
+  pack_panels_amx(w.data<uint16_t>(), N, K, panels.data<uint16_t>());
+  return panels;
 }
 
 }  // namespace updraft::ops::cpu

@@ -3,17 +3,17 @@
 // x 16 token rows, packed once per call in the VNNI pair layout), and each TDPBF16PS adds a
 // 16 x 16 block of y^T. A TDPBF16PS costs the same whether 1 or 16 token columns are live, so
 // verifying up to 16 rows streams each weight once at the cost of a decode step, with no
-// weight repacking and no horizontal sums. Token rows beyond T are zero columns of the B tile;
+// weight repacking and no horizontal sums. Token columns of the B tile beyond T are never read back;
 // a column's sums depend only on its own activations, so every row of y is computed by the same
 // instructions in the same order whatever T is.
 // Compiled with -mamx-tile -mamx-bf16 -mavx512bf16; only called when cpu_has_amx_bf16().
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cpuid.h>
 #include <cstring>
 #include <vector>
 
@@ -22,12 +22,12 @@
 namespace updraft::ops::cpu {
 namespace {
 
-constexpr int kTile = 16;                         // rows of every tile; B and C columns
+constexpr int kTile = 16;                          // rows of every tile; B and C columns
 constexpr int64_t kStepElems = kTile * 2 * kTile;  // bf16 values in one packed B tile (1 KiB)
-constexpr int64_t kPrefetchSteps = 4;
 
 // ldtilecfg's 64-byte operand: palette 1, tiles 0-3 accumulate (C), 4 holds x (B), 5-7 the
-// weights (A); every tile 16 rows of 64 bytes.
+// weights (A); every tile 16 rows, A tiles 64 bytes wide, B and C tiles 4 bytes per token
+// column (pack_rows_amx's width: a decode row loads one cache line of x per step, not 16).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -36,17 +36,25 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure_tiles() {
-  thread_local bool configured = false;
-  if (configured)
+// The token columns of every B and C tile for T rows: T up to 16, else 16.
+int64_t tile_cols(int64_t T) {
+  return std::min<int64_t>(T, kTile);
+}
+
+void configure_tiles(int64_t cols) {
+  thread_local int64_t configured = 0;
+  if (configured == cols)
     return;
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
+    cfg.colsb[i] = static_cast<uint16_t>(i < 5 ? 4 * cols : 64);
     cfg.rows[i] = kTile;
   }
+  // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
+  // were dropped as dead and ldtilecfg faulted on garbage. The barrier makes them happen.
+  asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
-  configured = true;
+  configured = cols;
 }
 
 bool os_grants_amx() {
@@ -69,16 +77,16 @@ void scatter_block(const float* tmp, float* y, int64_t ldy, int64_t n, int64_t r
       y[(t0 + t) * ldy + n + m] = tmp[m * kTile + t];
 }
 
-#define UPD_STORE_BLOCK(C, n, rows)                 \
-  do {                                              \
-    _tile_stored(C, tmp, 64);                       \
-    scatter_block(tmp, y, ldy, n, rows, t0, cols);  \
+#define UPD_STORE_BLOCK(C, n, rows)                \
+  do {                                             \
+    _tile_stored(C, tmp, 64);                      \
+    scatter_block(tmp, y, ldy, n, rows, t0, cols); \
   } while (0)
 
 // Where a matrix's A tiles are: block b (weight rows 16b ..), step s (k = 32s ..) starts at
 // base + (b - first_block) * block + s * step, its 16 rows row_bytes apart: for row-major
-// [N, K], block 16K, step 32, row_bytes 2K. (A tile-packed copy, every tile one contiguous
-// KiB, measured only 7% faster on the built-in policy, not worth a second copy of the weights.)
+// [N, K], block 16K, step 32, row_bytes 2K; for panels (pack_panels_amx) of nb blocks, block
+// 512, step 512 nb, row_bytes 64.
 // first_block: the block index of base (a padded copy of a matrix's last rows starts there).
 struct TileSource {
   const uint16_t* base;
@@ -86,25 +94,24 @@ struct TileSource {
 };
 
 // NB blocks of 16 weight rows (the panel starting at block b0) against token chunk `chunk` of
-// xp, accumulated in C tiles 0..NB-1; A tiles rotate through 5, 6, 7.
+// xp (`width` columns as packed, the first `cols` of them live), accumulated in C tiles
+// 0..NB-1; A tiles rotate through 5, 6, 7.
 template <int NB>
-void blocks(const uint16_t* xp, int64_t chunk, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
-            int64_t rows_in_last, int64_t t0, int64_t cols) {
-  const int64_t steps = K / 32;
+void blocks(const uint16_t* xp, int64_t chunk, int64_t width, int64_t K, const TileSource& w, int64_t b0, float* y,
+            int64_t ldy, int64_t rows_in_last, int64_t t0, int64_t cols) {
+  const int64_t steps = K / 32, x_step = 2 * kTile * width;
   const uint16_t* xs = xp + chunk * steps * kStepElems;
   const uint16_t* a0 = w.base + (b0 - w.first_block) * w.block;
-  // The next panel (contiguous after this one in either layout), a slice per step, into L2.
-  const char* pf = reinterpret_cast<const char*>(a0 + NB * w.block);
   _tile_zero(0);
-  if constexpr (NB > 1) _tile_zero(1);
-  if constexpr (NB > 2) _tile_zero(2);
-  if constexpr (NB > 3) _tile_zero(3);
+  if constexpr (NB > 1)
+    _tile_zero(1);
+  if constexpr (NB > 2)
+    _tile_zero(2);
+  if constexpr (NB > 3)
+    _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-#pragma GCC unroll 16
-    for (int r = 0; r < kTile * NB; ++r)
-      _mm_prefetch(pf + (s * kTile * NB + r) * 64, _MM_HINT_T1);
     const uint16_t* a = a0 + s * w.step;
-    _tile_loadd(4, xs + s * kStepElems, 64);
+    _tile_loadd(4, xs + s * x_step, 4 * width);
     _tile_loadd(5, a, w.row_bytes);
     _tile_dpbf16ps(0, 5, 4);
     if constexpr (NB > 1) {
@@ -124,9 +131,12 @@ void blocks(const uint16_t* xp, int64_t chunk, int64_t K, const TileSource& w, i
   const auto rows = [&](int b) { return b == NB - 1 ? rows_in_last : int64_t{kTile}; };
   alignas(64) float tmp[kTile * kTile];
   UPD_STORE_BLOCK(0, n, rows(0));
-  if constexpr (NB > 1) UPD_STORE_BLOCK(1, n + 16, rows(1));
-  if constexpr (NB > 2) UPD_STORE_BLOCK(2, n + 32, rows(2));
-  if constexpr (NB > 3) UPD_STORE_BLOCK(3, n + 48, rows(3));
+  if constexpr (NB > 1)
+    UPD_STORE_BLOCK(1, n + 16, rows(1));
+  if constexpr (NB > 2)
+    UPD_STORE_BLOCK(2, n + 32, rows(2));
+  if constexpr (NB > 3)
+    UPD_STORE_BLOCK(3, n + 48, rows(3));
 }
 
 // Every token chunk against the panel (kept in L1/L2 across the chunks).
@@ -134,7 +144,7 @@ template <int NB>
 void panel(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
            int64_t rows_in_last) {
   for (int64_t c = 0; c * kTile < T; ++c)
-    blocks<NB>(xp, c, K, w, b0, y, ldy, rows_in_last, c * kTile, std::min<int64_t>(kTile, T - c * kTile));
+    blocks<NB>(xp, c, tile_cols(T), K, w, b0, y, ldy, rows_in_last, c * kTile, std::min<int64_t>(kTile, T - c * kTile));
 }
 
 // Blocks [b_begin, b_end) in panels of 4; the last block holds rows_in_last rows.
@@ -144,10 +154,17 @@ void panels(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64
   for (; b + 4 <= b_end; b += 4)
     panel<4>(xp, T, K, w, b, y, ldy, b + 4 == b_end ? rows_in_last : kTile);
   switch (b_end - b) {
-    case 3: panel<3>(xp, T, K, w, b, y, ldy, rows_in_last); break;
-    case 2: panel<2>(xp, T, K, w, b, y, ldy, rows_in_last); break;
-    case 1: panel<1>(xp, T, K, w, b, y, ldy, rows_in_last); break;
-    default: break;
+    case 3:
+      panel<3>(xp, T, K, w, b, y, ldy, rows_in_last);
+      break;
+    case 2:
+      panel<2>(xp, T, K, w, b, y, ldy, rows_in_last);
+      break;
+    case 1:
+      panel<1>(xp, T, K, w, b, y, ldy, rows_in_last);
+      break;
+    default:
+      break;
   }
 }
 
@@ -158,26 +175,28 @@ bool cpu_has_amx_bf16() {
   return granted;
 }
 
-void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp) {
-  const int64_t steps = K / 32, chunks = (T + kTile - 1) / kTile;
-  std::memset(xp, 0, static_cast<size_t>(chunks * steps * kStepElems) * sizeof(uint16_t));
+void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t_begin, int64_t t_end) {
+  const int64_t steps = K / 32, width = tile_cols(T);
   auto* dst = reinterpret_cast<uint32_t*>(xp);  // one bf16 pair (k, k + 1) per 32 bits
-  for (int64_t t = 0; t < T; ++t) {
+  // Pair r of a step goes to its row r of the B tile, `width` pairs apart.
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(static_cast<int>(width)));
+  for (int64_t t = t_begin; t < (t_end < 0 ? T : t_end); ++t) {
     const float* src = x + t * K;
     uint32_t* base = dst + (t / kTile) * steps * (kStepElems / 2) + t % kTile;
     for (int64_t s = 0; s < steps; ++s) {
-      alignas(64) uint32_t pairs[kTile];
       const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + s * 32 + 16), _mm512_loadu_ps(src + s * 32));
-      _mm512_store_si512(pairs, (__m512i)v);
-      for (int r = 0; r < kTile; ++r)
-        base[s * (kStepElems / 2) + r * kTile] = pairs[r];
+      if (width == 1)
+        _mm512_storeu_si512(base + s * kTile, (__m512i)v);  // one column: the pairs are contiguous
+      else
+        _mm512_i32scatter_epi32(base + s * kTile * width, rows, (__m512i)v, 4);
     }
   }
 }
 
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy) {
-  configure_tiles();
+  configure_tiles(tile_cols(T));
   const TileSource src{w, kTile * K, 32, 2 * K};
   const int64_t full_end = n_begin + (n_end - n_begin) / kTile * kTile;
   panels(xp, T, K, src, n_begin / kTile, full_end / kTile, y, ldy, kTile);
@@ -193,10 +212,53 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
   }
 }
 
+void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
+  const int64_t blocks = (N + kTile - 1) / kTile, steps = K / 32;
+  for (int64_t p = 0; p < blocks; p += 4) {
+    const int64_t nb = std::min<int64_t>(4, blocks - p);
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t j = 0; j < nb; ++j)
+        for (int64_t r = 0; r < kTile; ++r) {
+          uint16_t* dst = out + p * kTile * K + (s * nb + j) * 512 + r * 32;
+          const int64_t n = (p + j) * kTile + r;
+          if (n < N)
+            std::memcpy(dst, w + n * K + s * 32, 64);
+          else
+            std::memset(dst, 0, 64);
+        }
+  }
+}
+
+void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
+                     int64_t b_end, float* y, int64_t ldy) {
+  configure_tiles(tile_cols(T));
+  const int64_t blocks = (N + kTile - 1) / kTile, last_rows = N - (blocks - 1) * kTile;
+  for (int64_t b = b_begin; b < b_end;) {
+    const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
+    const TileSource src{panels + p * kTile * K + (b - p) * 512, 512, nb * 512, 64, b};
+    const int64_t rows = e == blocks ? last_rows : kTile;
+    switch (e - b) {
+      case 4:
+        panel<4>(xp, T, K, src, b, y, ldy, rows);
+        break;
+      case 3:
+        panel<3>(xp, T, K, src, b, y, ldy, rows);
+        break;
+      case 2:
+        panel<2>(xp, T, K, src, b, y, ldy, rows);
+        break;
+      default:
+        panel<1>(xp, T, K, src, b, y, ldy, rows);
+        break;
+    }
+    b = e;
+  }
+}
+
 double probe_amx_rate() {
   // Four independent accumulators over the same operands (zeros: the rate does not depend on
   // the values); the best of 3.
-  configure_tiles();
+  configure_tiles(kTile);
   constexpr long kIters = 20000;
   double best = 0;
   _tile_zero(4);
@@ -209,8 +271,7 @@ double probe_amx_rate() {
       _tile_dpbf16ps(2, 5, 4);
       _tile_dpbf16ps(3, 5, 4);
     }
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
     best = std::max(best, 4.0 * kIters / dt);
   }
   return best;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/core/dtype.h"
+#include "kernels/core/tensor.h"
 
 namespace updraft::ops::cpu {
 
@@ -44,7 +45,10 @@ void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const 
 
 // AMX-BF16 tiles (TDPBF16PS), for bf16 weights with K a multiple of 32. x is packed once per
 // call by pack_rows_amx into amx_packed_elems(T, K) bf16 values (token rows in chunks of 16,
-// rounded to bf16 as round_rows_bf16 rounds them, zeros beyond T). gemv_rows_amx writes
+// each chunk min(T, 16) columns wide, rounded to bf16 as round_rows_bf16 rounds them; the
+// columns of a last chunk beyond T are left as they were: they only reach columns of y that are
+// never written back); [t_begin, t_end) packs those rows of the T (t_end -1: to T), so that
+// chunks can be packed in parallel. gemv_rows_amx writes
 // y[t * ldy + n] for every t < T and n in [n_begin, n_end); n_begin is a multiple of 16 and
 // n_end is too unless it is the matrix's last row (a short last block is read through a
 // zero-padded copy, never past the weights). Each row of y is computed by the same instructions
@@ -54,9 +58,29 @@ bool cpu_has_amx_bf16();
 constexpr int64_t amx_packed_elems(int64_t T, int64_t K) {
   return (T + 15) / 16 * (K / 32) * 512;
 }
-void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp);
+void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t_begin = 0, int64_t t_end = -1);
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy);
+// The same products from the weights laid out in panels: pack_panels_amx writes w [N, K] (K a
+// multiple of 32) as amx_panel_elems(N, K) values, blocks of 16 rows (the last zero-padded)
+// grouped four to a panel, a panel's tiles step-major (step s of its blocks j = 0.. one after
+// another, each tile 16 rows x 32 k contiguous), so every thread streams one contiguous run.
+// gemv_panels_amx computes blocks [b_begin, b_end) of y (rows 16b.., those below N) exactly as
+// gemv_rows_amx computes them: the same tile instructions on the same values in the same order.
+constexpr int64_t amx_panel_elems(int64_t N, int64_t K) {
+  return (N + 15) / 16 * 16 * K;
+}
+void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
+void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
+                     int64_t b_end, float* y, int64_t ldy);
+
+// ops::LinearWeight's CPU side. pack_linear_panels: w's panels (pack_panels_amx) as a bf16
+// tensor, or an undefined tensor where w is not bf16, K is not a multiple of 32 or the CPU lacks
+// AMX. linear_panels: y = x w^T (+ bias) from the panels of a weight with N rows when the
+// process's kernel is AMX and K is a multiple of 32 (true), else nothing (false). Shapes are the
+// caller's to check.
+Tensor pack_linear_panels(const Tensor& w);
+bool linear_panels(const Tensor& x, const Tensor& panels, int64_t N, const Tensor* bias, Tensor& y);
 
 // Issue rates of the bf16 kernels' inner instructions on this core, per second (register-resident
 // chains; a few hundred microseconds each): the benchmarks' compute bounds.
