@@ -8,8 +8,7 @@
 namespace updraft::ops::cpu {
 
 // Built for AVX-512 and baseline x86-64, chosen at load time (as paged_attention).
-__attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor& gate, const Tensor& up,
-                                                                 Tensor& out) {
+__attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.numel();
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
@@ -25,13 +24,19 @@ __attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor&
   }
 }
 
-void add(const Tensor& a, const Tensor& b, Tensor& out) {
+__attribute__((target_clones("avx512f", "default"))) void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const int64_t n = a.numel();
   const float* ap = a.data<float>();
   const float* bp = b.data<float>();
   float* o = out.data<float>();
+  // 16 at a time (the residual adds of a forward: a scalar loop was 3-6 us for 16 rows of 448).
+  const int64_t chunks = n / 16;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const v16f ov = load16(ap + c * 16) + load16(bp + c * 16);
+    std::memcpy(o + c * 16, &ov, sizeof ov);
+  }
+  for (int64_t i = chunks * 16; i < n; ++i)
     o[i] = ap[i] + bp[i];
 }
 

@@ -1,25 +1,58 @@
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
 
-void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+// The sum of squares in 16 lanes (element i into lane i mod 16), then the lanes added in one
+// fixed tree: a row's result does not depend on the rows beside it. (A single running sum was a
+// chain of H dependent adds: 0.7 us a row of 448, a tenth of a 5-row verification's forward.)
+// Built for AVX-512 and baseline x86-64, chosen at load time (as paged_attention).
+__attribute__((target_clones("avx512f", "default"))) void rms_norm(const Tensor& x, const Tensor& w, float eps,
+                                                                   Tensor& out) {
   const int64_t R = x.size(0), H = x.size(1);
-  const Tensor wf = w.dtype() == DType::F32 ? w : w.to_dtype(DType::F32);
-  const float* wp = wf.data<float>();
+  // 16-bit weights widened once per call into the caller's buffer (no allocation per call).
+  thread_local std::vector<float> widened;
+  const float* wp = w.dtype() == DType::F32 ? w.data<float>() : nullptr;
+  if (wp == nullptr) {
+    widened.resize(static_cast<size_t>(H));
+    const auto* h = w.data<uint16_t>();
+    for (int64_t i = 0; i < H; ++i)
+      widened[i] = w.dtype() == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+    wp = widened.data();
+  }
   const float* xp = x.data<float>();
   float* op = out.data<float>();
-#pragma omp parallel for schedule(static) if (R * H > (1 << 14))
+#pragma omp parallel for schedule(static) if (R * H > (1 << 16))
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = xp + r * H;
     float* orow = op + r * H;
-    float ss = 0.f;
-    for (int64_t i = 0; i < H; ++i)
-      ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + eps);
-    for (int64_t i = 0; i < H; ++i)
-      orow[i] = xr[i] * inv * wp[i];
+    v16f acc{};
+    int64_t i = 0;
+    for (; i + 16 <= H; i += 16) {
+      const v16f v = load16(xr + i);
+      acc += v * v;
+    }
+    if (i < H) {
+      const v16f v = load16_partial(xr + i, H - i, 0.f);
+      acc += v * v;
+    }
+    float lanes[16];
+    std::memcpy(lanes, &acc, sizeof lanes);
+    for (int width = 8; width >= 1; width /= 2)
+      for (int l = 0; l < width; ++l)
+        lanes[l] += lanes[l + width];
+    const float inv = 1.0f / std::sqrt(lanes[0] / static_cast<float>(H) + eps);
+    int64_t j = 0;
+    for (; j + 16 <= H; j += 16) {
+      const v16f o = load16(xr + j) * inv * load16(wp + j);
+      std::memcpy(orow + j, &o, sizeof o);
+    }
+    for (; j < H; ++j)
+      orow[j] = xr[j] * inv * wp[j];
   }
 }
 
