@@ -63,16 +63,30 @@ LinearWeight prepare_linear(Tensor w) {
 }
 
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y) {
-  if (w.panels.defined() && x.is_cpu()) {
-    check_gemm("linear", x, false, w.w, true, y, 0);
-    if (bias != nullptr) {
-      check_shape("linear", "bias", *bias, {w.w.size(0)});
-      check_dtype("linear", "bias", *bias, {DType::F32, w.w.dtype()});
+  linear_shared_input(x, {{&w, bias, y}});
+}
+
+void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
+  bool panels = x.is_cpu();
+  for (const LinearProduct& p : products) {
+    panels = panels && p.w->panels.defined();
+    if (p.w->panels.defined() && x.is_cpu()) {  // linear() checks the others below
+      check_gemm("linear", x, false, p.w->w, true, p.y, 0);
+      if (p.bias != nullptr) {
+        check_shape("linear", "bias", *p.bias, {p.w->w.size(0)});
+        check_dtype("linear", "bias", *p.bias, {DType::F32, p.w->w.dtype()});
+      }
     }
-    if (cpu::linear_panels(x, w.panels, w.w.size(0), bias, y))
+  }
+  if (panels) {
+    std::vector<cpu::PanelProduct> cp;
+    for (LinearProduct& p : products)
+      cp.push_back({&p.w->panels, p.w->w.size(0), p.bias, &p.y});
+    if (cpu::linear_panels(x, cp))
       return;
   }
-  linear(x, w.w, bias, y);
+  for (const LinearProduct& p : products)
+    linear(x, p.w->w, p.bias, p.y);
 }
 
 }  // namespace updraft::ops

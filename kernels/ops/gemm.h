@@ -32,6 +32,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "kernels/core/tensor.h"
 
@@ -59,6 +60,17 @@ struct LinearWeight {
 };
 LinearWeight prepare_linear(Tensor w);
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y);
+
+// Products of one input with several weights (q, k and v; gate and up): each y = x w^T (+ bias)
+// exactly as linear() computes it. Where every weight has panels and the kernel is AMX, they run
+// in one pass of the CPU's thread team that packs x once (a team's start and join cost a few
+// microseconds each, a twentieth of a small policy's decode step); otherwise one linear() each.
+struct LinearProduct {
+  const LinearWeight* w;
+  const Tensor* bias;  // nullptr: none
+  Tensor y;
+};
+void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products);
 
 enum class CpuBf16Kernel { kAuto, kPortable, kFma, kDot, kAmx };
 void set_cpu_bf16_kernel(CpuBf16Kernel k);

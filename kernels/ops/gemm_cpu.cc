@@ -23,8 +23,8 @@ struct AlignedAllocator {
   AlignedAllocator() = default;
   template <typename U>
   AlignedAllocator(const AlignedAllocator<U>&) {}  // NOLINT(google-explicit-constructor): rebinding
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
   bool operator==(const AlignedAllocator&) const { return true; }
 };
 
@@ -111,8 +111,8 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
   const int64_t tile = gemv_tile_rows(T);
   // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
   const int64_t per_thread = ((N + omp_get_max_threads() - 1) / omp_get_max_threads() + 7) / 8 * 8;
-  const int64_t block = std::max<int64_t>(
-      8, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8));
+  const int64_t block =
+      std::max<int64_t>(8, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8));
   const int64_t nblocks = (N + block - 1) / block;
 #pragma omp parallel if (N * K > (1 << 15))
   {
@@ -149,25 +149,41 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const uint16_t* w, 
 
 // bf16 weights with K a multiple of 32 on a CPU with AMX-BF16: each thread packs x into tiles
 // itself (reading the packed tiles another core just wrote cost more than packing them twice:
-// their loads sit on every step's critical path), then streams a contiguous run of 16-row weight
-// blocks once for every token chunk, from the row-major weights w or, when given, their panels
-// (the same bits either way).
-void linear_amx(const float* xp, int64_t T, int64_t K, const uint16_t* w, const uint16_t* panels, int64_t N,
-                float* yp) {
-  const int64_t blocks = (N + 15) / 16;
-#pragma omp parallel if (N * K > (1 << 15))
+// their loads sit on every step's critical path), then streams its share of each product's
+// 16-row weight blocks once for every token chunk, from the row-major weights or, when given,
+// their panels (the same bits either way). Several products of one x share the thread team and
+// the packing (a team's start and join cost a few microseconds: a twentieth of a decode step).
+struct AmxProduct {
+  const uint16_t* w;       // row-major [N, K], or nullptr with panels
+  const uint16_t* panels;  // nullptr: read w
+  int64_t N;
+  float* y;  // [T, N]
+};
+
+void linear_amx(const float* xp, int64_t T, int64_t K, const AmxProduct* products, size_t count) {
+  int64_t work = 0;
+  for (size_t i = 0; i < count; ++i)
+    work += products[i].N * K;
+#pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
     thread_local std::vector<uint16_t> xb;
-    if (b0 < b1) {
-      xb.resize(static_cast<size_t>(amx_packed_elems(T, K)));
-      pack_rows_amx(xp, T, K, xb.data());
+    bool packed = false;
+    for (size_t i = 0; i < count; ++i) {
+      const AmxProduct& p = products[i];
+      const int64_t blocks = (p.N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
+      if (b0 >= b1)
+        continue;
+      if (!packed) {
+        xb.resize(static_cast<size_t>(amx_packed_elems(T, K)));
+        pack_rows_amx(xp, T, K, xb.data());
+        packed = true;
+      }
+      if (p.panels != nullptr)
+        gemv_panels_amx(xb.data(), T, K, p.panels, p.N, b0, b1, p.y, p.N);
+      else
+        gemv_rows_amx(xb.data(), T, K, p.w, b0 * 16, std::min(p.N, b1 * 16), p.y, p.N);
     }
-    if (b0 < b1 && panels != nullptr)
-      gemv_panels_amx(xb.data(), T, K, panels, N, b0, b1, yp, N);
-    else if (b0 < b1)
-      gemv_rows_amx(xb.data(), T, K, w, b0 * 16, std::min(N, b1 * 16), yp, N);
   }
 }
 
@@ -185,7 +201,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
     const auto* wp = static_cast<const uint16_t*>(w.raw());
     const CpuBf16Kernel kernel = cpu_bf16_kernel();
     if (kernel == CpuBf16Kernel::kAmx && K % 32 == 0) {
-      linear_amx(xp, T, K, wp, nullptr, N, yp);
+      const AmxProduct product{wp, nullptr, N, yp};
+      linear_amx(xp, T, K, &product, 1);
     } else if (kernel == CpuBf16Kernel::kFma || kernel == CpuBf16Kernel::kAmx) {
       thread_local std::vector<float, AlignedAllocator<float>> buf;
       linear_bf16_gemv(xp, T, K, wp, N, yp, split_rows_bf16fma, gemv_rows_bf16fma, buf);
@@ -214,14 +231,16 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   add_bias(bias, T, N, yp);
 }
 
-bool linear_panels(const Tensor& x, const Tensor& panels, int64_t N, const Tensor* bias, Tensor& y) {
+bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products) {
   const int64_t T = x.size(0), K = x.size(1);
-  if (cpu_bf16_kernel() != CpuBf16Kernel::kAmx || K % 32 != 0)
-    return false;
-  if (T > 0 && N > 0) {
-    linear_amx(x.data<float>(), T, K, nullptr, panels.data<uint16_t>(), N, y.data<float>());
-    add_bias(bias, T, N, y.data<float>());
-  }
+  if (cpu_bf16_kernel() != CpuBf16Kernel::kAmx || K % 32 != 0 || T == 0)
+    return cpu_bf16_kernel() == CpuBf16Kernel::kAmx && K % 32 == 0;
+  std::vector<AmxProduct> amx;
+  for (const PanelProduct& p : products)
+    amx.push_back({nullptr, p.panels->data<uint16_t>(), p.N, p.y->data<float>()});
+  linear_amx(x.data<float>(), T, K, amx.data(), amx.size());
+  for (const PanelProduct& p : products)
+    add_bias(p.bias, T, p.N, p.y->data<float>());
   return true;
 }
 

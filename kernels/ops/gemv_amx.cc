@@ -72,15 +72,22 @@ bool os_grants_amx() {
 // A 16 x 16 f32 block of y^T (weight rows n.., token columns t0..), stored from a C tile into
 // tmp, into y. (The tile intrinsics take their tile numbers as literals, hence the macro below.)
 void scatter_block(const float* tmp, float* y, int64_t ldy, int64_t n, int64_t rows, int64_t t0, int64_t cols) {
+  const __m512i column = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
+  const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1u);
   for (int64_t t = 0; t < cols; ++t)
-    for (int64_t m = 0; m < rows; ++m)
-      y[(t0 + t) * ldy + n + m] = tmp[m * kTile + t];
+    _mm512_mask_storeu_ps(y + (t0 + t) * ldy + n, live, _mm512_i32gather_ps(column, tmp + t, 4));
 }
 
-#define UPD_STORE_BLOCK(C, n, rows)                \
-  do {                                             \
-    _tile_stored(C, tmp, 64);                      \
-    scatter_block(tmp, y, ldy, n, rows, t0, cols); \
+// One C tile's block into y: with one token column (decode) its 16 sums are 16 consecutive
+// floats of y, stored straight from the tile; otherwise through tmp, a gather per token row.
+#define UPD_STORE_BLOCK(C, n, rows)                  \
+  do {                                               \
+    if (width == 1 && (rows) == kTile) {             \
+      _tile_stored(C, y + t0 * ldy + (n), 4);        \
+    } else {                                         \
+      _tile_stored(C, tmp, 64);                      \
+      scatter_block(tmp, y, ldy, n, rows, t0, cols); \
+    }                                                \
   } while (0)
 
 // Where a matrix's A tiles are: block b (weight rows 16b ..), step s (k = 32s ..) starts at

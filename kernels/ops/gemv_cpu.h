@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/core/dtype.h"
 #include "kernels/core/tensor.h"
@@ -76,11 +77,17 @@ void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* p
 
 // ops::LinearWeight's CPU side. pack_linear_panels: w's panels (pack_panels_amx) as a bf16
 // tensor, or an undefined tensor where w is not bf16, K is not a multiple of 32 or the CPU lacks
-// AMX. linear_panels: y = x w^T (+ bias) from the panels of a weight with N rows when the
-// process's kernel is AMX and K is a multiple of 32 (true), else nothing (false). Shapes are the
-// caller's to check.
+// AMX. linear_panels: every y = x w^T (+ bias) from the panels of a weight with N rows, in one
+// pass of the thread team, when the process's kernel is AMX and K is a multiple of 32 (true),
+// else nothing (false). Shapes are the caller's to check.
+struct PanelProduct {
+  const Tensor* panels;
+  int64_t N;
+  const Tensor* bias;  // nullptr: none
+  Tensor* y;
+};
 Tensor pack_linear_panels(const Tensor& w);
-bool linear_panels(const Tensor& x, const Tensor& panels, int64_t N, const Tensor* bias, Tensor& y);
+bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products);
 
 // Issue rates of the bf16 kernels' inner instructions on this core, per second (register-resident
 // chains; a few hundred microseconds each): the benchmarks' compute bounds.

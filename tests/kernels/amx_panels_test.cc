@@ -90,6 +90,44 @@ TEST(AmxPanels, LinearReadsThePanelsOnlyOnTheAmxKernel) {
   }
 }
 
+TEST(AmxPanels, ProductsSharingAnInputEqualSeparateProducts) {
+  // q, k, v-shaped products of one x (one with a bias) in one call against one linear() each,
+  // bitwise, on every kernel (one pass of the thread team only where all have panels: AMX).
+  KernelGuard guard;
+  const int64_t K = 448;
+  const std::vector<int64_t> Ns = {448, 224, 100};
+  for (ops::CpuBf16Kernel kernel :
+       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+    if (!ops::cpu_bf16_kernel_available(kernel))
+      continue;
+    ops::set_cpu_bf16_kernel(kernel);
+    std::vector<ops::LinearWeight> ws;
+    for (size_t i = 0; i < Ns.size(); ++i)
+      ws.push_back(
+          ops::prepare_linear(Tensor::from_f32(rand_vec(Ns[i] * K, 60 + i), {Ns[i], K}).to_dtype(DType::BF16)));
+    const Tensor bias = Tensor::from_f32(rand_vec(Ns[1], 70), {Ns[1]});
+    for (int64_t T : {1, 5, 20}) {
+      Tensor x = Tensor::from_f32(rand_vec(T * K, 80 + T), {T, K});
+      std::vector<Tensor> want, got;
+      std::vector<ops::LinearProduct> products;
+      for (size_t i = 0; i < Ns.size(); ++i) {
+        want.push_back(Tensor::empty({T, Ns[i]}, DType::F32));
+        got.push_back(Tensor::empty({T, Ns[i]}, DType::F32));
+        const Tensor* b = i == 1 ? &bias : nullptr;
+        ops::linear(x, ws[i].w, b, want.back());
+        products.push_back({&ws[i], b, got.back()});
+      }
+      ops::linear_shared_input(x, products);
+      for (size_t i = 0; i < Ns.size(); ++i) {
+        const auto a = want[i].to_f32_vector(), b = got[i].to_f32_vector();
+        for (size_t j = 0; j < a.size(); ++j)
+          ASSERT_TRUE(same_bits(a[j], b[j]))
+              << ops::cpu_bf16_kernel_name(kernel) << " T=" << T << " product " << i << " j=" << j;
+      }
+    }
+  }
+}
+
 TEST(AmxPanels, PackingIsSkippedWhereItCannotApply) {
   KernelGuard guard;
   if (!ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAmx))
