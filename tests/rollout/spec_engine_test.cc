@@ -43,19 +43,45 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecodingOnEveryCpuKernel) {
       prompt.push_back(static_cast<int32_t>((i * 7 + j * 3 + j * j) % cfg_.vocab_size));
     reqs.push_back(req(prompt, 0.f, 6 + (i * 11) % 23, 0));
   }
-  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot,
-                               ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel k :
+       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(k))
       continue;
     ops::set_cpu_bf16_kernel(k);
     const auto plain = run(reqs, 24, nullptr);
     for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
       for (int64_t batch : {1, 24})
-        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
-            run(reqs, batch, &s), plain,
-            std::string(ops::cpu_bf16_kernel_name(k)) + " batch " + std::to_string(batch) + ", top_k " +
-                std::to_string(s.top_k)));
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(run(reqs, batch, &s), plain,
+                                                                    std::string(ops::cpu_bf16_kernel_name(k)) +
+                                                                        " batch " + std::to_string(batch) + ", top_k " +
+                                                                        std::to_string(s.top_k)));
   }
+  ops::set_cpu_bf16_kernel(saved);
+}
+
+// With AMX every product of a policy and drafter whose widths are multiples of 32 reads its
+// weights from tile panels (ops::prepare_linear at build), and q/k/v and gate/up run in one pass
+// of the thread team: the identity holds there too.
+TEST_F(SpecEngine, GreedyIsTokenIdenticalWithEveryProductOnAmxPanels) {
+  if (!ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAmx))
+    GTEST_SKIP() << "this CPU (or kernel) offers no AMX-BF16";
+  const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
+  ops::set_cpu_bf16_kernel(ops::CpuBf16Kernel::kAmx);
+  cfg_.intermediate_size = 64;
+  cfg_.head_dim = 8;  // q and o: 4 x 8 = 32 wide
+  model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 23, DType::BF16));
+  draft_ = std::make_unique<DraftModel>(random_draft(testing_models::tiny_draft_config(cfg_, 12),
+                                                     spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 5,
+                                                     DType::BF16));
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 24; ++i)
+    reqs.push_back(req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 13, cfg_.vocab_size), 0.f, 6 + (i * 11) % 23, 0));
+  const auto plain = run(reqs, 24, nullptr);
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
+    for (int64_t batch : {1, 24})
+      ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
+          run(reqs, batch, &s), plain,
+          "amx panels, batch " + std::to_string(batch) + ", top_k " + std::to_string(s.top_k)));
   ops::set_cpu_bf16_kernel(saved);
 }
 
@@ -195,7 +221,8 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       ASSERT_EQ(static_cast<int64_t>(busy.size()), N);
       EXPECT_GT(e.stats().preemptions, 0) << "the cache should be small enough to preempt";
       const auto [ystat, ydf] = fit(busy);
-      EXPECT_LT(ystat, chi2_critical(ydf)) << "a busy engine's samples do not fit the policy (temperature " << temp << ")";
+      EXPECT_LT(ystat, chi2_critical(ydf))
+          << "a busy engine's samples do not fit the policy (temperature " << temp << ")";
     }
     const auto [pstat, pdf] = fit(sample(nullptr, AcceptRule::Exact, 2'000'000, nullptr));
     EXPECT_LT(pstat, chi2_critical(pdf)) << "plain samples do not fit: the reference distribution is wrong";
