@@ -154,25 +154,26 @@ void panel(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_
     blocks<NB>(xp, c, tile_cols(T), K, w, b0, y, ldy, rows_in_last, c * kTile, std::min<int64_t>(kTile, T - c * kTile));
 }
 
+// panel<nb> for nb = 1..4 blocks chosen at run time.
+void panel_of(int64_t nb, const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b0, float* y,
+              int64_t ldy, int64_t rows_in_last) {
+  switch (nb) {
+    case 4:
+      return panel<4>(xp, T, K, w, b0, y, ldy, rows_in_last);
+    case 3:
+      return panel<3>(xp, T, K, w, b0, y, ldy, rows_in_last);
+    case 2:
+      return panel<2>(xp, T, K, w, b0, y, ldy, rows_in_last);
+    default:
+      return panel<1>(xp, T, K, w, b0, y, ldy, rows_in_last);
+  }
+}
+
 // Blocks [b_begin, b_end) in panels of 4; the last block holds rows_in_last rows.
 void panels(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b_begin, int64_t b_end, float* y,
             int64_t ldy, int64_t rows_in_last) {
-  int64_t b = b_begin;
-  for (; b + 4 <= b_end; b += 4)
-    panel<4>(xp, T, K, w, b, y, ldy, b + 4 == b_end ? rows_in_last : kTile);
-  switch (b_end - b) {
-    case 3:
-      panel<3>(xp, T, K, w, b, y, ldy, rows_in_last);
-      break;
-    case 2:
-      panel<2>(xp, T, K, w, b, y, ldy, rows_in_last);
-      break;
-    case 1:
-      panel<1>(xp, T, K, w, b, y, ldy, rows_in_last);
-      break;
-    default:
-      break;
-  }
+  for (int64_t b = b_begin; b < b_end; b += 4)
+    panel_of(std::min<int64_t>(4, b_end - b), xp, T, K, w, b, y, ldy, b + 4 >= b_end ? rows_in_last : kTile);
 }
 
 }  // namespace
@@ -243,21 +244,7 @@ void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* p
   for (int64_t b = b_begin; b < b_end;) {
     const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
     const TileSource src{panels + p * kTile * K + (b - p) * 512, 512, nb * 512, 64, b};
-    const int64_t rows = e == blocks ? last_rows : kTile;
-    switch (e - b) {
-      case 4:
-        panel<4>(xp, T, K, src, b, y, ldy, rows);
-        break;
-      case 3:
-        panel<3>(xp, T, K, src, b, y, ldy, rows);
-        break;
-      case 2:
-        panel<2>(xp, T, K, src, b, y, ldy, rows);
-        break;
-      default:
-        panel<1>(xp, T, K, src, b, y, ldy, rows);
-        break;
-    }
+    panel_of(e - b, xp, T, K, src, b, y, ldy, e == blocks ? last_rows : kTile);
     b = e;
   }
 }
