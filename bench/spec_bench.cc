@@ -18,8 +18,9 @@
 //
 // usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
 //                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
-//                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5]
-// --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows.
+//                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5] [--anatomy-context 64]
+// --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
+// --anatomy-context sets the cached tokens its forwards attend to (64 by default).
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
 // --suffix-nodes K nodes (default 8) with candidates at --suffix-min-prob P or more (default 0.2),
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
   int reps = 0;                        // 0: 1 (random model) or 3 (--model)
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::vector<int64_t> anatomy_rows;
+  int64_t anatomy_context = 64;
   std::string draft_dir, model_dir;
   float temperature = 0;
   int64_t group = 0;
@@ -161,6 +163,8 @@ int main(int argc, char** argv) {
       draft_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--anatomy-rows") && i + 1 < argc)
       anatomy_rows = bench::parse_int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--anatomy-context") && i + 1 < argc)
+      anatomy_context = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
       ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
     else if (!std::strcmp(argv[i], "--group") && i + 1 < argc)
@@ -270,7 +274,7 @@ int main(int argc, char** argv) {
     std::vector<bench::AnatomySetting> rows;
     for (int64_t n : anatomy_rows)
       rows.push_back({std::to_string(n) + " rows", SpecSettings{n - 1, 1, n}, 0, 0, {}});
-    bench::print_round_anatomy(model, draft, rows, m, 64, quick ? 10 : 40);
+    bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     return 0;
   }
   // The roofline's bandwidth: reads over as many bytes as the weights (the cache's where they fit
@@ -316,7 +320,7 @@ int main(int argc, char** argv) {
         rows.push_back({settings[k].first, settings[k].second, st.tau(),
                         st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards});
       }
-      bench::print_round_anatomy(model, draft, rows, m, 64, quick ? 10 : 40);
+      bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     }
   }
   if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
