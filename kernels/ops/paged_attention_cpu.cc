@@ -149,19 +149,134 @@ template <int HDc>
   }
 }
 
+// The scores of m (<= 16) keys for one query: the same arithmetic as attend_item's (a key's
+// 16-lane partial sums, then lane_sums), so a score does not depend on which keys or queries are
+// computed beside it.
+template <int HDc>
+[[gnu::always_inline]] inline void score_chunk(const float* q, const float* const* krows, int64_t m, float scale,
+                                               float* dst) {
+  constexpr int J = (HDc + 15) / 16;
+  v16f qv[J];
+#pragma GCC unroll 8
+  for (int j = 0; j < J; ++j)
+    qv[j] = chunk<HDc>(q, j);
+  v16f part[16];
+  for (int l = 0; l < 16; ++l) {
+    part[l] = v16f{};
+    if (l < m)
+#pragma GCC unroll 8
+      for (int j = 0; j < J; ++j)
+        part[l] += qv[j] * chunk<HDc>(krows[l], j);
+  }
+  const v16f sums = lane_sums(part) * scale;
+  std::memcpy(dst, &sums, sizeof(float) * static_cast<size_t>(m));
+}
+
+// acc (J vectors in memory) += sc[n] * inv * v[n] for n < m, in key order.
+template <int HDc>
+[[gnu::always_inline]] inline void accumulate_values(float* acc_mem, const float* sc, float inv,
+                                                     const float* const* vrows, int64_t m) {
+  constexpr int J = (HDc + 15) / 16;
+  v16f acc[J];
+  std::memcpy(acc, acc_mem, sizeof(acc));
+  for (int64_t n = 0; n < m; ++n) {
+    const float p = sc[n] * inv;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; ++j)
+      acc[j] += p * chunk<HDc>(vrows[n], j);
+  }
+  std::memcpy(acc_mem, acc, sizeof(acc));
+}
+
+// Several query rows of one work item at once (its rows x the G heads of its kv head): the keys
+// every row sees (`ns` of them: the prefix, and for causal rows the first row's new keys) are
+// scored and weighed 16 at a time for all queries while those 16 are in L1, instead of each
+// query streaming all of them from L2; then each row's own keys (a tree row's ancestors, a
+// causal row's later keys) per query. Each query's scores, softmax and value sums are the same
+// operations in the same order as attend_item's over its keys, so its output is bitwise the same
+// whatever rows are computed with it. extra_k/extra_v[r]: row r's own key and value rows.
+template <int HDc>
+[[gnu::always_inline]] inline void attend_rows(const float* q, float* out, int64_t rows, int64_t G, int64_t row_stride,
+                                               const float* const* keys, const float* const* vals, int64_t ns,
+                                               const std::vector<const float*>* extra_k,
+                                               const std::vector<const float*>* extra_v, float scale,
+                                               std::vector<float>& scores, std::vector<float>& acc) {
+  constexpr int64_t JF = (HDc + 15) / 16 * 16;  // floats of a query's accumulators
+  const int64_t Q = rows * G;
+  int64_t ld = ns;
+  for (int64_t r = 0; r < rows; ++r)
+    ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
+  ld += 16;
+  scores.resize(static_cast<size_t>(Q * ld));
+  acc.assign(static_cast<size_t>(Q * JF), 0.f);
+  auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HDc; };
+  for (int64_t n0 = 0; n0 < ns; n0 += 16)
+    for (int64_t qi = 0; qi < Q; ++qi)
+      score_chunk<HDc>(query(qi), keys + n0, std::min<int64_t>(16, ns - n0), scale, scores.data() + qi * ld + n0);
+  std::vector<float> inv(static_cast<size_t>(Q));
+  for (int64_t qi = 0; qi < Q; ++qi) {
+    const std::vector<const float*>& ek = extra_k[qi / G];
+    const int64_t ne = static_cast<int64_t>(ek.size()), nk = ns + ne;
+    float* sc = scores.data() + qi * ld;
+    for (int64_t e0 = 0; e0 < ne; e0 += 16)
+      score_chunk<HDc>(query(qi), ek.data() + e0, std::min<int64_t>(16, ne - e0), scale, sc + ns + e0);
+    inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(sc, nk);
+  }
+  for (int64_t n0 = 0; n0 < ns; n0 += 16)
+    for (int64_t qi = 0; qi < Q; ++qi)
+      accumulate_values<HDc>(acc.data() + qi * JF, scores.data() + qi * ld + n0, inv[static_cast<size_t>(qi)],
+                             vals + n0, std::min<int64_t>(16, ns - n0));
+  for (int64_t qi = 0; qi < Q; ++qi) {
+    const std::vector<const float*>& ev = extra_v[qi / G];
+    accumulate_values<HDc>(acc.data() + qi * JF, scores.data() + qi * ld + ns, inv[static_cast<size_t>(qi)], ev.data(),
+                           static_cast<int64_t>(ev.size()));
+    std::memcpy(out + (qi / G) * row_stride + (qi % G) * HDc, acc.data() + qi * JF, sizeof(float) * HDc);
+  }
+}
+
 // attend_item at the head size's compiled specialisation (the generic loop for other sizes).
 [[gnu::always_inline]] inline void attend_dispatch(int64_t HD, const float* q, int64_t G, const float* const* krows,
                                                    const float* const* vrows, int64_t nk, float scale, float* scores,
                                                    float* out) {
   switch (HD) {
-    case 32: return attend_item<32>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 56: return attend_item<56>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 64: return attend_item<64>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 80: return attend_item<80>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 96: return attend_item<96>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 128: return attend_item<128>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    default: return attend_item<0>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 32:
+      return attend_item<32>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 56:
+      return attend_item<56>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 64:
+      return attend_item<64>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 80:
+      return attend_item<80>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 96:
+      return attend_item<96>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    case 128:
+      return attend_item<128>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
+    default:
+      return attend_item<0>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
   }
+}
+
+// attend_rows at the head size's specialisation; false for head sizes without one.
+[[gnu::always_inline]] inline bool rows_dispatch(int64_t HD, const float* q, float* out, int64_t rows, int64_t G,
+                                                 int64_t row_stride, const float* const* keys, const float* const* vals,
+                                                 int64_t ns, const std::vector<const float*>* ek,
+                                                 const std::vector<const float*>* ev, float scale,
+                                                 std::vector<float>& scores, std::vector<float>& acc) {
+#define UPD_ROWS(H)                                                                          \
+  case H:                                                                                    \
+    attend_rows<H>(q, out, rows, G, row_stride, keys, vals, ns, ek, ev, scale, scores, acc); \
+    return true;
+  switch (HD) {
+    UPD_ROWS(32)
+    UPD_ROWS(56)
+    UPD_ROWS(64)
+    UPD_ROWS(80)
+    UPD_ROWS(96)
+    UPD_ROWS(128)
+    default:
+      return false;
+  }
+#undef UPD_ROWS
 }
 
 }  // namespace
@@ -202,7 +317,8 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
   {
     // Per-thread buffers kept across calls (a forward calls this once per layer).
     thread_local std::vector<const float*> keys, vals, krows, vrows;
-    thread_local std::vector<float> scores;
+    thread_local std::vector<std::vector<const float*>> extra_k, extra_v;
+    thread_local std::vector<float> scores, acc;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
@@ -214,6 +330,26 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
         keys[j] = kp + row;
         vals[j] = vp + row;
       }
+      // Every row of the item sees the first ns keys (the prefix, and for causal rows those the
+      // item's first row sees); each row's own keys after them.
+      const int64_t ns = tm != nullptr ? prefix : std::min(S, prefix + (r0 - qs[b]) + 1);
+      extra_k.resize(static_cast<size_t>(rows));
+      extra_v.resize(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<const float*>& ek = extra_k[static_cast<size_t>(r)];
+        std::vector<const float*>& ev = extra_v[static_cast<size_t>(r)];
+        ek.clear();
+        ev.clear();
+        const int64_t i = r0 + r, end = tm != nullptr ? S : std::min(S, prefix + (i - qs[b]) + 1);
+        for (int64_t j = ns; j < end; ++j)
+          if (tm == nullptr || tm[i * tm_cols + (j - prefix)] != 0) {
+            ek.push_back(keys[static_cast<size_t>(j)]);
+            ev.push_back(vals[static_cast<size_t>(j)]);
+          }
+      }
+      if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, keys.data(),
+                        vals.data(), ns, extra_k.data(), extra_v.data(), scale, scores, acc))
+        continue;
       for (int64_t i = r0; i < r0 + rows; ++i) {
         const int64_t li = i - qs[b];
         const float* const* kr = keys.data();
@@ -232,7 +368,8 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
           nk = static_cast<int64_t>(krows.size());
         }
         scores.resize(static_cast<size_t>(G * nk + 16));
-        attend_dispatch(HD, qp + (i * NH + g * G) * HD, G, kr, vr, nk, scale, scores.data(), op + (i * NH + g * G) * HD);
+        attend_dispatch(HD, qp + (i * NH + g * G) * HD, G, kr, vr, nk, scale, scores.data(),
+                        op + (i * NH + g * G) * HD);
       }
     }
   }
