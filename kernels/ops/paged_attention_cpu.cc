@@ -53,7 +53,21 @@ template <int HD>
 // sc[i] = exp(sc[i] - max) for i < n (16 at a time); returns their sum (lane sums, then the
 // lanes in order: a fixed order for a given n).
 [[gnu::always_inline]] inline float softmax_numerators(float* sc, int64_t n) {
-  const float m = *std::max_element(sc, sc + n);
+  // The maximum 16 at a time (a scalar max is a chain of dependent compares: it took an eighth
+  // of a long context's attention); a maximum is exact, so the lanes' order does not matter.
+  v16f mv = -__builtin_inff() - v16f{};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const v16f x = load16(sc + k);
+    mv = x > mv ? x : mv;
+  }
+  if (k < n) {
+    const v16f x = load16_partial(sc + k, n - k, -__builtin_inff());
+    mv = x > mv ? x : mv;
+  }
+  float m = mv[0];
+  for (int l = 1; l < 16; ++l)
+    m = mv[l] > m ? mv[l] : m;
   v16f sum{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
