@@ -88,84 +88,43 @@ template <int HD>
   return total;
 }
 
-// One work item: the G query heads q[hh * HD ..] that share a kv head, over the nk visible key
-// and value rows, in key order. Each output row depends only on its own query and keys, never
-// on how many rows are computed together (decode and verification agree bitwise). With HD a
-// multiple of 16 known at compile time (HDc > 0), scores are computed 16 keys at a time and
-// the output accumulates in registers (a last partial chunk of 8 reads and writes only the
-// row's own floats); HDc == 0 is the generic loop for other head sizes.
-template <int HDc>
-[[gnu::always_inline]] inline void attend_item(const float* q, int64_t G, int64_t HDrt, const float* const* krows,
-                                               const float* const* vrows, int64_t nk, float scale, float* scores,
-                                               float* out, int64_t out_stride) {
-  const int64_t HD = HDc > 0 ? HDc : HDrt;
-  if constexpr (HDc > 0) {
-    constexpr int J = (HDc + 15) / 16;
+// The generic loop, for head sizes without a specialisation (attend_rows below): the G query
+// heads q[hh * HD ..] that share a kv head, over the nk visible key and value rows, in key order.
+// Each output row depends only on its own query and keys, never on how many rows are computed
+// together (decode and verification agree bitwise).
+[[gnu::always_inline]] inline void attend_generic(const float* q, int64_t G, int64_t HD, const float* const* krows,
+                                                  const float* const* vrows, int64_t nk, float scale, float* scores,
+                                                  float* out) {
+  for (int64_t n2 = 0; n2 < nk; ++n2) {
+    const float* kr = krows[n2];
     for (int64_t hh = 0; hh < G; ++hh) {
-      v16f qv[J];
-#pragma GCC unroll 8
-      for (int j = 0; j < J; ++j)
-        qv[j] = chunk<HDc>(q + hh * HD, j);
-      for (int64_t n0 = 0; n0 < nk; n0 += 16) {
-        v16f part[16];
-        for (int l = 0; l < 16; ++l) {
-          part[l] = v16f{};
-          if (n0 + l < nk)
-#pragma GCC unroll 8
-            for (int j = 0; j < J; ++j)
-              part[l] += qv[j] * chunk<HDc>(krows[n0 + l], j);
-        }
-        const v16f sums = lane_sums(part) * scale;
-        std::memcpy(scores + hh * nk + n0, &sums, sizeof(float) * std::min<int64_t>(16, nk - n0));
-      }
-    }
-  } else {
-    for (int64_t n2 = 0; n2 < nk; ++n2) {
-      const float* kr = krows[n2];
-      for (int64_t hh = 0; hh < G; ++hh) {
-        const float* qr = q + hh * HD;
-        float dot = 0.f;
+      const float* qr = q + hh * HD;
+      float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < HD; ++d)
-          dot += qr[d] * kr[d];
-        scores[hh * nk + n2] = dot * scale;
-      }
+      for (int64_t d = 0; d < HD; ++d)
+        dot += qr[d] * kr[d];
+      scores[hh * nk + n2] = dot * scale;
     }
   }
   for (int64_t hh = 0; hh < G; ++hh) {
     float* sc = scores + hh * nk;
-    float* orow = out + hh * out_stride;
-    if (nk == 0) {
-      std::memset(orow, 0, sizeof(float) * HD);
+    float* orow = out + hh * HD;
+    std::memset(orow, 0, sizeof(float) * HD);
+    if (nk == 0)
       continue;
-    }
     const float inv = 1.f / softmax_numerators(sc, nk);
-    if constexpr (HDc > 0) {
-      constexpr int J = (HDc + 15) / 16;
-      v16f acc[J] = {};
-      for (int64_t n2 = 0; n2 < nk; ++n2) {
-        const float p = sc[n2] * inv;
-#pragma GCC unroll 8
-        for (int j = 0; j < J; ++j)
-          acc[j] += p * chunk<HDc>(vrows[n2], j);
-      }
-      std::memcpy(orow, acc, sizeof(float) * HDc);
-    } else {
-      std::memset(orow, 0, sizeof(float) * HD);
-      for (int64_t n2 = 0; n2 < nk; ++n2) {
-        const float p = sc[n2] * inv;
-        const float* vr = vrows[n2];
+    for (int64_t n2 = 0; n2 < nk; ++n2) {
+      const float p = sc[n2] * inv;
+      const float* vr = vrows[n2];
 #pragma omp simd
-        for (int64_t d = 0; d < HD; ++d)
-          orow[d] += p * vr[d];
-      }
+      for (int64_t d = 0; d < HD; ++d)
+        orow[d] += p * vr[d];
     }
   }
 }
 
-// The scores of m (<= 16) keys for one query: the same arithmetic as attend_item's (a key's
-// 16-lane partial sums, then lane_sums), so a score does not depend on which keys or queries are
-// computed beside it.
+// The scores of m (<= 16) keys for one query, each from its own 16-lane partial sums and then
+// lane_sums, so a score does not depend on which keys or queries are computed beside it.
 template <int HDc>
 [[gnu::always_inline]] inline void score_chunk(const float* q, const float* const* krows, int64_t m, float scale,
                                                float* dst) {
@@ -212,8 +171,9 @@ template <int HDc>
 // scored and weighed 16 at a time for all queries while those 16 are in L1, instead of each
 // query streaming all of them from L2; then each row's own keys (a tree row's ancestors, a
 // causal row's later keys) per query. Each query's scores, softmax and value sums are the same
-// operations in the same order as attend_item's over its keys, so its output is bitwise the same
-// whatever rows are computed with it. extra_k/extra_v[r]: row r's own key and value rows.
+// operations in the same order as over its keys alone, so its output is bitwise the same
+// whatever rows are computed with it (a decode row is one such item of one row). extra_k/extra_v[r]: row r's own key
+// and value rows.
 template <int HDc>
 [[gnu::always_inline]] inline void attend_rows(const float* q, float* out, int64_t rows, int64_t G, int64_t row_stride,
                                                const float* const* keys, const float* const* vals, int64_t ns,
@@ -250,28 +210,6 @@ template <int HDc>
     accumulate_values<HDc>(acc.data() + qi * JF, scores.data() + qi * ld + ns, inv[static_cast<size_t>(qi)], ev.data(),
                            static_cast<int64_t>(ev.size()));
     std::memcpy(out + (qi / G) * row_stride + (qi % G) * HDc, acc.data() + qi * JF, sizeof(float) * HDc);
-  }
-}
-
-// attend_item at the head size's compiled specialisation (the generic loop for other sizes).
-[[gnu::always_inline]] inline void attend_dispatch(int64_t HD, const float* q, int64_t G, const float* const* krows,
-                                                   const float* const* vrows, int64_t nk, float scale, float* scores,
-                                                   float* out) {
-  switch (HD) {
-    case 32:
-      return attend_item<32>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 56:
-      return attend_item<56>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 64:
-      return attend_item<64>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 80:
-      return attend_item<80>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 96:
-      return attend_item<96>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    case 128:
-      return attend_item<128>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
-    default:
-      return attend_item<0>(q, G, HD, krows, vrows, nk, scale, scores, out, HD);
   }
 }
 
@@ -389,8 +327,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
           nk = static_cast<int64_t>(krows.size());
         }
         scores.resize(static_cast<size_t>(G * nk + 16));
-        attend_dispatch(HD, qp + (i * NH + g * G) * HD, G, kr, vr, nk, scale, scores.data(),
-                        op + (i * NH + g * G) * HD);
+        attend_generic(qp + (i * NH + g * G) * HD, G, HD, kr, vr, nk, scale, scores.data(), op + (i * NH + g * G) * HD);
       }
     }
   }
