@@ -139,8 +139,9 @@ template <int HDc>
       part[l] = v16f{};
       continue;
     }
-    // Started from the first product rather than from zero plus it: the same value (up to the
-    // sign of an exact zero), without zeroing 16 vectors in memory for every 16 keys.
+    // Started from the first product, not from zero: no 16 vectors zeroed in memory for every 16
+    // keys. (The compiler may fuse the first two products either way, so the last bits differ
+    // from a zero start; every query still runs this same code whatever rows are beside it.)
     part[l] = qv[0] * chunk<HDc>(krows[l], 0);
 #pragma GCC unroll 8
     for (int j = 1; j < J; ++j)
