@@ -214,6 +214,47 @@ template <int HDc>
   }
 }
 
+// An item's key and value rows (kv head g of one sequence): all S of them, the first ns that
+// every row of the item sees (the prefix, and for causal rows those the item's first row sees),
+// and each row's own after them (a tree row's ancestors in the window, a causal row's later keys).
+struct ItemKeys {
+  std::vector<const float*> keys, vals;
+  std::vector<std::vector<const float*>> extra_k, extra_v;
+  int64_t ns = 0;
+};
+
+// blocks: the sequence's block table row; li0: the item's first row among the sequence's new
+// rows; mask: that row's tree-mask row (nullptr: causal), rows tm_cols apart.
+[[gnu::always_inline]] inline void gather_item(ItemKeys& it, const float* kp, const float* vp, const int32_t* blocks,
+                                               int64_t BS, int64_t NKV, int64_t HD, int64_t g, int64_t S,
+                                               int64_t prefix, int64_t li0, int64_t rows, const uint8_t* mask,
+                                               int64_t tm_cols) {
+  it.keys.resize(static_cast<size_t>(S));
+  it.vals.resize(static_cast<size_t>(S));
+  for (int64_t j0 = 0; j0 < S; j0 += BS) {  // block by block: no division per key
+    const int64_t first = (static_cast<int64_t>(blocks[j0 / BS]) * BS * NKV + g) * HD;
+    for (int64_t o = 0; o < std::min(BS, S - j0); ++o) {
+      it.keys[static_cast<size_t>(j0 + o)] = kp + first + o * NKV * HD;
+      it.vals[static_cast<size_t>(j0 + o)] = vp + first + o * NKV * HD;
+    }
+  }
+  it.ns = mask != nullptr ? prefix : std::min(S, prefix + li0 + 1);
+  it.extra_k.resize(static_cast<size_t>(rows));
+  it.extra_v.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
+    std::vector<const float*>& ev = it.extra_v[static_cast<size_t>(r)];
+    ek.clear();
+    ev.clear();
+    const int64_t end = mask != nullptr ? S : std::min(S, prefix + li0 + r + 1);
+    for (int64_t j = it.ns; j < end; ++j)
+      if (mask == nullptr || mask[r * tm_cols + (j - prefix)] != 0) {
+        ek.push_back(it.keys[static_cast<size_t>(j)]);
+        ev.push_back(it.vals[static_cast<size_t>(j)]);
+      }
+  }
+}
+
 // attend_rows at the head size's specialisation; false for head sizes without one.
 [[gnu::always_inline]] inline bool rows_dispatch(int64_t HD, const float* q, float* out, int64_t rows, int64_t G,
                                                  int64_t row_stride, const float* const* keys, const float* const* vals,
@@ -274,61 +315,29 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
 #pragma omp parallel if (work * NH * HD > (1 << 15))
   {
     // Per-thread buffers kept across calls (a forward calls this once per layer).
-    thread_local std::vector<const float*> keys, vals, krows, vrows;
-    thread_local std::vector<std::vector<const float*>> extra_k, extra_v;
+    thread_local ItemKeys it;
+    thread_local std::vector<const float*> krows, vrows;
     thread_local std::vector<float> scores, acc;
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
       const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
-      keys.resize(static_cast<size_t>(S));
-      vals.resize(static_cast<size_t>(S));
-      for (int64_t j0 = 0; j0 < S; j0 += BS) {  // block by block: no division per key
-        const int64_t first = (static_cast<int64_t>(bt[b * MAXB + j0 / BS]) * BS * NKV + g) * HD;
-        for (int64_t o = 0; o < std::min(BS, S - j0); ++o) {
-          keys[static_cast<size_t>(j0 + o)] = kp + first + o * NKV * HD;
-          vals[static_cast<size_t>(j0 + o)] = vp + first + o * NKV * HD;
-        }
-      }
-      // Every row of the item sees the first ns keys (the prefix, and for causal rows those the
-      // item's first row sees); each row's own keys after them.
-      const int64_t ns = tm != nullptr ? prefix : std::min(S, prefix + (r0 - qs[b]) + 1);
-      extra_k.resize(static_cast<size_t>(rows));
-      extra_v.resize(static_cast<size_t>(rows));
-      for (int64_t r = 0; r < rows; ++r) {
-        std::vector<const float*>& ek = extra_k[static_cast<size_t>(r)];
-        std::vector<const float*>& ev = extra_v[static_cast<size_t>(r)];
-        ek.clear();
-        ev.clear();
-        const int64_t i = r0 + r, end = tm != nullptr ? S : std::min(S, prefix + (i - qs[b]) + 1);
-        for (int64_t j = ns; j < end; ++j)
-          if (tm == nullptr || tm[i * tm_cols + (j - prefix)] != 0) {
-            ek.push_back(keys[static_cast<size_t>(j)]);
-            ev.push_back(vals[static_cast<size_t>(j)]);
-          }
-      }
-      if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, keys.data(),
-                        vals.data(), ns, extra_k.data(), extra_v.data(), scale, scores, acc))
+      gather_item(it, kp, vp, bt + b * MAXB, BS, NKV, HD, g, S, prefix, r0 - qs[b], rows,
+                  tm != nullptr ? tm + r0 * tm_cols : nullptr, tm_cols);
+      if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
+                        it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scores, acc))
         continue;
-      for (int64_t i = r0; i < r0 + rows; ++i) {
-        const int64_t li = i - qs[b];
-        const float* const* kr = keys.data();
-        const float* const* vr = vals.data();
-        int64_t nk = std::min(S, prefix + li + 1);
-        if (tm != nullptr) {  // a tree row: the prefix, then its ancestors among the new keys
-          krows.assign(keys.begin(), keys.begin() + prefix);
-          vrows.assign(vals.begin(), vals.begin() + prefix);
-          for (int64_t lj = 0; prefix + lj < S; ++lj)
-            if (tm[i * tm_cols + lj] != 0) {
-              krows.push_back(keys[prefix + lj]);
-              vrows.push_back(vals[prefix + lj]);
-            }
-          kr = krows.data();
-          vr = vrows.data();
-          nk = static_cast<int64_t>(krows.size());
-        }
+      for (int64_t r = 0; r < rows; ++r) {  // other head sizes: a row's visible keys, then the generic loop
+        const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
+        const std::vector<const float*>& ev = it.extra_v[static_cast<size_t>(r)];
+        krows.assign(it.keys.begin(), it.keys.begin() + it.ns);
+        krows.insert(krows.end(), ek.begin(), ek.end());
+        vrows.assign(it.vals.begin(), it.vals.begin() + it.ns);
+        vrows.insert(vrows.end(), ev.begin(), ev.end());
+        const int64_t nk = static_cast<int64_t>(krows.size()), i = r0 + r;
         scores.resize(static_cast<size_t>(G * nk + 16));
-        attend_generic(qp + (i * NH + g * G) * HD, G, HD, kr, vr, nk, scale, scores.data(), op + (i * NH + g * G) * HD);
+        attend_generic(qp + (i * NH + g * G) * HD, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(),
+                       op + (i * NH + g * G) * HD);
       }
     }
   }
