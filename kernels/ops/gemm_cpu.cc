@@ -233,8 +233,10 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
 
 bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products) {
   const int64_t T = x.size(0), K = x.size(1);
-  if (cpu_bf16_kernel() != CpuBf16Kernel::kAmx || K % 32 != 0 || T == 0)
-    return cpu_bf16_kernel() == CpuBf16Kernel::kAmx && K % 32 == 0;
+  if (cpu_bf16_kernel() != CpuBf16Kernel::kAmx || K % 32 != 0)
+    return false;
+  if (T == 0)
+    return true;  // nothing to compute
   std::vector<AmxProduct> amx;
   for (const PanelProduct& p : products)
     amx.push_back({nullptr, p.panels->data<uint16_t>(), p.N, p.y->data<float>()});
