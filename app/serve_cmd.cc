@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "kernels/core/stop_signals.h"
 #include "kernels/io/weight_version.h"
@@ -255,6 +256,7 @@ int run_serve(const ServeArgs& a) {
   spdlog::info("serve: listening on http://{}:{}{}{}", a.host, server.port(), a.api_key.empty() ? "" : " (bearer token)",
                sender ? ", records to " + a.send : "");
 
+  release_cpu_team();  // this thread only waits from here: its CPU team must not slow the worker's
   while (!signals.requested())
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
 

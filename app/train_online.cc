@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "app/train_cmd.h"
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/stop_signals.h"
 #include "messaging/curve_keys.h"
 #include "messaging/metrics.h"
@@ -151,6 +152,7 @@ int run_train_online(const TrainArgs& a) {
   }
 
   trainer.start();
+  release_cpu_team();  // this thread only waits from here: its CPU team must not slow the trainer's
   auto last_report = std::chrono::steady_clock::now();
   while (!signals.requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

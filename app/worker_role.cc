@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/core/cpu_team.h"
 #include "trainer/draft_train.h"
 
 namespace updraft {
@@ -26,6 +27,7 @@ std::unique_ptr<messaging::WeightSubscriber> follow_weight_link(Worker& worker,
     std::string why;
     if (policy ? worker.offer_policy(dir, &why) : worker.offer_drafter(dir, &why))
       spdlog::info("worker: {} v{} staged from the weight link ({})", policy ? "policy" : "drafter", version, dir);
+    release_cpu_team();  // loading may have started one; this thread now waits for the next version
   };
   return std::make_unique<messaging::WeightSubscriber>(std::move(opts));
 }

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "app/demo/demo_run.h"
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "kernels/io/weight_version.h"
 #include "trainer/grpo.h"
@@ -105,6 +106,7 @@ void DemoRun::update_policy(StepRecord& rec, const std::vector<corpus::Sample>& 
 void DemoRun::trainer_slot(StepRecord& rec) {
   const size_t rounds_before = trainer_->reports().size();
   const double cpu0 = process_cpu_seconds();
+  release_cpu_team();  // this thread only waits now: its CPU team must not slow the trainer's
   trainer_->set_paused(false);
   const auto t_slot = Clock::now();
   const double budget = o_.trainer_share * rec.rollout_cpu_s;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <thread>
 
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "rollout/spec/adaptive.h"
 
@@ -28,6 +29,7 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   for (size_t i = 0; i < reqs.size(); ++i)
     parts[worker_of(i)].push_back(reqs[i]);
   std::vector<std::exception_ptr> errors(W);
+  release_cpu_team();  // this thread only waits now: its CPU team must not slow the workers'
   const auto t0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "rollout/capture/capture.h"
 #include "rollout/worker/worker.h"
@@ -63,11 +64,17 @@ void Worker::loop() {
   if (options_.threads > 0)
     omp_set_num_threads(options_.threads);
   std::unique_lock<std::mutex> lock(mu_);
+  const auto ready = [&] {
+    return stopping_ || wake_ || !inbox_.empty() || !aborts_.empty() || flush_requested_ ||
+           pause_served_ < pause_requests_ || (!paused_ && any_work());
+  };
   for (;;) {
-    cv_.wait(lock, [&] {
-      return stopping_ || wake_ || !inbox_.empty() || !aborts_.empty() || flush_requested_ ||
-             pause_served_ < pause_requests_ || (!paused_ && any_work());
-    });
+    if (!ready()) {  // going idle: the CPU team goes back (kernels/core/cpu_team.h)
+      lock.unlock();
+      release_cpu_team();
+      lock.lock();
+    }
+    cv_.wait(lock, ready);
     const uint64_t pause_ticket = pause_requests_;
     const PauseMode pause_mode = pause_mode_;
     const bool pause_now = pause_served_ < pause_requests_;

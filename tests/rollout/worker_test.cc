@@ -11,7 +11,9 @@
 #include <future>
 
 #include "app/worker_role.h"
+#include "kernels/core/cpu_team.h"
 #include "messaging/zmq_util.h"
+#include "tests/cpu_team_util.h"
 #include "tests/rollout/worker_fixture.h"
 
 namespace updraft {
@@ -205,6 +207,29 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   EXPECT_EQ(m.rollbacks, 1);
   EXPECT_EQ(m.rollback_confirmations, 2);
   EXPECT_EQ(w->drafter_version(), 4u);
+}
+
+// A worker hands its CPU team back when it goes idle (kernels/core/cpu_team.h): a team held by
+// an idle thread makes every other thread's team sleep between regions. The built-in policy, so
+// that its products run on a team of two threads.
+TEST(Worker, HandsItsCpuTeamBackWhenIdle) {
+  auto policy =
+      std::make_shared<const PolicyModel>(PolicyModel::load(std::string(UPDRAFT_SOURCE_DIR) + "/models/small"));
+  WorkerOptions o;
+  o.id = 1;
+  o.threads = 2;
+  o.speculate = false;
+  o.engine.kv_cache_bytes = int64_t{16} << 20;
+  Worker w(o, policy, 1, nullptr, 0, nullptr);
+  release_cpu_team();  // loading may have started one on this thread
+  const int base = cpu_team_util::own_threads();
+  for (int round = 0; round < 2; ++round) {
+    std::promise<int> during;
+    w.submit(greedy_requests({{5, 6, 7, 8}}, 4)[0],
+             [&](Completion) { during.set_value(cpu_team_util::own_threads()); });
+    EXPECT_EQ(during.get_future().get(), base + 1) << "round " << round << ": the worker decodes on a team of two";
+    EXPECT_EQ(cpu_team_util::wait_for_own_threads(base), base) << "round " << round << ": idle, it holds no team";
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include "kernels/core/cpu_team.h"
+#include "tests/cpu_team_util.h"
 #include "tests/trainer/online_fixture.h"
 #include "trainer/online/online_trainer.h"
 
@@ -129,6 +131,37 @@ TEST(OnlineTrainer, IdleRoundsTrainOnTheWindowThenStop) {
   EXPECT_EQ(reps[3].trigger, "4 new records");
   EXPECT_EQ(reps[5].trigger, "idle 2/2");
   EXPECT_GT(reps[5].train_records, reps[2].train_records);
+}
+
+// The trainer hands its CPU team back while parked and between rounds (kernels/core/cpu_team.h),
+// so that the workers' teams keep spinning between regions while it waits.
+TEST(OnlineTrainer, HoldsNoCpuTeamWhileParkedOrBetweenRounds) {
+  BufferBed bed("otc");
+  OnlineTrainerOptions o;
+  o.dir = bed.t.str() + "/versions";
+  o.steps_per_round = 400;
+  o.ttt.steps = 2;
+  o.min_new_records = 4;
+  o.poll_ms = 5;
+  OnlineTrainer tr(o, bed.store, bed.policy, 1, fresh_draft(*bed.policy, 5), 1);
+  const auto samples = capture(*bed.policy, rollouts(*bed.policy, prompts(4, 2)), 1);
+  tr.start();
+  release_cpu_team();  // this thread's, from building the fixture and the samples
+  const int base = cpu_team_util::own_threads();
+  store_samples(*bed.store, samples, 1, 0);
+  for (int i = 0; i < 400 && tr.idle(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_FALSE(tr.idle()) << "a round is due";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // into its optimiser steps
+  const int training = cpu_team_util::own_threads();
+  tr.set_paused(true);  // returns once the round is parked (or over)
+  EXPECT_EQ(cpu_team_util::wait_for_own_threads(base), base)
+      << "parked with " << training - base << " helper(s) before";
+  tr.set_paused(false);
+  tr.wait_idle();
+  EXPECT_EQ(cpu_team_util::wait_for_own_threads(base), base) << "between rounds";
+  tr.stop();
+  ASSERT_EQ(tr.reports().size(), 1u);
 }
 
 }  // namespace

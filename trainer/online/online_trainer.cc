@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "trainer/draft_train.h"
 #include "trainer/train_checkpoint.h"
@@ -119,6 +120,12 @@ void OnlineTrainer::set_paused(bool paused) {
 }
 
 bool OnlineTrainer::yield_while_paused() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!paused_ || stop_)
+      return !stop_;
+  }
+  release_cpu_team();  // parked: the CPU team goes back (kernels/core/cpu_team.h)
   std::unique_lock<std::mutex> lock(mu_);
   if (paused_ && !stop_) {
     parked_ = true;
@@ -200,6 +207,7 @@ void OnlineTrainer::loop() {
       if (options_.progress)
         options_.progress(std::string("online trainer: round failed: ") + e.what());
     }
+    release_cpu_team();  // between rounds the trainer only polls
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_round_ = false;
