@@ -6,14 +6,22 @@
 //
 // usage: decode_bench [--quick] [--steps N] [--batch B (only this batch size)]
 //                     [--cpu-kernel auto|portable|fma|dot|amx]
+//                     [--teams [--model DIR]]: batch-1 decode on a second thread, alone and beside
+//                     an idle OpenMP team (kernels/core/cpu_team.h), on the bench policy or DIR's
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
+#include "kernels/core/cpu_team.h"
 #include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
@@ -31,10 +39,69 @@ struct Row {
   double step_ms, tokens_per_s, gbps;
 };
 
+// Seconds per greedy decode step of B sequences after a `prompt`-token prefill, over `steps`.
+double step_seconds(const PolicyModel& model, int64_t B, int64_t prompt, int64_t steps) {
+  const int64_t vocab = model.config().vocab_size;
+  EngineOptions o;
+  o.max_batch = B;
+  o.prefill_chunk = B * prompt;
+  o.kv_cache_bytes = int64_t{1} << 30;
+  Engine e(model, o);
+  for (int64_t b = 0; b < B; ++b) {
+    GenRequest r;
+    for (int64_t i = 0; i < prompt; ++i)
+      r.prompt.push_back(static_cast<int32_t>((b * 7919 + i * 104729) % vocab));
+    r.params.temperature = 0;
+    r.params.max_new_tokens = steps + 2;
+    r.params.ignore_eos = true;
+    e.submit(r);
+  }
+  e.step();  // prefill of every prompt (+ first token)
+  e.step();  // warm-up decode step
+  const double s0 = now_s();
+  for (int64_t s = 0; s < steps; ++s)
+    e.step();
+  return (now_s() - s0) / static_cast<double>(steps);
+}
+
+// --teams: batch-1 decode on a second thread (as a worker decodes), alone and beside the main
+// thread's idle OpenMP team (kernels/core/cpu_team.h), arms interleaved, medians of `reps`.
+void compare_teams(const PolicyModel& model, int64_t steps, int reps) {
+  const int threads = omp_get_max_threads();
+  auto on_thread = [&] {
+    double dt = 0;
+    std::thread t([&] {
+      omp_set_num_threads(threads);
+      dt = step_seconds(model, 1, 32, steps);
+    });
+    t.join();
+    return dt;
+  };
+  std::vector<double> alone, beside;
+  for (int r = 0; r < reps; ++r) {
+    release_cpu_team();
+    alone.push_back(on_thread());
+    std::atomic<int> ran{0};
+#pragma omp parallel num_threads(threads)
+    ran += 1;  // this thread now holds an idle team
+    beside.push_back(on_thread());
+    release_cpu_team();
+  }
+  std::sort(alone.begin(), alone.end());
+  std::sort(beside.begin(), beside.end());
+  const double a = alone[alone.size() / 2], b = beside[beside.size() / 2];
+  std::printf(
+      "batch-1 decode on a second thread, %d OpenMP threads, median of %d interleaved runs:\n"
+      "  alone (the main thread's team released)  %.3f ms/step\n"
+      "  beside the main thread's idle team       %.3f ms/step  (%.2fx slower)\n",
+      threads, reps, 1e3 * a, 1e3 * b, b / a);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, teams = false;
+  std::string model_dir;
   int64_t steps = 24;
   std::vector<int64_t> batches = {1, 4, 16, 64};
   for (int i = 1; i < argc; ++i) {
@@ -46,6 +113,21 @@ int main(int argc, char** argv) {
       steps = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
       batches = {std::stoll(argv[++i])};
+    else if (!std::strcmp(argv[i], "--teams"))
+      teams = true;
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
+      model_dir = argv[++i];
+  }
+  if (!model_dir.empty()) {
+    if (!teams) {
+      std::fprintf(stderr, "decode_bench: --model is read by --teams only\n");
+      return 2;
+    }
+    const PolicyModel model = PolicyModel::load(model_dir);
+    std::printf("updraft decode benchmark: CPU teams, policy %s, cpu bf16 kernel %s\n", model_dir.c_str(),
+                ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
+    compare_teams(model, steps, 3);
+    return 0;
   }
   const PolicyConfig cfg = bench::bench_policy_config(quick);
 
@@ -62,32 +144,17 @@ int main(int argc, char** argv) {
       "(built in %.1f s); activations and KV cache f32\n",
       cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size, wbytes / 1048576.0,
       now_s() - t0);
+  if (teams) {
+    compare_teams(model, steps, 3);
+    return 0;
+  }
   const int64_t prompt = 32;
   std::printf("workload: prompt %ld tokens, then %ld greedy decode steps timed (prefill excluded)\n\n", prompt, steps);
   std::printf("%6s %10s %12s %10s %10s\n", "batch", "ms/step", "tokens/s", "GB/s", "of probe");
 
   std::vector<Row> rows;
   for (int64_t B : batches) {
-    EngineOptions o;
-    o.max_batch = B;
-    o.prefill_chunk = B * prompt;
-    o.kv_cache_bytes = int64_t{1} << 30;
-    Engine e(model, o);
-    for (int64_t b = 0; b < B; ++b) {
-      GenRequest r;
-      for (int64_t i = 0; i < prompt; ++i)
-        r.prompt.push_back(static_cast<int32_t>((b * 7919 + i * 104729) % cfg.vocab_size));
-      r.params.temperature = 0;
-      r.params.max_new_tokens = steps + 2;
-      r.params.ignore_eos = true;
-      e.submit(r);
-    }
-    e.step();  // prefill of every prompt (+ first token)
-    e.step();  // warm-up decode step
-    const double s0 = now_s();
-    for (int64_t s = 0; s < steps; ++s)
-      e.step();
-    const double dt = (now_s() - s0) / static_cast<double>(steps);
+    const double dt = step_seconds(model, B, prompt, steps);
     // Bytes one decode step must move: every weight except the embedding table (B rows of it),
     // plus the KV cache read (mean length) and written.
     const double kv_row = 2.0 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4;
