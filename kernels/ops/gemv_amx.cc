@@ -146,11 +146,61 @@ void blocks(const uint16_t* xp, int64_t chunk, int64_t width, int64_t K, const T
     UPD_STORE_BLOCK(3, n + 48, rows(3));
 }
 
-// Every token chunk against the panel (kept in L1/L2 across the chunks).
+// Blocks b0 and b0 + 1 against token chunks c0 and c0 + 1, both full (T > 16: every tile is 16
+// rows of 64 bytes, so tile 5 serves as a B tile here): C tile 0 (b0, c0), 1 (b0 + 1, c0),
+// 2 (b0, c0 + 1), 3 (b0 + 1, c0 + 1); B tiles 4, 5; A tiles 6, 7. Four loads feed four products
+// where blocks<4> needs five, and each weight tile loaded serves two chunks. Every C tile sums
+// the same steps in the same order from zero as in blocks<NB>, so y's bits are the same.
+void blocks_2x2(const uint16_t* xp, int64_t c0, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
+                int64_t rows_b1) {
+  const int64_t steps = K / 32, x_step = 2 * kTile * kTile;
+  const uint16_t* x0 = xp + c0 * steps * kStepElems;
+  const uint16_t* x1 = x0 + steps * kStepElems;
+  const uint16_t* a0 = w.base + (b0 - w.first_block) * w.block;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* a = a0 + s * w.step;
+    _tile_loadd(4, x0 + s * x_step, 64);
+    _tile_loadd(6, a, w.row_bytes);
+    _tile_dpbf16ps(0, 6, 4);
+    _tile_loadd(7, a + w.block, w.row_bytes);
+    _tile_dpbf16ps(1, 7, 4);
+    _tile_loadd(5, x1 + s * x_step, 64);
+    _tile_dpbf16ps(2, 6, 5);
+    _tile_dpbf16ps(3, 7, 5);
+  }
+  alignas(64) float tmp[kTile * kTile];
+  const int64_t n = b0 * kTile, t0 = c0 * kTile;
+  _tile_stored(0, tmp, 64);
+  scatter_block(tmp, y, ldy, n, kTile, t0, kTile);
+  _tile_stored(1, tmp, 64);
+  scatter_block(tmp, y, ldy, n + kTile, rows_b1, t0, kTile);
+  _tile_stored(2, tmp, 64);
+  scatter_block(tmp, y, ldy, n, kTile, t0 + kTile, kTile);
+  _tile_stored(3, tmp, 64);
+  scatter_block(tmp, y, ldy, n + kTile, rows_b1, t0 + kTile, kTile);
+}
+
+// Every token chunk against the panel (kept in L1/L2 across the chunks): full chunks two at a
+// time against pairs of blocks (blocks_2x2), the rest a chunk at a time.
 template <int NB>
 void panel(const uint16_t* xp, int64_t T, int64_t K, const TileSource& w, int64_t b0, float* y, int64_t ldy,
            int64_t rows_in_last) {
-  for (int64_t c = 0; c * kTile < T; ++c)
+  int64_t c = 0;
+  if constexpr (NB >= 2) {
+    for (; (c + 2) * kTile <= T; c += 2) {
+      blocks_2x2(xp, c, K, w, b0, y, ldy, NB == 2 ? rows_in_last : kTile);
+      if constexpr (NB == 4)
+        blocks_2x2(xp, c, K, w, b0 + 2, y, ldy, rows_in_last);
+      if constexpr (NB == 3)
+        for (int64_t cc = c; cc < c + 2; ++cc)
+          blocks<1>(xp, cc, kTile, K, w, b0 + 2, y, ldy, rows_in_last, cc * kTile, kTile);
+    }
+  }
+  for (; c * kTile < T; ++c)
     blocks<NB>(xp, c, tile_cols(T), K, w, b0, y, ldy, rows_in_last, c * kTile, std::min<int64_t>(kTile, T - c * kTile));
 }
 
@@ -183,13 +233,64 @@ bool cpu_has_amx_bf16() {
   return granted;
 }
 
+namespace {
+
+// In place: v[r] lane i becomes v[i] lane r (a 16 x 16 transpose of 32-bit lanes): unpacks of
+// 32- and 64-bit lanes within each 128-bit lane, then two rounds of 128-bit lane shuffles.
+[[gnu::always_inline]] inline void transpose_16x16(__m512i v[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  __m512i u[16];  // u[4g + j], 128-bit lane L: rows 4g .. 4g + 3 at column 4L + j
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    v[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    v[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    v[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    v[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
+// Tokens t0 .. t0 + 15 (a whole chunk of a 16-column layout): each step's 16 pair vectors,
+// transposed in registers, are the B tile's 16 rows, stored whole.
+void pack_chunk_16(const float* x, int64_t K, int64_t t0, uint32_t* dst) {
+  const int64_t steps = K / 32;
+  uint32_t* base = dst + (t0 / kTile) * steps * (kStepElems / 2);
+  for (int64_t s = 0; s < steps; ++s) {
+    __m512i v[16];
+    for (int i = 0; i < 16; ++i) {
+      const float* src = x + (t0 + i) * K + s * 32;
+      v[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 16), _mm512_loadu_ps(src));
+    }
+    transpose_16x16(v);
+    for (int r = 0; r < 16; ++r)
+      _mm512_storeu_si512(base + s * kTile * kTile + r * kTile, v[r]);
+  }
+}
+
+}  // namespace
+
 void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t_begin, int64_t t_end) {
   const int64_t steps = K / 32, width = tile_cols(T);
   auto* dst = reinterpret_cast<uint32_t*>(xp);  // one bf16 pair (k, k + 1) per 32 bits
+  const int64_t end = t_end < 0 ? T : t_end;
+  if (width == kTile)  // whole chunks transposed in registers; the rest below, pair by pair
+    for (; t_begin % kTile == 0 && t_begin + kTile <= end; t_begin += kTile)
+      pack_chunk_16(x, K, t_begin, dst);
   // Pair r of a step goes to its row r of the B tile, `width` pairs apart.
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                           _mm512_set1_epi32(static_cast<int>(width)));
-  for (int64_t t = t_begin; t < (t_end < 0 ? T : t_end); ++t) {
+  for (int64_t t = t_begin; t < end; ++t) {
     const float* src = x + t * K;
     uint32_t* base = dst + (t / kTile) * steps * (kStepElems / 2) + t % kTile;
     for (int64_t s = 0; s < steps; ++s) {

@@ -318,7 +318,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     thread_local ItemKeys it;
     thread_local std::vector<const float*> krows, vrows;
     thread_local std::vector<float> scores, acc;
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, 1)  // items interleaved: a causal prefill's later chunks see more keys
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
       const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);

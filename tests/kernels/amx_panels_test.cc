@@ -33,7 +33,7 @@ TEST(AmxPanels, PanelsGiveTheRowMajorKernelsBitsForEverySplitAndRowCount) {
       std::vector<uint16_t> panels(static_cast<size_t>(ops::cpu::amx_panel_elems(N, K)), 0xffff);
       ops::cpu::pack_panels_amx(w.data<uint16_t>(), N, K, panels.data());
       const int64_t blocks = (N + 15) / 16;
-      for (int64_t T : {1, 3, 16, 17}) {
+      for (int64_t T : {1, 3, 16, 17, 32, 50}) {  // past 16: chunk pairs against block pairs
         const auto x = rand_vec(T * K, 30 + T);
         std::vector<uint16_t> xp(static_cast<size_t>(ops::cpu::amx_packed_elems(T, K)), 0xffff);
         ops::cpu::pack_rows_amx(x.data(), T, K, xp.data());

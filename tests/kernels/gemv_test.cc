@@ -7,8 +7,8 @@
 #include <random>
 
 #include "kernels/ops.h"
-#include "tests/kernels/rand_vec.h"
 #include "kernels/ops/gemv_cpu.h"
+#include "tests/kernels/rand_vec.h"
 
 namespace updraft {
 namespace {
@@ -76,8 +76,8 @@ TEST(Gemv, Bf16DotKernelMatchesThePortableKernelOnRoundedInputs) {
         ops::cpu::gemv_rows_bf16dot(xb.data(), T, K, Kp, w.data(), 0, N, y1.data(), N);
         ops::cpu::gemv_rows_generic(x.data(), T, K, w.data(), DType::BF16, 0, N, y2.data(), N);
         for (size_t i = 0; i < y1.size(); ++i)
-          ASSERT_NEAR(y1[i], y2[i], 1e-5 * (1 + std::fabs(y2[i])) * std::sqrt(K)) << "K=" << K << " N=" << N
-                                                                                   << " T=" << T << " i=" << i;
+          ASSERT_NEAR(y1[i], y2[i], 1e-5 * (1 + std::fabs(y2[i])) * std::sqrt(K))
+              << "K=" << K << " N=" << N << " T=" << T << " i=" << i;
       }
     }
   }
@@ -109,14 +109,16 @@ TEST(Gemv, AmxKernelMatchesThePortableKernelOnRoundedInputs) {
 TEST(Gemv, AmxRowsAreBitwiseTheSameWhateverTheRowCountAndTheThreadSplit) {
   if (!ops::cpu::cpu_has_amx_bf16())
     GTEST_SKIP() << "this CPU (or kernel) offers no AMX-BF16";
-  const int64_t K = 448, N = 200, Tmax = 40;
+  const int64_t K = 448, N = 200, Tmax = 64;
   const auto x = rand_vec(Tmax * K, 7);
   const auto w = rand_bf16(N * K, 8);
   std::vector<std::vector<float>> solo;  // each row alone (decode)
   for (int64_t t = 0; t < Tmax; ++t)
     solo.push_back(amx_linear(std::vector<float>(x.begin() + t * K, x.begin() + (t + 1) * K), 1, K, w, N, N));
-  for (int64_t T : {2, 5, 10, 16, 23, 40}) {
-    for (int64_t split : {int64_t{16}, int64_t{112}, N}) {
+  // Past 16 rows, full 16-row chunks go two at a time against pairs of weight blocks: splits at
+  // 32 and 112 give the panels of 2 and 3 blocks beside the whole ones.
+  for (int64_t T : {2, 5, 10, 16, 23, 32, 40, 50, 64}) {
+    for (int64_t split : {int64_t{16}, int64_t{32}, int64_t{112}, N}) {
       const auto y = amx_linear(std::vector<float>(x.begin(), x.begin() + T * K), T, K, w, N, split);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t n = 0; n < N; ++n)
@@ -162,8 +164,8 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
   // Through linear(), on every kernel this CPU has, with the built-in policy's K and a ragged K,
   // row counts that cross the kernels' tiles (8 for the GEMVs, 16 for AMX).
   KernelGuard guard;
-  for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot,
-                                    ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel kernel :
+       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(kernel))
       continue;
     ops::set_cpu_bf16_kernel(kernel);
