@@ -1,5 +1,6 @@
-#include "messaging/weight_link.h"
-
+// The weight link's subscriber (messaging/weight_link.h): follows announcements and polls for
+// the current version, delivers a shared path or fetches the chunks into local_root, verifies
+// them and hands each new version to on_version.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -14,282 +15,22 @@
 #include "kernels/io/sha256.h"
 #include "kernels/io/weight_version.h"
 #include "messaging/control.h"
+#include "messaging/weight_link.h"
+#include "messaging/weight_link_util.h"
 
 namespace updraft::messaging {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-constexpr const char* kManifest = "manifest.json";
-
-size_t kind_index(WeightKind k) { return static_cast<size_t>(k); }
-
-
-// Reads [offset, offset + size) of a file; false when it cannot.
-bool read_range(const std::string& path, uint64_t offset, uint64_t size, std::string& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  out.resize(size);
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR)
-        continue;
-      break;
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  return done == size;
-}
-
-void common_socket_options(ZmqSocket& s) {  // (ZmqSocket sets linger 0 itself)
-  s.set(ZMQ_RECONNECT_IVL, 100);
-  s.set(ZMQ_RECONNECT_IVL_MAX, 2000);
-}
-
-void heartbeats(ZmqSocket& s) {
-  s.set(ZMQ_HEARTBEAT_IVL, 2000);
-  s.set(ZMQ_HEARTBEAT_TIMEOUT, 30000);
-  s.set(ZMQ_HEARTBEAT_TTL, 30000);
-}
-
-void curve_client(ZmqSocket& s, const std::optional<CurveClient>& c) {
-  if (c)
-    apply_curve(s, *c);
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Publisher
-
-struct WeightPublisher::Served {
-  struct Piece {
-    std::string file;
-    uint64_t offset = 0, size = 0;
-  };
-  Announcement announcement;
-  std::string dir;
-  std::vector<Piece> plan;
-  EncodedMessage encoded;
-};
-
-WeightPublisher::WeightPublisher(WeightPublisherOptions options)
-    : options_(std::move(options)), wake_(std::make_unique<WakeFd>()) {
-  UPD_REQUIRE(options_.chunk_bytes > 0 && options_.chunk_bytes <= kMaxChunkBytes)
-      << "weight publisher: chunk_bytes must be in [1, " << kMaxChunkBytes << "]";
-  UPD_REQUIRE(options_.keep_versions >= 1) << "weight publisher: keep_versions must be >= 1";
-  for (const auto* ep : {&options_.pub_endpoint, &options_.request_endpoint})
-    UPD_REQUIRE(options_.curve || is_local_endpoint(*ep))
-        << "weight publisher: refusing to bind " << *ep << " without CURVE (bind loopback, or configure curve keys)";
-  if (options_.zmq_context == nullptr) {
-    own_context_ = std::make_unique<ZmqContext>();
-    context_ = own_context_->get();
-  } else {
-    context_ = options_.zmq_context;
-  }
-  if (options_.curve)
-    zap_ = std::make_unique<ZapAuthenticator>(context_, options_.curve->allowed_clients);
-  pub_ = std::make_unique<ZmqSocket>(context_, ZMQ_PUB);
-  router_ = std::make_unique<ZmqSocket>(context_, ZMQ_ROUTER);
-  if (options_.curve)
-    for (ZmqSocket* s : {pub_.get(), router_.get()})
-      apply_curve(*s, *options_.curve);
-  pub_->set(ZMQ_MAXMSGSIZE, int64_t{4096});  // subscribers send only subscriptions
-  router_->set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(kMaxControlBytes + 64));
-  router_->set(ZMQ_ROUTER_HANDOVER, 1);
-  heartbeats(*router_);
-  pub_->bind(options_.pub_endpoint);
-  router_->bind(options_.request_endpoint);
-  auto bound = [](ZmqSocket& s, const std::string& ep) { return ep.rfind("tcp://", 0) == 0 ? s.last_endpoint() : ep; };
-  pub_bound_ = bound(*pub_, options_.pub_endpoint);
-  req_bound_ = bound(*router_, options_.request_endpoint);
-  thread_ = std::thread([this] { run(); });
-}
-
-WeightPublisher::~WeightPublisher() {
-  stop_ = true;
-  wake_->wake();
-  thread_.join();
-  pub_.reset();
-  router_.reset();
-  zap_.reset();
-}
-
-Announcement WeightPublisher::announce(const std::string& dir, WeightKind kind,
-                                       const std::vector<std::pair<std::string, double>>& metrics) {
-  UPD_REQUIRE(metrics.size() <= kMaxAnnouncementMetrics)
-      << "weight publisher: at most " << kMaxAnnouncementMetrics << " metrics per announcement";
-  const WeightVersion v = verify_version(dir, weight_kind_name(kind),  // complete (and intact)
-                                         options_.hash_on_announce ? VerifyLevel::kHashes : VerifyLevel::kSizes);
-  auto s = std::make_shared<Served>();
-  s->dir = dir;
-  Announcement& a = s->announcement;
-  a.version = v.version;
-  a.kind = kind;
-  a.path = fs::absolute(dir).string();
-  a.sha256 = sha256(read_file((fs::path(dir) / kManifest).string()));
-  a.metrics = metrics;
-  std::vector<std::string> files;
-  for (const auto& [name, hex] : v.sha256)
-    files.push_back(name);  // name order (std::map)
-  files.push_back(kManifest);
-  for (const std::string& name : files) {
-    const uint64_t size = fs::file_size(fs::path(dir) / name);
-    a.size_bytes += size;
-    uint64_t off = 0;
-    do {
-      const uint64_t n = std::min<uint64_t>(options_.chunk_bytes, size - off);
-      s->plan.push_back({name, off, n});
-      off += n;
-    } while (off < size);
-  }
-  UPD_REQUIRE(s->plan.size() <= UINT32_MAX) << "weight publisher: too many chunks for " << dir;
-  a.chunk_count = options_.serve_chunks ? static_cast<uint32_t>(s->plan.size()) : 0;
-  s->encoded = encode_announcement(a);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t current = 0;
-    size_t of_kind = 0;
-    for (const auto& e : served_)
-      if (e->announcement.kind == kind) {
-        current = std::max(current, e->announcement.version);
-        ++of_kind;
-      }
-    UPD_REQUIRE(a.version > current) << "weight publisher: " << weight_kind_name(kind) << " v" << a.version
-                                     << " is not newer than the current v" << current;
-    if (of_kind >= options_.keep_versions) {
-      auto oldest = std::find_if(served_.begin(), served_.end(),
-                                 [&](const auto& e) { return e->announcement.kind == kind; });
-      served_.erase(oldest);
-    }
-    served_.push_back(s);
-    to_publish_.push_back(s->encoded);
-    ++stats_.announcements;
-  }
-  wake_->wake();
-  return a;
-}
-
-WeightPublisherStats WeightPublisher::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-void WeightPublisher::run() {
-  std::vector<ZmqMessage> frames;
-  size_t total = 0;
-  while (!stop_) {
-    zmq_pollitem_t items[2] = {{router_->get(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_->fd(), ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, 100) == -1) {
-      if (zmq_errno() == EINTR)
-        continue;
-      spdlog::error("weight publisher: zmq_poll: {}", zmq_strerror(zmq_errno()));
-      return;
-    }
-    if (items[1].revents & ZMQ_POLLIN)
-      wake_->drain();
-    std::vector<EncodedMessage> pending;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending.swap(to_publish_);
-    }
-    for (const auto& m : pending)
-      send_framed(pub_->get(), MessageKind::kAnnouncement, m);  // PUB drops when a peer is full
-    try {
-      while (recv_multipart(router_->get(), frames, &total, 3)) {
-        if (total != 3) {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++stats_.rejected;
-          continue;
-        }
-        const std::string peer(reinterpret_cast<const char*>(frames[0].data()), frames[0].size());
-        serve(peer, frames[1].data(), frames[1].size(), frames[2].data(), frames[2].size());
-      }
-    } catch (const Error& e) {
-      spdlog::error("weight publisher: {}", e.what());
-    }
-  }
-}
-
-void WeightPublisher::serve(const std::string& peer, const uint8_t* header, size_t header_size, const uint8_t* body,
-                            size_t size) {
-  const auto kind = parse_header(header, header_size);
-  Reject why = Reject::kNone;
-  if (kind == MessageKind::kVersionRequest) {
-    if (const auto req = decode_version_request(body, size, &why)) {
-      EncodedMessage reply;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.version_requests;
-        for (auto it = served_.rbegin(); it != served_.rend(); ++it)
-          if ((*it)->announcement.kind == req->kind) {
-            reply = (*it)->encoded;
-            break;
-          }
-      }
-      if (reply.size() == 0) {
-        Announcement none;
-        none.kind = req->kind;
-        reply = encode_announcement(none);
-      }
-      send_framed_to(router_->get(), peer, MessageKind::kAnnouncement, reply);
-      return;
-    }
-  } else if (kind == MessageKind::kChunkRequest) {
-    if (const auto req = decode_chunk_request(body, size, &why)) {
-      std::shared_ptr<const Served> s;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++stats_.chunk_requests;
-        if (options_.serve_chunks)
-          for (const auto& e : served_)
-            if (e->announcement.kind == req->kind && e->announcement.version == req->version)
-              s = e;
-      }
-      WeightChunk c;
-      c.version = req->version;
-      c.kind = req->kind;
-      c.index = req->index;
-      if (s && req->index < s->plan.size()) {
-        const Served::Piece& p = s->plan[req->index];
-        if (read_range((fs::path(s->dir) / p.file).string(), p.offset, p.size, c.data)) {
-          c.count = static_cast<uint32_t>(s->plan.size());
-          c.file = p.file;
-          c.offset = p.offset;
-        } else {
-          c.data.clear();
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (c.count == 0) {
-          ++stats_.not_served;
-        } else {
-          ++stats_.chunks_served;
-          stats_.bytes_served += c.data.size();
-        }
-      }
-      send_framed_to(router_->get(), peer, MessageKind::kWeightChunk, encode_weight_chunk(c));
-      return;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.rejected;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Subscriber
+using weight_link_detail::adopt_local_copies;
+using weight_link_detail::connect_sockets;
+using weight_link_detail::kind_index;
+using weight_link_detail::kManifest;
 
 struct WeightSubscriber::Fetch {
   Announcement announcement;
   fs::path tmp;
-  uint32_t next = 0;  // next index never requested
+  uint32_t next = 0;                                                // next index never requested
   std::map<uint32_t, std::pair<Clock::time_point, int>> in_flight;  // index -> (sent, attempts)
   std::vector<bool> received;
   uint32_t received_count = 0;
@@ -311,8 +52,10 @@ struct WeightSubscriber::Fetch {
 };
 
 WeightSubscriber::WeightSubscriber(WeightSubscriberOptions options) : options_(std::move(options)) {
-  UPD_REQUIRE(options_.window >= 1 && options_.max_attempts >= 1) << "weight subscriber: window and max_attempts must be >= 1";
-  UPD_REQUIRE(options_.max_chunk_bytes <= kMaxChunkBytes) << "weight subscriber: max_chunk_bytes above " << kMaxChunkBytes;
+  UPD_REQUIRE(options_.window >= 1 && options_.max_attempts >= 1)
+      << "weight subscriber: window and max_attempts must be >= 1";
+  UPD_REQUIRE(options_.max_chunk_bytes <= kMaxChunkBytes)
+      << "weight subscriber: max_chunk_bytes above " << kMaxChunkBytes;
   UPD_REQUIRE(!options_.kinds.empty()) << "weight subscriber: no kind to follow";
   if (options_.zmq_context == nullptr) {
     own_context_ = std::make_unique<ZmqContext>();
@@ -349,17 +92,7 @@ void WeightSubscriber::run() {
   try {
     ZmqSocket sub(context_, ZMQ_SUB);
     ZmqSocket dealer(context_, ZMQ_DEALER);
-    common_socket_options(sub);
-    common_socket_options(dealer);
-    sub.set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(kMaxControlBytes + 64));
-    dealer.set(ZMQ_MAXMSGSIZE, static_cast<int64_t>(options_.max_chunk_bytes + kMaxControlBytes + 64));
-    dealer.set(ZMQ_IMMEDIATE, 1);
-    heartbeats(dealer);
-    curve_client(sub, options_.curve);
-    curve_client(dealer, options_.curve);
-    UPD_ZMQ_CHECK(zmq_setsockopt(sub.get(), ZMQ_SUBSCRIBE, "", 0)) << "subscribing";
-    sub.connect(options_.pub_endpoint);
-    dealer.connect(options_.request_endpoint);
+    connect_sockets(sub, dealer, options_);
 
     std::optional<Announcement> pending[2];
     // A version that failed is not taken again before its backoff (1 s, doubling per failure,
@@ -373,21 +106,7 @@ void WeightSubscriber::run() {
     // Copies fetched by an earlier process count as fetched (oldest first), so the keep-two rule
     // prunes them; its half-written ".tmp" directories are removed now.
     std::vector<fs::path> fetched_dirs[2];
-    if (!options_.local_root.empty())
-      for (const WeightKind k : options_.kinds) {
-        for (const WeightVersion& v : list_versions(options_.local_root, weight_kind_name(k)))
-          fetched_dirs[kind_index(k)].push_back(v.dir);
-        const std::string prefix = std::string(weight_kind_name(k)) + "-v";
-        std::vector<fs::path> partial;
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(options_.local_root, ec)) {
-          const std::string name = e.path().filename().string();
-          if (name.size() == prefix.size() + 12 && name.starts_with(prefix) && name.ends_with(".tmp"))
-            partial.push_back(e.path());
-        }
-        for (const fs::path& p : partial)
-          fs::remove_all(p, ec);
-      }
+    adopt_local_copies(options_, fetched_dirs);
     uint64_t delivered[2] = {options_.min_version[0], options_.min_version[1]};
     auto follows = [&](WeightKind k) {
       return std::find(options_.kinds.begin(), options_.kinds.end(), k) != options_.kinds.end();
@@ -407,8 +126,9 @@ void WeightSubscriber::run() {
       Retry& r = retry[kind_index(a.kind)];
       r.failures = r.version == a.version ? r.failures + 1 : 1;
       r.version = a.version;
-      r.after = Clock::now() + std::min<std::chrono::milliseconds>(std::chrono::minutes(5),
-                                                                   std::chrono::seconds(1) * (1 << std::min(r.failures - 1, 9)));
+      r.after =
+          Clock::now() + std::min<std::chrono::milliseconds>(
+                             std::chrono::minutes(5), std::chrono::seconds(1) * (1 << std::min(r.failures - 1, 9)));
       pending[kind_index(a.kind)].reset();  // retried at an announcement or poll after the backoff
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.failures;
@@ -491,8 +211,8 @@ void WeightSubscriber::run() {
       // Every chunk but a file's last is full and an empty file is one chunk: more chunks than
       // bytes (plus a file count's slack) is a lie that would only make us allocate.
       if (a.chunk_count > a.size_bytes + 4096)
-        return fail(a, "announced " + std::to_string(a.chunk_count) + " chunks for " + std::to_string(a.size_bytes) +
-                           " bytes");
+        return fail(
+            a, "announced " + std::to_string(a.chunk_count) + " chunks for " + std::to_string(a.size_bytes) + " bytes");
       fetch = std::make_unique<Fetch>();
       fetch->announcement = a;
       fetch->tmp = fs::path(options_.local_root) / (version_dir_name(weight_kind_name(a.kind), a.version) + ".tmp");
@@ -540,7 +260,8 @@ void WeightSubscriber::run() {
       if (c.count == 0)
         return fail(a, "the publisher no longer serves this version");
       if (c.count != a.chunk_count || c.index >= c.count)
-        return fail(a, "chunk " + std::to_string(c.index) + " of " + std::to_string(c.count) + " does not match the announcement");
+        return fail(a, "chunk " + std::to_string(c.index) + " of " + std::to_string(c.count) +
+                           " does not match the announcement");
       if (fetch->received[c.index])
         return;  // a duplicate after a re-request
       if (c.data.size() > a.size_bytes - fetch->bytes || c.offset > a.size_bytes - c.data.size())
@@ -556,8 +277,8 @@ void WeightSubscriber::run() {
       }
       size_t done = 0;
       while (done < c.data.size()) {
-        const ssize_t n = ::pwrite(it->second, c.data.data() + done, c.data.size() - done,
-                                   static_cast<off_t>(c.offset + done));
+        const ssize_t n =
+            ::pwrite(it->second, c.data.data() + done, c.data.size() - done, static_cast<off_t>(c.offset + done));
         if (n < 0 && errno == EINTR)
           continue;
         if (n <= 0)
@@ -626,7 +347,8 @@ void WeightSubscriber::run() {
       for (auto& [index, sent] : fetch->in_flight)
         if (now - sent.first >= options_.request_timeout) {
           if (sent.second >= options_.max_attempts) {
-            fail(a, "chunk " + std::to_string(index) + " unanswered after " + std::to_string(sent.second) + " requests");
+            fail(a,
+                 "chunk " + std::to_string(index) + " unanswered after " + std::to_string(sent.second) + " requests");
             break;
           }
           if (send_framed(dealer.get(), MessageKind::kChunkRequest, encode_chunk_request({a.version, a.kind, index}))) {
