@@ -123,6 +123,14 @@ template <int HD>
   }
 }
 
+// Asks for the cache lines of m (may be <= 0: none) rows of HDc floats.
+template <int HDc>
+[[gnu::always_inline]] inline void prefetch_rows(const float* const* rows, int64_t m) {
+  for (int64_t l = 0; l < m; ++l)
+    for (int c = 0; c < HDc; c += 16)
+      __builtin_prefetch(rows[l] + c, 0, 3);
+}
+
 // The scores of m (<= 16) keys for one query, each from its own 16-lane partial sums and then
 // lane_sums, so a score does not depend on which keys or queries are computed beside it.
 template <int HDc>
@@ -190,9 +198,14 @@ template <int HDc>
   scores.resize(static_cast<size_t>(Q * ld));
   acc.assign(static_cast<size_t>(Q * JF), 0.f);
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HDc; };
-  for (int64_t n0 = 0; n0 < ns; n0 += 16)
+  for (int64_t n0 = 0; n0 < ns; n0 += 16) {
+    // Rows come from KV blocks anywhere in the cache: ask for the next 16 keys now, and for
+    // these 16 keys' values, which the value pass below reads.
+    prefetch_rows<HDc>(keys + n0 + 16, std::min<int64_t>(16, ns - n0 - 16));
+    prefetch_rows<HDc>(vals + n0, std::min<int64_t>(16, ns - n0));
     for (int64_t qi = 0; qi < Q; ++qi)
       score_chunk<HDc>(query(qi), keys + n0, std::min<int64_t>(16, ns - n0), scale, scores.data() + qi * ld + n0);
+  }
   std::vector<float> inv(static_cast<size_t>(Q));
   for (int64_t qi = 0; qi < Q; ++qi) {
     const std::vector<const float*>& ek = extra_k[qi / G];
@@ -318,7 +331,9 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     thread_local ItemKeys it;
     thread_local std::vector<const float*> krows, vrows;
     thread_local std::vector<float> scores, acc;
-#pragma omp for schedule(static, 1)  // items interleaved: a causal prefill's later chunks see more keys
+    // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
+    // between threads (a causal prefill's later chunks see more keys).
+#pragma omp for schedule(static, NKV)
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
       const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
