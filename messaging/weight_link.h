@@ -68,10 +68,10 @@ namespace updraft::messaging {
 struct WeightPublisherOptions {
   std::string pub_endpoint = "tcp://127.0.0.1:5558";
   std::string request_endpoint = "tcp://127.0.0.1:5559";
-  void* zmq_context = nullptr;  // inproc:// needs the subscribers' context; null: own one
+  void* zmq_context = nullptr;           // inproc:// needs the subscribers' context; null: own one
   size_t chunk_bytes = size_t{4} << 20;  // <= kMaxChunkBytes
   bool serve_chunks = true;
-  size_t keep_versions = 2;  // per kind, served as chunks
+  size_t keep_versions = 2;       // per kind, served as chunks
   bool hash_on_announce = false;  // re-read every file for its sha256 at announce()
   std::optional<CurveServer> curve;
 };
@@ -124,10 +124,10 @@ struct WeightSubscriberOptions {
   std::string request_endpoint = "tcp://127.0.0.1:5559";
   void* zmq_context = nullptr;
   std::vector<WeightKind> kinds = {WeightKind::kPolicy, WeightKind::kDrafter};
-  std::string local_root;  // where fetched versions go; required when chunks may be fetched
-  bool prefer_transfer = false;  // fetch chunks even when the announced path is readable
+  std::string local_root;            // where fetched versions go; required when chunks may be fetched
+  bool prefer_transfer = false;      // fetch chunks even when the announced path is readable
   uint64_t min_version[2] = {0, 0};  // per kind (index = WeightKind): versions <= this are not delivered
-  size_t window = 4;  // chunk requests in flight
+  size_t window = 4;                 // chunk requests in flight
   std::chrono::milliseconds request_timeout{5000};
   int max_attempts = 5;
   std::chrono::milliseconds poll_interval{2000};
@@ -138,8 +138,8 @@ struct WeightSubscriberOptions {
 };
 
 struct WeightSubscriberStats {
-  uint64_t announcements = 0, delivered = 0, delivered_shared = 0, fetched = 0, fetched_bytes = 0,
-           chunk_retries = 0, failures = 0, rejected = 0;
+  uint64_t announcements = 0, delivered = 0, delivered_shared = 0, fetched = 0, fetched_bytes = 0, chunk_retries = 0,
+           failures = 0, rejected = 0;
   uint64_t last_delivered[2] = {0, 0};  // per kind
   std::string last_failure;
 };
@@ -157,6 +157,7 @@ class WeightSubscriber {
 
  private:
   struct Fetch;
+  struct Loop;  // run()'s state and steps (messaging/weight_subscriber.cc)
   void run();
 
   WeightSubscriberOptions options_;

@@ -1,5 +1,6 @@
 // Internal to the weight link's sources (messaging/weight_publisher.cc,
-// messaging/weight_subscriber.cc and messaging/weight_link_util.cc); nothing else includes it.
+// messaging/weight_subscriber.cc, messaging/weight_fetch.cc, messaging/weight_subscriber_loop.h
+// and messaging/weight_link_util.cc); nothing else includes it.
 // In namespace updraft::messaging::weight_link_detail.
 //
 // Shared by both sides:
@@ -10,7 +11,7 @@
 //    DEALER): a ping every 2 s; a peer that stays silent 30 s is disconnected.
 //
 // The subscriber's setup before its loop (WeightSubscriber::run), kept here so that
-// weight_subscriber.cc holds the fetch itself:
+// weight_subscriber.cc and weight_fetch.cc hold the loop and the fetch themselves:
 //  * kind_index(k): a WeightKind as the index of the per-kind arrays (min_version, last_delivered).
 //  * connect_sockets(sub, dealer, options): the SUB and DEALER sockets' options (reconnect
 //    interval, message size caps, DEALER's ZMQ_IMMEDIATE and heartbeats, CURVE when configured),
