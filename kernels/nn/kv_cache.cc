@@ -27,7 +27,9 @@ int64_t KvCache::blocks_for_bytes(const KvCacheShape& s, int64_t block_size, int
   return per_block > 0 ? bytes / per_block : 0;
 }
 
-int64_t KvCache::bytes() const { return num_blocks_ * block_bytes(shape_, block_size_); }
+int64_t KvCache::bytes() const {
+  return num_blocks_ * block_bytes(shape_, block_size_);
+}
 
 bool KvCache::reserve(SeqKv& seq, int64_t length) {
   const int64_t need = blocks_needed(length) - static_cast<int64_t>(seq.blocks.size());
@@ -87,6 +89,32 @@ void KvCache::keep(SeqKv& seq, int64_t prefix, const std::vector<int64_t>& keep)
 void KvCache::truncate(SeqKv& seq, int64_t length) {
   UPD_CHECK(length >= 0 && length <= seq.length) << "KV truncate to " << length << " > length " << seq.length;
   seq.length = length;  // blocks stay reserved until release()
+}
+
+void KvCache::copy_prefix(const SeqKv& from, SeqKv& to, int64_t n) {
+  UPD_CHECK(n >= 0 && n <= from.length && to.length == 0 && blocks_needed(n) <= static_cast<int64_t>(to.blocks.size()))
+      << "KV copy_prefix: " << n << " entries from a sequence of " << from.length << " into one of " << to.blocks.size()
+      << " blocks holding " << to.length;
+  if (n > 0) {
+    std::vector<int32_t> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
+    for (int64_t p = 0; p < n; ++p) {
+      src[static_cast<size_t>(p)] = static_cast<int32_t>(slot(from, p));
+      dst[static_cast<size_t>(p)] = static_cast<int32_t>(slot(to, p));
+    }
+    const Tensor si = Tensor::from_i32(src, {n}), di = Tensor::from_i32(dst, {n});
+    for (int64_t l = 0; l < shape_.layers; ++l) {
+      ops::copy_rows(k_[l], si, k_[l], di);
+      ops::copy_rows(v_[l], si, v_[l], di);
+    }
+  }
+  to.length = n;
+}
+
+void KvCache::shrink(SeqKv& seq) {
+  while (static_cast<int64_t>(seq.blocks.size()) > blocks_needed(seq.length)) {
+    free_.push_back(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
 }
 
 }  // namespace updraft

@@ -57,6 +57,13 @@ class KvCache {
   // prefix) and moves them to prefix, prefix+1, ...; seq.length becomes prefix + keep.size().
   void keep(SeqKv& seq, int64_t prefix, const std::vector<int64_t>& keep);
   void truncate(SeqKv& seq, int64_t length);
+  // Copies entries [0, n) of `from` into `to` (every layer, K and V) and sets to.length = n.
+  // REQUIRES: n <= from.length, to.length == 0, `to` holds blocks for n entries, and the two
+  // share no block. Prefix reuse (rollout/engine/prefix_reuse.h): a copy, not a shared block, so
+  // keep() and truncate() never need copy-on-write.
+  void copy_prefix(const SeqKv& from, SeqKv& to, int64_t n);
+  // Gives back the blocks beyond what seq.length needs.
+  void shrink(SeqKv& seq);
 
  private:
   KvCacheShape shape_;

@@ -35,6 +35,8 @@ SchedulerLimits Engine::limits_of(const EngineOptions& o, bool drafter) {
   l.tree_rows = drafter ? o.spec.draft_tokens : 1;
   l.draft_scratch = drafter ? o.spec.scratch_entries() : 0;
   l.suffix_rows = o.suffix.rows();
+  l.reuse_prefixes = o.prefix_reuse;
+  l.kept_donors = o.prefix_donors;
   return l;
 }
 
@@ -48,6 +50,7 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
   UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
       << "engine: capture_teacher_k and draft_backlog must be at least 1";
+  UPD_REQUIRE(opts.prefix_donors >= 0) << "engine: prefix_donors must not be negative";
   aux_layers_ = capture_layers(opts, drafter, model.config());
   if (opts.suffix.on() && opts.suffix.gate)
     suffix_gate_ = std::make_unique<SuffixGate>();
@@ -257,6 +260,7 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
   stats_.prompt_tokens += plan.prefill_tokens;
   stats_.preemptions = scheduler_.preemptions();
   stats_.recomputed_tokens = scheduler_.recomputed_tokens();
+  stats_.reused_tokens = scheduler_.reused_tokens();
   const double share = seconds / static_cast<double>(plan.entries.size());
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     Seq& s = *plan.entries[e].seq;
@@ -339,6 +343,7 @@ int64_t Engine::retract() {
   const int64_t n = scheduler_.retract_all();
   stats_.preemptions = scheduler_.preemptions();
   stats_.recomputed_tokens = scheduler_.recomputed_tokens();
+  stats_.reused_tokens = scheduler_.reused_tokens();
   return n;
 }
 

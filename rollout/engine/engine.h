@@ -52,6 +52,10 @@
 // With suffix.gate, a SuffixGate (spec/suffix_gate.h) decides per step whether they run, by the
 // throughput measured with and without them at the live batch.
 //
+// Prefix reuse (EngineOptions::prefix_reuse, prefix_reuse.h): a request whose context begins like
+// one already cached (a sibling's prompt, an earlier turn) takes that prefix over instead of
+// prefilling it; finished requests' caches are kept as donors until their blocks are needed.
+//
 // Capture: capture/step_capture.h. Metrics: EngineStats, and per request GenResult::spec,
 // rounds and the scheduling fields. tau = 1 + accepted / rounds (eagle3.md E.1).
 //
@@ -105,6 +109,10 @@ class Engine {
   void set_policy(const PolicyModel& model, const DraftModel* drafter);
   // Closed: no waiting request is admitted (running ones go on); used to drain before a policy swap.
   void set_admission(bool open) { admission_open_ = open; }
+  // Finished requests kept as prefix donors (EngineOptions::prefix_reuse; scheduler.h), and
+  // giving their blocks back (a cache flush).
+  int64_t prefix_donors() const { return scheduler_.donors(); }
+  void drop_prefix_donors() { scheduler_.drop_donors(); }
   // null: the full settings every step. The chooser must outlive its use.
   void set_depth_chooser(DepthChooser* chooser) { chooser_ = chooser; }
 

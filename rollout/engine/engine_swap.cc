@@ -36,6 +36,7 @@ void Engine::attach(const DraftModel* d, std::unique_ptr<KvCache> cache) {
 void Engine::set_drafter(const DraftModel* drafter) {
   if (drafter == drafter_)
     return;
+  scheduler_.drop_donors();  // their pairs are the old drafter's
   const auto t0 = std::chrono::steady_clock::now();
   const auto& running = scheduler_.running();
   if (drafter == nullptr) {  // plain decoding from the next step
@@ -115,6 +116,7 @@ void Engine::set_policy(const PolicyModel& model, const DraftModel* drafter) {
       << "engine: the new policy has another shape than the one the engine was built for";
   if (drafter != nullptr)
     check_fits(model, *drafter, opts_.spec, aux_layers_);
+  scheduler_.drop_donors();  // their entries are the old policy's
   model_ = &model;
   suffix_.policy_changed();
   set_drafter(drafter);

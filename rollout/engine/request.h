@@ -106,6 +106,7 @@ struct GenResult {
   // step's time split equally among the sequences in it).
   int64_t submitted_step = -1, admitted_step = -1, first_token_step = -1, finished_step = -1;
   int64_t preemptions = 0;
+  int64_t cached_tokens = 0;  // context tokens taken over from the caches (prefix reuse), not prefilled
   int64_t plain_steps = 0;  // decoding steps that verified no drafts (plain, or depth 0)
   double step_seconds = 0;
 };
@@ -128,6 +129,11 @@ struct EngineOptions {
   // prefill) before the drafter absorbs them anyway: bounds the backlog's memory (A*H values per
   // pair). A sequence that finishes during plain steps never pays for its pairs.
   int64_t draft_backlog = 512;
+  // Prefix reuse (prefix_reuse.h): an admitted request takes the longest prefix of its context
+  // already cached, by a running request or by one of the last `prefix_donors` finished ones,
+  // instead of prefilling it. Outputs are identical either way; off only to measure it.
+  bool prefix_reuse = true;
+  int64_t prefix_donors = 16;
 };
 
 struct EngineStats {
@@ -140,6 +146,7 @@ struct EngineStats {
   int64_t drafter_swaps = 0;  // set_drafter() calls that succeeded with sequences in flight
   double swap_seconds = 0;    // their wall time (rebuilding the draft caches)
   int64_t preemptions = 0, recomputed_tokens = 0, aborted = 0;
+  int64_t reused_tokens = 0;  // context tokens taken over by prefix reuse instead of prefilled
   SpecStats probe_spec;  // the rounds of probe requests (GenRequest::probe), also in spec
   // The drafter's part of every round with drafter nodes (its drafts, the run of them accepted
   // first, its depth): its acceptance whether suffix drafts ran beside it or not.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kernels/core/error.h"
+#include "rollout/engine/prefix_reuse.h"
 
 namespace updraft {
 
@@ -14,11 +15,14 @@ Scheduler::Scheduler(const SchedulerLimits& limits) : limits_(limits) {
 }
 
 void Scheduler::set_caches(KvCache* cache, KvCache* draft_cache) {
+  UPD_CHECK(donors_.empty()) << "scheduler: donors must be dropped before the caches change";
   cache_ = cache;
   draft_cache_ = draft_cache;
 }
 
-void Scheduler::add(std::unique_ptr<Seq> s) { waiting_.push_back(std::move(s)); }
+void Scheduler::add(std::unique_ptr<Seq> s) {
+  waiting_.push_back(std::move(s));
+}
 
 Seq* Scheduler::find(uint64_t id) const {
   for (const auto& s : running_)
@@ -57,9 +61,82 @@ void Scheduler::release(Seq& s) {
 // drafter set while it prefilled has reserved only what it had then).
 bool Scheduler::grow(Seq& s, int64_t rows) {
   const int64_t len = s.prefilling() ? s.prefill_target() : s.kv.length;
-  if (!cache_->reserve(s.kv, len + rows))
+  while (!cache_->reserve(s.kv, len + rows))
+    if (!evict_donor(nullptr))
+      return false;
+  if (!s.spec || draft_cache_ == nullptr)
+    return true;
+  while (!draft_cache_->reserve(s.dkv, len + limits_.draft_scratch))
+    if (!evict_donor(nullptr))
+      return false;
+  return true;
+}
+
+bool Scheduler::evict_donor(const Seq* spare) {
+  if (donors_.empty())
     return false;
-  return !s.spec || draft_cache_ == nullptr || draft_cache_->reserve(s.dkv, len + limits_.draft_scratch);
+  auto it = donors_.begin();
+  if (it->get() == spare && donors_.size() > 1)
+    ++it;
+  release(**it);
+  donors_.erase(it);
+  return true;
+}
+
+void Scheduler::drop_donors() {
+  while (evict_donor(nullptr)) {
+  }
+}
+
+// Shares at least kFollowShare context tokens with a running sequence that has not cached them yet.
+bool Scheduler::follows_prefill(const Seq& s) const {
+  if (!limits_.reuse_prefixes)
+    return false;
+  for (const auto& r : running_) {
+    if (!r->prefilling())
+      continue;
+    const int64_t n = std::min(s.prefill_target(), r->prefill_target());
+    int64_t p = 0;
+    while (p < n && s.token_at(p) == r->token_at(p))
+      ++p;
+    if (p >= kFollowShare && r->kv.length < p)
+      return true;
+  }
+  return false;
+}
+
+const Seq* Scheduler::best_donor(const Seq& s, PrefixTake* take) const {
+  const Seq* best = nullptr;
+  *take = PrefixTake();
+  auto consider = [&](const Seq& d) {
+    const PrefixTake t = plan_take(s, d);
+    if (t.rows > take->rows) {
+      *take = t;
+      best = &d;
+    }
+  };
+  for (const auto& r : running_)
+    consider(*r);
+  for (const auto& d : donors_)
+    consider(*d);
+  return best;
+}
+
+void Scheduler::take_best_prefix(Seq& s) {
+  PrefixTake take;
+  const Seq* best = best_donor(s, &take);
+  if (best == nullptr)
+    return;
+  take_prefix(s, *best, take, *cache_, draft_cache_);
+  s.result.cached_tokens = take.rows;
+  reused_ += take.rows;
+  for (auto it = donors_.begin(); it != donors_.end(); ++it)
+    if (it->get() == best) {  // most recently used: given back last
+      std::unique_ptr<Seq> d = std::move(*it);
+      donors_.erase(it);
+      donors_.push_back(std::move(d));
+      break;
+    }
 }
 
 bool Scheduler::may_speculate(const Seq& s, const KvCache& draft_cache, int64_t scratch) {
@@ -78,11 +155,20 @@ bool Scheduler::admit_one(Seq& s) {
     return c.free_blocks() - c.blocks_needed(length) >= watermark;
   };
   const int64_t dlen = s.prefill_target() + limits_.draft_scratch;
-  if (!fits(*cache_, len) || (s.spec && !fits(*draft_cache_, dlen)))
-    return false;
+  // Donors are given back for room, the one this sequence would take its prefix from last.
+  const Seq* spare = nullptr;
+  if (limits_.reuse_prefixes) {
+    PrefixTake unused;
+    spare = best_donor(s, &unused);
+  }
+  while (!fits(*cache_, len) || (s.spec && !fits(*draft_cache_, dlen)))
+    if (!evict_donor(spare))
+      return false;
   UPD_CHECK(cache_->reserve(s.kv, len)) << "scheduler: reservation failed after the free-block check";
   if (s.spec)
     UPD_CHECK(draft_cache_->reserve(s.dkv, dlen)) << "scheduler: draft reservation failed after the check";
+  if (limits_.reuse_prefixes)
+    take_best_prefix(s);
   return true;
 }
 
@@ -132,14 +218,18 @@ StepPlan Scheduler::schedule(bool admit, int64_t step_index) {
         break;
     }
   }
-  while (admit && !waiting_.empty() && static_cast<int64_t>(running_.size()) < limits_.max_batch) {
-    Seq& s = *waiting_.front();
+  for (size_t w = 0; admit && w < waiting_.size() && static_cast<int64_t>(running_.size()) < limits_.max_batch;) {
+    Seq& s = *waiting_[w];
+    if (follows_prefill(s)) {
+      ++w;  // admitted once its leader's prefill is cached
+      continue;
+    }
     if (!admit_one(s))
       break;  // first come, first served: wait for blocks to free up
     if (s.result.admitted_step < 0)
       s.result.admitted_step = step_index;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[w]));
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
   }
   StepPlan plan;
   int64_t budget = limits_.prefill_chunk;
@@ -166,7 +256,13 @@ std::vector<std::unique_ptr<Seq>> Scheduler::collect_finished() {
       ++i;
       continue;
     }
-    release(*running_[i]);
+    Seq& s = *running_[i];
+    if (limits_.reuse_prefixes && limits_.kept_donors > 0 && s.result.finish_reason != "abort" && s.kv.length > 0) {
+      donors_.push_back(keep_as_donor(s, *cache_, s.spec ? draft_cache_ : nullptr));
+      while (static_cast<int64_t>(donors_.size()) > limits_.kept_donors)
+        evict_donor(nullptr);
+    }
+    release(s);
     done_.push_back(std::move(running_[i]));
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
   }

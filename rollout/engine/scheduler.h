@@ -20,6 +20,15 @@
 // prefill_chunk tokens per step, in running order (a long prompt is prefilled over several
 // steps beside the decoding ones).
 //
+// Prefix reuse (with SchedulerLimits::reuse_prefixes; rollout/engine/prefix_reuse.h). An admitted
+// sequence takes over the longest cached prefix of its context from a running sequence or a kept
+// donor (a finished sequence's caches, kept_donors at most, least recently used given back
+// first, and all of them before a running sequence is preempted or an admission waits for
+// blocks). The one exception to first come, first served: a waiting sequence that shares at
+// least kFollowShare context tokens with a running one still prefilling them is held back (those
+// behind it may be admitted) until that prefill is done, so that n siblings submitted together
+// prefill their prompt once.
+//
 // Aborts. abort(id) on a waiting sequence removes it at once; on a running one it leaves at the
 // next schedule(), its blocks released. Either way it comes back from collect_finished() with
 // finish reason "abort" and the tokens it had.
@@ -32,6 +41,7 @@
 #include <memory>
 #include <vector>
 
+#include "rollout/engine/prefix_reuse.h"
 #include "rollout/engine/sequence.h"
 
 namespace updraft {
@@ -39,9 +49,11 @@ namespace updraft {
 struct SchedulerLimits {
   int64_t max_batch = 64;
   int64_t prefill_chunk = 512;
-  int64_t tree_rows = 1;       // rows of the largest tree a speculating sequence verifies
-  int64_t draft_scratch = 0;   // draft cache entries a proposal appends temporarily
-  int64_t suffix_rows = 0;     // suffix drafts a round may graft (rollout/spec/suffix_drafts.h)
+  int64_t tree_rows = 1;        // rows of the largest tree a speculating sequence verifies
+  int64_t draft_scratch = 0;    // draft cache entries a proposal appends temporarily
+  int64_t suffix_rows = 0;      // suffix drafts a round may graft (rollout/spec/suffix_drafts.h)
+  bool reuse_prefixes = false;  // prefix reuse (above)
+  int64_t kept_donors = 0;      // finished sequences kept as donors at most
   // Rows a decoding sequence's step may verify: its tree (drafter and suffix drafts) or one token.
   int64_t rows_of(const Seq& s) const {
     return (s.spec ? tree_rows : 1) + (s.req.speculate && !s.req.probe ? suffix_rows : 0);
@@ -63,7 +75,8 @@ class Scheduler {
   explicit Scheduler(const SchedulerLimits& limits);
 
   // The caches sequences reserve from; draft_cache may be null (no drafter). REQUIRES: no
-  // sequence holds blocks in a cache that is replaced (the engine rebuilds or releases first).
+  // sequence holds blocks in a cache that is replaced (the engine rebuilds or releases first),
+  // and no donor is kept (drop_donors()).
   void set_caches(KvCache* cache, KvCache* draft_cache);
   void set_limits(const SchedulerLimits& limits) { limits_ = limits; }
 
@@ -90,12 +103,23 @@ class Scheduler {
   static bool may_speculate(const Seq& s, const KvCache& draft_cache, int64_t scratch);
   int64_t preemptions() const { return preemptions_; }
   int64_t recomputed_tokens() const { return recomputed_; }
+  // Prefix reuse: kept donors, and the context tokens admitted sequences took over so far.
+  int64_t donors() const { return static_cast<int64_t>(donors_.size()); }
+  int64_t reused_tokens() const { return reused_; }
+  void drop_donors();  // their blocks go back (the policy or the drafter changed)
+  static constexpr int64_t kFollowShare = 16;
 
  private:
   bool admit_one(Seq& s);
   bool grow(Seq& s, int64_t rows);
   void preempt(size_t index);
   void release(Seq& s);
+  // Gives back the least recently used donor other than `spare` (`spare` itself when it is the
+  // only one); false when none is kept.
+  bool evict_donor(const Seq* spare);
+  bool follows_prefill(const Seq& s) const;
+  const Seq* best_donor(const Seq& s, PrefixTake* take) const;  // null: none has a prefix to give
+  void take_best_prefix(Seq& s);
 
   SchedulerLimits limits_;
   KvCache* cache_ = nullptr;
@@ -103,7 +127,8 @@ class Scheduler {
   std::deque<std::unique_ptr<Seq>> waiting_;
   std::vector<std::unique_ptr<Seq>> running_;  // admission order: oldest first
   std::vector<std::unique_ptr<Seq>> done_;
-  int64_t preemptions_ = 0, recomputed_ = 0;
+  std::deque<std::unique_ptr<Seq>> donors_;  // least recently used first
+  int64_t preemptions_ = 0, recomputed_ = 0, reused_ = 0;
 };
 
 }  // namespace updraft

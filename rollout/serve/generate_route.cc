@@ -162,7 +162,7 @@ json RolloutService::generate_result(const GenerateJob& job, size_t k, const Com
                {"finish_reason", finish_reason(c, job.text[k])},
                {"prompt_tokens", g.prompt.size()},
                {"completion_tokens", g.tokens.size()},
-               {"cached_tokens", 0},
+               {"cached_tokens", g.cached_tokens},
                {"spec_verify_ct", g.spec.rounds},
                {"spec_accepted_by_source",
                 {{"eagle", g.spec.accepted_by[0]}, {"group", g.spec.accepted_by[1]}, {"history", g.spec.accepted_by[2]}}},

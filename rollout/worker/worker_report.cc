@@ -79,7 +79,9 @@ void Worker::do_flush() {
         freed += m.engine->cache().bytes();
       m = ModeEngine();
     }
-    const KvCache& c = engines_[static_cast<int>(GenMode::kServing)].engine->cache();
+    Engine& serving = *engines_[static_cast<int>(GenMode::kServing)].engine;
+    serving.drop_prefix_donors();
+    const KvCache& c = serving.cache();
     UPD_CHECK(c.free_blocks() == c.num_blocks())
         << "worker: idle engine holds " << c.num_blocks() - c.free_blocks() << " KV blocks";
     r = {true, "all " + std::to_string(c.num_blocks()) + " KV blocks of the serving engine are free; " +

@@ -70,6 +70,7 @@ TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
   EXPECT_EQ(all[1].tokens, solo[0].tokens);
   for (size_t i = 0; i < solo[0].logprobs.size(); ++i)
     EXPECT_NEAR(all[1].logprobs[i], solo[0].logprobs[i], 1e-4);
+  crowd.drop_prefix_donors();  // finished requests' caches kept for prefix reuse
   EXPECT_EQ(crowd.cache().free_blocks(), crowd.cache().num_blocks());
 }
 
@@ -222,6 +223,7 @@ TEST_F(EngineTest, MoreRequestsThanTheCacheHoldsAllFinishByPreemption) {
   ASSERT_EQ(res.size(), 12u);
   EXPECT_GT(max_running, 3) << "blocks are reserved as sequences grow, not for their longest length at once";
   EXPECT_GT(e.stats().preemptions, 0) << "the cache should run out and preempt";
+  e.drop_prefix_donors();
   EXPECT_EQ(e.cache().free_blocks(), 10);
   std::sort(res.begin(), res.end(), [](const GenResult& x, const GenResult& y) { return x.id < y.id; });
   int64_t preempted = 0;

@@ -100,6 +100,7 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
     ASSERT_LT(step, kSteps * 4) << "the engine does not drain";
   }
   ASSERT_EQ(results.size(), submitted.size());
+  e.drop_prefix_donors();
   EXPECT_EQ(e.cache().free_blocks(), e.cache().num_blocks());
   if (e.draft_cache() != nullptr) {
     EXPECT_EQ(e.draft_cache()->free_blocks(), e.draft_cache()->num_blocks());
