@@ -1,5 +1,7 @@
 // CPU paged attention: work items of (sequence, kv head, up to 8 new rows); the query heads that
 // share the kv head are scored together. Softmax in f32.
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -324,6 +326,12 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     work += n * kl[b];
   }
   const int64_t items = static_cast<int64_t>(chunks.size()) * NKV;
+  // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
+  // between threads (a causal prefill's later chunks see more keys); with fewer chunks than
+  // threads (a verification or a decode at batch 1) the heads are split between the threads.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t per =
+      static_cast<int64_t>(chunks.size()) >= threads ? NKV : std::max<int64_t>(1, (items + threads - 1) / threads);
 
 #pragma omp parallel if (work * NH * HD > (1 << 15))
   {
@@ -331,9 +339,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     thread_local ItemKeys it;
     thread_local std::vector<const float*> krows, vrows;
     thread_local std::vector<float> scores, acc;
-    // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
-    // between threads (a causal prefill's later chunks see more keys).
-#pragma omp for schedule(static, NKV)
+#pragma omp for schedule(static, per)
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
       const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
