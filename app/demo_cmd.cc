@@ -27,6 +27,8 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
                  "history or both")
       ->check(CLI::IsMember({"off", "group", "history", "both"}))
       ->capture_default_str();
+  cmd.add_flag("!--no-prefix-reuse", o.prefix_reuse,
+               "every rollout prefills its prompt (default: a group's siblings take it from the cache)");
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")

@@ -88,6 +88,8 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
                  "step grafts them only where measured to pay")
       ->check(CLI::IsMember({"off", "group", "history", "both"}))
       ->capture_default_str();
+  cmd.add_flag("!--no-prefix-reuse", a.prefix_reuse,
+               "every request prefills its whole context (default: it takes the longest prefix already cached)");
   cmd.add_option("--rollback-margin", a.rollback_margin, "roll a new drafter back when its tau falls by more than this share")
       ->capture_default_str();
   cmd.add_option("--rollback-rounds", a.rollback_rounds, "speculation rounds watched after a drafter swap")
@@ -169,6 +171,7 @@ int run_serve(const ServeArgs& a) {
   wo.adaptive.enabled = a.adaptive && speculate;
   if (speculate)
     wo.engine.suffix.mode = parse_suffix_mode(a.suffix_drafts);
+  wo.engine.prefix_reuse = a.prefix_reuse;
   wo.record_rate = a.record_rate;
   wo.record_max_tokens = a.record_max_tokens;
   wo.rollback_margin = a.rollback_margin;
@@ -208,6 +211,7 @@ int run_serve(const ServeArgs& a) {
                           {"spec_draft_tokens", wo.engine.spec.draft_tokens},
                           {"adaptive", wo.adaptive.enabled},
                           {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
+                          {"prefix_reuse", wo.engine.prefix_reuse},
                           {"worker_id", a.worker_id},
                           {"send", a.send},
                           {"weights_pub", a.weights_pub}};

@@ -34,6 +34,7 @@ struct ServeArgs {
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;
   bool adaptive = true;
   std::string suffix_drafts = "both";  // off, group, history, both (rollout/spec/suffix_drafts.h)
+  bool prefix_reuse = true;            // rollout/engine/prefix_reuse.h
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
   int64_t max_inflight_prompts = 4096;

@@ -11,7 +11,8 @@
 //   --rl     an RL-shaped batch: --prompts prompts x --group samples at temperature 1, each to end
 //            of text or --max-new tokens (the spread of lengths of the demo's rollouts), submitted
 //            at once and run to the last one: time to finish all per mode (median of --reps,
-//            interleaved), and how the live batch and the chosen depth move over the run.
+//            interleaved), and how the live batch and the chosen depth move over the run; plain and
+//            adaptive again without prefix reuse (every sample prefills its prompt).
 //
 //   --dump-prompts FILE  writes the held-out prompts (token ids, one JSON list per line) and
 //            exits: the request mix of bench/serve_load.py.
@@ -165,12 +166,14 @@ void sweep(std::vector<Mode>& modes, const Workload& w, const std::vector<int64_
 
 struct RlRun {
   double seconds = 0;
-  int64_t tokens = 0;
+  int64_t tokens = 0, reused_tokens = 0;
   std::vector<std::pair<double, std::pair<int64_t, int64_t>>> trace;  // (t, (live batch, depth)) per step
 };
 
 RlRun rl_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t group, int64_t max_new,
                uint64_t seed) {
+  e.drop_prefix_donors();  // an RL step's prompts are new: nothing from the last run may be taken
+  const int64_t reused0 = e.stats().reused_tokens;
   for (size_t p = 0; p < prompts.size(); ++p)
     for (int64_t g = 0; g < group; ++g) {
       GenRequest q;
@@ -190,6 +193,7 @@ RlRun rl_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int6
   }
   r.seconds = now_s() - t0;
   r.tokens = e.stats().generated_tokens - g0;
+  r.reused_tokens = e.stats().reused_tokens - reused0;
   return r;
 }
 
@@ -209,8 +213,10 @@ void rl(std::vector<Mode>& modes, const std::vector<std::vector<int32_t>>& promp
     }
   const double plain = median(secs[0]);
   for (size_t i = 0; i < modes.size(); ++i)
-    std::printf("  %-8s time to finish all %.2f s (median of %d)  %.2fx plain  tokens %ld\n", modes[i].name.c_str(),
-                median(secs[i]), reps, plain / median(secs[i]), last[i].tokens);
+    std::printf("  %-26s time to finish all %.3f s (median of %d)  %.2fx plain  tokens %ld  prompt tokens taken "
+                "from the cache %ld\n",
+                modes[i].name.c_str(), median(secs[i]), reps, plain / median(secs[i]), last[i].tokens,
+                last[i].reused_tokens);
   std::printf("  adaptive over the last run, by tenths of its time: live batch / mean depth\n   ");
   const RlRun& a = last[2];
   for (int slice = 0; slice < 10; ++slice) {
@@ -303,6 +309,14 @@ int main(int argc, char** argv) {
   }
   if (do_rl) {
     prompts.resize(static_cast<size_t>(std::min<int64_t>(prompts_n, static_cast<int64_t>(prompts.size()))));
+    // The same engines without prefix reuse: each sample prefills its prompt.
+    EngineOptions no_reuse = eo;
+    no_reuse.prefix_reuse = false;
+    std::vector<Mode> more = make_modes(model, draft, no_reuse);
+    more[0].name = "plain, no prefix reuse";
+    more[2].name = "adaptive, no prefix reuse";
+    modes.push_back(std::move(more[0]));
+    modes.push_back(std::move(more[2]));
     rl(modes, prompts, group, max_new, reps);
   }
   return 0;

@@ -61,6 +61,7 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"step_speedup", sum.step_speedup},
       {"generation_share_of_step", sum.gen_share},
       {"suffix_drafts", o.suffix_drafts},
+      {"prefix_reuse", o.prefix_reuse},
       {"online_accepted_per_round",
        {{"drafter", sum.accepted_per_round[0]},
         {"group", sum.accepted_per_round[1]},
