@@ -195,10 +195,11 @@ StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::sha
 
 json RolloutService::openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
                                      json choices) {
-  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   for (const Completion& c : out) {
     prompt_tokens += static_cast<int64_t>(c.result.prompt.size());
     completion_tokens += static_cast<int64_t>(c.result.tokens.size());
+    cached_tokens += c.result.cached_tokens;
   }
   return {{"id", id_prefix + std::to_string(next_id_.fetch_add(1))},
           {"object", object},
@@ -210,7 +211,8 @@ json RolloutService::openai_envelope(const char* object, const char* id_prefix, 
           {"usage",
            {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}},
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}}},
           {"updraft",
            {{"policy_version", out.empty() ? 0 : out[0].policy_version},
             {"drafter_version", out.empty() ? 0 : out[0].drafter_version}}}};

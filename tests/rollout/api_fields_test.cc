@@ -289,7 +289,10 @@ TEST(ApiFields, AbortRequestMatchesRidsExactlyAndNullFieldsAreDefaults) {
 // (so each equals a single request with that seed), rids suffixed -j; OpenAI's choices i * n + j.
 TEST(ApiFields, NCompletionsPerPromptAreGroupedWithSeedStreamsOfTheirOwn) {
   Bed b;
-  const auto ps = prompts(2, 9);
+  auto ps = prompts(2, 9);
+  for (auto& p : ps)  // 20 tokens: siblings wait for the first one's prefill (Scheduler::kFollowShare)
+    for (int i = 0; i < 15; ++i)
+      p.push_back(1 + (p[static_cast<size_t>(i)] * 7 + i) % 96);
   auto sampled = [&](const json& prompt_ids, int64_t n, uint64_t seed, json rid = json()) {
     json body = {{"input_ids", prompt_ids},
                  {"sampling_params", {{"temperature", 1}, {"max_new_tokens", 8}, {"ignore_eos", true},
@@ -307,6 +310,10 @@ TEST(ApiFields, NCompletionsPerPromptAreGroupedWithSeedStreamsOfTheirOwn) {
     EXPECT_EQ(three[j]["meta_info"]["id"], "g-" + std::to_string(j));
   }
   EXPECT_NE(three[0]["output_ids"], three[1]["output_ids"]) << "siblings should differ";
+  // Prefix reuse: the first sibling prefilled the prompt, the others took all but its last token.
+  EXPECT_EQ(three[0]["meta_info"]["cached_tokens"], 0);
+  EXPECT_EQ(three[1]["meta_info"]["cached_tokens"], ps[0].size() - 1);
+  EXPECT_EQ(three[2]["meta_info"]["cached_tokens"], ps[0].size() - 1);
   const json grouped = sampled(ps, 2, 11);
   ASSERT_EQ(grouped.size(), 4u);
   for (size_t k = 0; k < 4; ++k)
@@ -316,6 +323,8 @@ TEST(ApiFields, NCompletionsPerPromptAreGroupedWithSeedStreamsOfTheirOwn) {
   const auto [s, out] = b.call("POST", "/v1/completions", {{"prompt", ps[0]}, {"n", 2}, {"seed", 5}, {"max_tokens", 8}});
   ASSERT_EQ(s, 200) << out;
   ASSERT_EQ(out["choices"].size(), 2u);
+  EXPECT_EQ(out["usage"]["prompt_tokens_details"]["cached_tokens"], 2 * (ps[0].size() - 1))
+      << "both take the prompt from the earlier requests' caches";
   for (int j = 0; j < 2; ++j) {
     EXPECT_EQ(out["choices"][j]["index"], j);
     const auto [s1, one] = b.call("POST", "/v1/completions", {{"prompt", ps[0]}, {"seed", 5 + j}, {"max_tokens", 8}});
