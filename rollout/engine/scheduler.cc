@@ -218,10 +218,13 @@ StepPlan Scheduler::schedule(bool admit, int64_t step_index) {
         break;
     }
   }
+  int64_t held = 0;
   for (size_t w = 0; admit && w < waiting_.size() && static_cast<int64_t>(running_.size()) < limits_.max_batch;) {
     Seq& s = *waiting_[w];
     if (follows_prefill(s)) {
-      ++w;  // admitted once its leader's prefill is cached
+      if (++held >= limits_.max_batch)
+        break;  // a flood of siblings: the rest wait their turn anyway
+      ++w;      // admitted once its leader's prefill is cached
       continue;
     }
     if (!admit_one(s))
