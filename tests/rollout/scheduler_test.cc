@@ -1,9 +1,11 @@
 // Property test of the engine's scheduling (rollout/engine/scheduler.h) over thousands of steps:
 // random arrivals, prompt and output lengths, sampling settings, aborts, a KV cache small enough
-// to force preemptions, drafter hot-swaps (including to and from none) and a random speculation
-// depth every step. Invariants: every request comes back exactly once (finished, or aborted when
-// it was aborted), the KV blocks of both caches return to their pools, and every greedy request
-// that finished has the tokens and logprobs of a solo plain run of it (an aborted one, a prefix).
+// to force preemptions, drafter hot-swaps (including to and from none), a random speculation
+// depth every step, and requests that repeat an earlier prompt (a sibling) or extend it with its
+// output (a next turn), so that prefix reuse takes prefixes from running and finished requests. Invariants: every
+// request comes back exactly once (finished, or aborted when it was aborted), the KV blocks of both caches return to
+// their pools, and every greedy request that finished has the tokens and logprobs of a solo plain run of it (an aborted
+// one, a prefix).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -57,7 +59,9 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
   ASSERT_EQ(e.cache().num_blocks(), 28);
   ASSERT_EQ(e.draft_cache()->num_blocks(), 40);
   std::mt19937_64 rng(2024);
-  auto uni = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+  auto uni = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
   std::map<uint64_t, GenRequest> submitted;
   std::set<uint64_t> aborted, live;
   std::map<uint64_t, GenResult> results;
@@ -67,7 +71,17 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
     if (step < kSteps && uni(0, 2) == 0)
       for (int64_t k = uni(1, 3); k > 0; --k) {
         GenRequest r;
-        for (int64_t j = uni(1, 14); j > 0; --j)
+        const int64_t kind = uni(0, 5);
+        if (kind <= 1 && !submitted.empty()) {  // a sibling of an earlier request, or its next turn
+          auto it = submitted.end();            // one of the last 8 (ids ascend): still running, or kept
+          std::advance(it, -uni(1, std::min<int64_t>(8, static_cast<int64_t>(submitted.size()))));
+          r.prompt = it->second.prompt;
+          const auto done = results.find(it->first);
+          if (kind == 1 && done != results.end())
+            r.prompt.insert(r.prompt.end(), done->second.tokens.begin(), done->second.tokens.end());
+          r.prompt.resize(std::min<size_t>(r.prompt.size(), 40));
+        }
+        for (int64_t j = kind == 2 ? uni(16, 30) : uni(r.prompt.empty() ? 1 : 0, kind <= 1 ? 3 : 14); j > 0; --j)
           r.prompt.push_back(static_cast<int32_t>(uni(0, cfg_.vocab_size - 1)));
         r.params.max_new_tokens = uni(1, 24);
         r.params.temperature = uni(0, 2) == 0 ? 0.9f : 0.f;
@@ -106,6 +120,7 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
     EXPECT_EQ(e.draft_cache()->free_blocks(), e.draft_cache()->num_blocks());
   }
   EXPECT_GT(e.stats().preemptions, 10) << "the cache should be small enough to force preemptions";
+  EXPECT_GT(e.stats().reused_tokens, 1000) << "siblings and next turns should take prefixes from the caches";
   EXPECT_GT(e.stats().spec.rounds, 500);
   EXPECT_GE(swaps, 8);
   EXPECT_GT(chooser.observed, 1000);
@@ -136,8 +151,7 @@ TEST_P(SchedulerProperty, EveryRequestEndsOnceBlocksReturnAndGreedyMatchesSoloRu
   EXPECT_GT(preempted, 10);
 }
 
-INSTANTIATE_TEST_SUITE_P(Settings, SchedulerProperty,
-                         ::testing::Values(SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}),
+INSTANTIATE_TEST_SUITE_P(Settings, SchedulerProperty, ::testing::Values(SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}),
                          [](const auto& info) { return info.param.chain() ? "chain" : "tree"; });
 
 }  // namespace
