@@ -106,8 +106,9 @@ http::Response RolloutService::run_openai(std::vector<GenRequest> reqs,
                                           bool chat, const OpenAiChoice& choice) {
   const size_t count = reqs.size();
   const bool usage = api::include_usage(body);
+  const int64_t n = api::has(body, "n") ? api::int_of(body, "n", 1, api::kMaxN, "body") : 1;
   if (api::bool_or(body, "stream", false))
-    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(chat, stops, usage));
+    return stream_job(std::move(reqs), std::vector<std::string>(count), "", openai_events(chat, stops, n, usage));
   int status = 0;
   std::string why;
   const std::vector<Completion> out = run_job(std::move(reqs), std::vector<std::string>(count), "", &status, &why);
@@ -116,8 +117,8 @@ http::Response RolloutService::run_openai(std::vector<GenRequest> reqs,
   json choices = json::array();
   for (size_t i = 0; i < out.size(); ++i)
     choices.push_back(choice(i, out[i].result, openai_text(out[i].result, stops[i])));
-  return api::json_response(200, chat ? openai_envelope("chat.completion", "chatcmpl-", out, std::move(choices))
-                                      : openai_envelope("text_completion", "cmpl-", out, std::move(choices)));
+  return api::json_response(200, chat ? openai_envelope("chat.completion", "chatcmpl-", out, std::move(choices), n)
+                                      : openai_envelope("text_completion", "cmpl-", out, std::move(choices), n));
 }
 
 std::vector<GenRequest> RolloutService::openai_requests(const json& body,
@@ -146,7 +147,7 @@ std::vector<GenRequest> RolloutService::openai_requests(const json& body,
 // OpenAI's stream: chunks of each choice's new text ("text" for completions, "delta" for chat,
 // whose first chunk carries the role), then each choice's last text with its finish_reason,
 // then with include_usage a chunk with the usage and no choices.
-StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops,
+StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops, int64_t n,
                                            bool usage) {
   auto deltas = std::make_shared<std::vector<TextDelta>>();
   auto started = std::make_shared<std::vector<bool>>(stops.size(), false);
@@ -176,14 +177,14 @@ StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::sha
     const std::string d = (*deltas)[k].next(toks);
     return d.empty() ? std::string() : chunk(k, d, nullptr);
   };
-  ev.finish = [this, deltas, chunk, stops, head, usage](const std::vector<Completion>& out) {
+  ev.finish = [this, deltas, chunk, stops, head, usage, n](const std::vector<Completion>& out) {
     std::string events;
     for (size_t k = 0; k < out.size(); ++k) {
       const GenResult& g = out[k].result;
       events += chunk(k, (*deltas)[k].rest(openai_text(g, stops[k])), g.finish_reason);
     }
     if (usage) {
-      json e = openai_envelope(head["object"].get<std::string>().c_str(), "", out, json::array());
+      json e = openai_envelope(head["object"].get<std::string>().c_str(), "", out, json::array(), n);
       e["id"] = head["id"];
       e["created"] = head["created"];
       events += sse(e);
@@ -194,13 +195,19 @@ StreamEvents RolloutService::openai_events(bool chat, const std::vector<std::sha
 }
 
 json RolloutService::openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
-                                     json choices) {
+                                     json choices, int64_t n) {
+  // As OpenAI and vLLM count them: a prompt's tokens once for its n choices (choices i * n + j
+  // share prompt i), their cached share likewise (the most any of them took).
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  for (const Completion& c : out) {
-    prompt_tokens += static_cast<int64_t>(c.result.prompt.size());
-    completion_tokens += static_cast<int64_t>(c.result.tokens.size());
-    cached_tokens += c.result.cached_tokens;
+  for (size_t i = 0; i < out.size(); i += static_cast<size_t>(n)) {
+    prompt_tokens += static_cast<int64_t>(out[i].result.prompt.size());
+    int64_t cached = 0;
+    for (size_t j = i; j < std::min(out.size(), i + static_cast<size_t>(n)); ++j)
+      cached = std::max(cached, out[j].result.cached_tokens);
+    cached_tokens += cached;
   }
+  for (const Completion& c : out)
+    completion_tokens += static_cast<int64_t>(c.result.tokens.size());
   return {{"id", id_prefix + std::to_string(next_id_.fetch_add(1))},
           {"object", object},
           {"created",

@@ -184,10 +184,12 @@ class RolloutService {
                             const nlohmann::json& body, bool chat, const OpenAiChoice& choice);
   std::string openai_text(const GenResult& g, const std::shared_ptr<StopMatcher>& stop) const;
   // OpenAI's stream events for completions (chat false) or chat (openai_routes.cc).
-  StreamEvents openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops, bool usage);
-  // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`).
+  StreamEvents openai_events(bool chat, const std::vector<std::shared_ptr<StopMatcher>>& stops, int64_t n,
+                             bool usage);
+  // OpenAI's response object around `choices`: id, created, model, usage (summed over `out`, n
+  // choices per prompt: each prompt's tokens counted once).
   nlohmann::json openai_envelope(const char* object, const char* id_prefix, const std::vector<Completion>& out,
-                                 nlohmann::json choices);
+                                 nlohmann::json choices, int64_t n);
   http::Response update_weights(const nlohmann::json& body);
   http::Response pause(const nlohmann::json& body);
   http::Response abort_request(const nlohmann::json& body);
