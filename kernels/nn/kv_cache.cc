@@ -16,6 +16,13 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_si
   }
   for (int64_t b = num_blocks - 1; b >= 0; --b)
     free_.push_back(static_cast<int32_t>(b));
+  holders_.assign(static_cast<size_t>(num_blocks), 0);
+}
+
+void KvCache::drop(int32_t block) {
+  UPD_CHECK(holders_[static_cast<size_t>(block)] > 0) << "KV cache: block " << block << " released twice";
+  if (--holders_[static_cast<size_t>(block)] == 0)
+    free_.push_back(block);
 }
 
 int64_t KvCache::block_bytes(const KvCacheShape& s, int64_t block_size) {
@@ -39,6 +46,7 @@ bool KvCache::reserve(SeqKv& seq, int64_t length) {
     return false;
   for (int64_t i = 0; i < need; ++i) {
     seq.blocks.push_back(free_.back());
+    holders_[static_cast<size_t>(free_.back())] = 1;
     free_.pop_back();
   }
   return true;
@@ -46,7 +54,7 @@ bool KvCache::reserve(SeqKv& seq, int64_t length) {
 
 void KvCache::release(SeqKv& seq) {
   for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it)
-    free_.push_back(*it);
+    drop(*it);
   seq.blocks.clear();
   seq.length = 0;
 }
@@ -91,28 +99,38 @@ void KvCache::truncate(SeqKv& seq, int64_t length) {
   seq.length = length;  // blocks stay reserved until release()
 }
 
-void KvCache::copy_prefix(const SeqKv& from, SeqKv& to, int64_t n) {
-  UPD_CHECK(n >= 0 && n <= from.length && to.length == 0 && blocks_needed(n) <= static_cast<int64_t>(to.blocks.size()))
-      << "KV copy_prefix: " << n << " entries from a sequence of " << from.length << " into one of " << to.blocks.size()
-      << " blocks holding " << to.length;
-  if (n > 0) {
-    std::vector<int32_t> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n));
-    for (int64_t p = 0; p < n; ++p) {
-      src[static_cast<size_t>(p)] = static_cast<int32_t>(slot(from, p));
-      dst[static_cast<size_t>(p)] = static_cast<int32_t>(slot(to, p));
+bool KvCache::share_prefix(const SeqKv& from, SeqKv& to, int64_t n) {
+  UPD_CHECK(n >= 0 && n <= from.length && to.blocks.empty())
+      << "KV share_prefix: " << n << " entries from a sequence of " << from.length << " into one holding "
+      << to.blocks.size() << " blocks";
+  const int64_t whole = shared_blocks(n), rest = n - whole * block_size_;
+  if (rest > 0 && free_.empty())
+    return false;
+  for (int64_t b = 0; b < whole; ++b) {
+    to.blocks.push_back(from.blocks[static_cast<size_t>(b)]);
+    ++holders_[static_cast<size_t>(to.blocks.back())];
+  }
+  to.length = whole * block_size_;
+  if (rest > 0) {
+    UPD_CHECK(reserve(to, n)) << "KV share_prefix: no block after the free-block check";
+    std::vector<int32_t> src(static_cast<size_t>(rest)), dst(static_cast<size_t>(rest));
+    for (int64_t p = 0; p < rest; ++p) {
+      src[static_cast<size_t>(p)] = static_cast<int32_t>(slot(from, whole * block_size_ + p));
+      dst[static_cast<size_t>(p)] = static_cast<int32_t>(slot(to, whole * block_size_ + p));
     }
-    const Tensor si = Tensor::from_i32(src, {n}), di = Tensor::from_i32(dst, {n});
+    const Tensor si = Tensor::from_i32(src, {rest}), di = Tensor::from_i32(dst, {rest});
     for (int64_t l = 0; l < shape_.layers; ++l) {
       ops::copy_rows(k_[l], si, k_[l], di);
       ops::copy_rows(v_[l], si, v_[l], di);
     }
   }
   to.length = n;
+  return true;
 }
 
 void KvCache::shrink(SeqKv& seq) {
   while (static_cast<int64_t>(seq.blocks.size()) > blocks_needed(seq.length)) {
-    free_.push_back(seq.blocks.back());
+    drop(seq.blocks.back());
     seq.blocks.pop_back();
   }
 }

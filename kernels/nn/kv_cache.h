@@ -1,6 +1,7 @@
 // Paged key/value cache of the policy: per layer, K and V tensors of NSLOT = num_blocks *
-// block_size rows [NSLOT, NKV, HD]; sequences own whole blocks through their block list, so
-// sequences of any length share one pool without fragmentation.
+// block_size rows [NSLOT, NKV, HD]; sequences hold whole blocks through their block list, so
+// sequences of any length share one pool without fragmentation. A block may be held by several
+// sequences (share_prefix: a common prompt's entries); it is free once none holds it.
 //
 // A SeqKv records a sequence's blocks and how many positions are cached (`length`; entry j of
 // the sequence lives in slot blocks[j / block_size] * block_size + j % block_size). Its blocks
@@ -57,11 +58,16 @@ class KvCache {
   // prefix) and moves them to prefix, prefix+1, ...; seq.length becomes prefix + keep.size().
   void keep(SeqKv& seq, int64_t prefix, const std::vector<int64_t>& keep);
   void truncate(SeqKv& seq, int64_t length);
-  // Copies entries [0, n) of `from` into `to` (every layer, K and V) and sets to.length = n.
-  // REQUIRES: n <= from.length, to.length == 0, `to` holds blocks for n entries, and the two
-  // share no block. Prefix reuse (rollout/engine/prefix_reuse.h): a copy, not a shared block, so
-  // keep() and truncate() never need copy-on-write.
-  void copy_prefix(const SeqKv& from, SeqKv& to, int64_t n);
+  // Entries [0, n) of `from` become `to`'s first n entries (to.length = n): the whole blocks
+  // among them are shared (each block counts its holders and goes back to the pool when the last
+  // one releases it), the entries of a last partial block are copied into a block of `to`'s own.
+  // False (nothing changed) when the pool has no block for that copy. REQUIRES: n <= from.length
+  // and `to` holds no block. Shared blocks are never written: a sequence writes only at its own
+  // length and after (forwards, keep(), truncate()), which lies past them; the prefix reuse that
+  // calls this (rollout/engine/prefix_reuse.h) takes entries no sequence rewrites.
+  bool share_prefix(const SeqKv& from, SeqKv& to, int64_t n);
+  // Blocks share_prefix(from, to, n) would share (n / block_size).
+  int64_t shared_blocks(int64_t n) const { return n / block_size_; }
   // Gives back the blocks beyond what seq.length needs.
   void shrink(SeqKv& seq);
 
@@ -69,7 +75,9 @@ class KvCache {
   KvCacheShape shape_;
   int64_t num_blocks_, block_size_;
   std::vector<Tensor> k_, v_;
-  std::vector<int32_t> free_;  // a stack of free block ids
+  std::vector<int32_t> free_;     // a stack of free block ids
+  std::vector<int32_t> holders_;  // [block]: sequences holding it (0: free)
+  void drop(int32_t block);       // one holder less
 };
 
 }  // namespace updraft

@@ -39,7 +39,8 @@ void take_prefix(Seq& s, const Seq& donor, const PrefixTake& t, KvCache& cache, 
       << "prefix reuse: sequence " << s.id << " already holds entries";
   if (t.rows <= 0)
     return;
-  cache.copy_prefix(donor.kv, s.kv, t.rows);
+  UPD_CHECK(s.kv.blocks.empty() && s.dkv.blocks.empty()) << "prefix reuse: sequence " << s.id << " holds blocks";
+  UPD_CHECK(cache.share_prefix(donor.kv, s.kv, t.rows)) << "prefix reuse: no block for the partial block's copy";
   if (s.req.capture) {
     const auto width = donor.cap_aux.size() / static_cast<size_t>(std::max<int64_t>(1, donor.cap_rows));
     s.cap_aux.assign(donor.cap_aux.begin(), donor.cap_aux.begin() + static_cast<std::ptrdiff_t>(width * t.rows));
@@ -48,7 +49,8 @@ void take_prefix(Seq& s, const Seq& donor, const PrefixTake& t, KvCache& cache, 
   if (!s.spec)
     return;
   UPD_CHECK(draft_cache != nullptr) << "prefix reuse: a speculating sequence without a draft cache";
-  draft_cache->copy_prefix(donor.dkv, s.dkv, t.draft_rows);
+  UPD_CHECK(draft_cache->share_prefix(donor.dkv, s.dkv, t.draft_rows))
+      << "prefix reuse: no draft block for the partial block's copy";
   // Pairs [draft_rows, rows): the donor's pending aux rows, this sequence's own next tokens.
   int64_t p = donor.dkv.length;
   for (const Tensor& chunk : donor.pending_aux) {

@@ -16,8 +16,13 @@
 // (their aux rows, with the new sequence's own next tokens). A request that asks for input
 // logprobs takes nothing past the first position it wants one for.
 //
-// Exactness. Entries are copied (KvCache::copy_prefix), never shared, so nothing downstream needs
-// copy-on-write. The CPU kernels compute every row with the same instructions whatever the rows
+// Memory. The taken entries' whole blocks are shared with the donor (KvCache::share_prefix: a
+// block is free once no sequence holds it), the entries of a last partial block copied into a
+// block of the sequence's own; no sequence ever writes below its length, so a shared block is
+// never written and nothing needs copy-on-write. n siblings of a P-token prompt hold its whole
+// blocks once.
+//
+// Exactness. The CPU kernels compute every row with the same instructions whatever the rows
 // beside it (kernels/README.md), so a taken entry is bitwise the entry the sequence would have
 // computed: outputs, logprobs and records are identical with reuse on or off (tests/rollout/
 // prefix_reuse_test.cc). Donors are dropped whenever the policy or the drafter changes.
@@ -40,8 +45,9 @@ struct PrefixTake {
 int64_t common_prefix(const Seq& s, const Seq& donor);
 // What s may take from the donor (both between steps; s not yet holding any entry).
 PrefixTake plan_take(const Seq& s, const Seq& donor);
-// Copies it. REQUIRES: s reserved blocks for at least t.rows entries (and t.draft_rows in the
-// draft cache), holds none yet and has nothing pending.
+// Takes it: whole blocks shared, a partial one copied. REQUIRES: s holds no block in either cache
+// and has nothing pending, and each cache has a free block for the partial block's copy (the
+// caller reserves the rest of s's blocks after this).
 void take_prefix(Seq& s, const Seq& donor, const PrefixTake& t, KvCache& cache, KvCache* draft_cache);
 // A finished sequence's cached state as a donor: context tokens, KV blocks (trailing unused ones
 // given back), pending pairs and captured aux rows. `finished` keeps its result and loses its

@@ -99,7 +99,8 @@ bool Scheduler::follows_prefill(const Seq& s) const {
     int64_t p = 0;
     while (p < n && s.token_at(p) == r->token_at(p))
       ++p;
-    if (p >= kFollowShare && r->kv.length < p)
+    // What s could take from r once it is cached: all but s's own last context token.
+    if (p >= kFollowShare && r->kv.length < std::min(p, s.prefill_target() - 1))
       return true;
   }
   return false;
@@ -122,16 +123,12 @@ const Seq* Scheduler::best_donor(const Seq& s, PrefixTake* take) const {
   return best;
 }
 
-void Scheduler::take_best_prefix(Seq& s) {
-  PrefixTake take;
-  const Seq* best = best_donor(s, &take);
-  if (best == nullptr)
-    return;
-  take_prefix(s, *best, take, *cache_, draft_cache_);
+void Scheduler::take_from(Seq& s, const Seq& donor, const PrefixTake& take) {
+  take_prefix(s, donor, take, *cache_, draft_cache_);
   s.result.cached_tokens = take.rows;
   reused_ += take.rows;
   for (auto it = donors_.begin(); it != donors_.end(); ++it)
-    if (it->get() == best) {  // most recently used: given back last
+    if (it->get() == &donor) {  // most recently used: given back last
       std::unique_ptr<Seq> d = std::move(*it);
       donors_.erase(it);
       donors_.push_back(std::move(d));
@@ -146,29 +143,29 @@ bool Scheduler::may_speculate(const Seq& s, const KvCache& draft_cache, int64_t 
 
 bool Scheduler::admit_one(Seq& s) {
   s.spec = draft_cache_ != nullptr && may_speculate(s, *draft_cache_, limits_.draft_scratch);
-  const int64_t rows = limits_.rows_of(s);
-  const int64_t len = s.prefill_target() + rows;
-  // A watermark of free blocks (1% of the pool) keeps room for running sequences to grow, so a
-  // new admission does not cause an immediate preemption; a lone sequence needs none.
-  auto fits = [&](const KvCache& c, int64_t length) {
-    const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, c.num_blocks() / 100);
-    return c.free_blocks() - c.blocks_needed(length) >= watermark;
-  };
+  const int64_t len = s.prefill_target() + limits_.rows_of(s);
   const int64_t dlen = s.prefill_target() + limits_.draft_scratch;
+  // A watermark of free blocks (1% of the pool) keeps room for running sequences to grow, so a
+  // new admission does not cause an immediate preemption; a lone sequence needs none. Blocks it
+  // would share with its donor cost nothing.
+  auto fits = [&](const KvCache& c, int64_t length, int64_t shared) {
+    const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, c.num_blocks() / 100);
+    return c.free_blocks() - (c.blocks_needed(length) - shared) >= watermark;
+  };
+  PrefixTake take;
+  const Seq* donor = limits_.reuse_prefixes ? best_donor(s, &take) : nullptr;
   // Donors are given back for room, the one this sequence would take its prefix from last.
-  const Seq* spare = nullptr;
-  if (limits_.reuse_prefixes) {
-    PrefixTake unused;
-    spare = best_donor(s, &unused);
-  }
-  while (!fits(*cache_, len) || (s.spec && !fits(*draft_cache_, dlen)))
-    if (!evict_donor(spare))
+  while (!fits(*cache_, len, donor ? cache_->shared_blocks(take.rows) : 0) ||
+         (s.spec && !fits(*draft_cache_, dlen, donor ? draft_cache_->shared_blocks(take.draft_rows) : 0))) {
+    if (!evict_donor(donor))
       return false;
+    donor = limits_.reuse_prefixes ? best_donor(s, &take) : nullptr;  // it may have gone last
+  }
+  if (donor != nullptr)
+    take_from(s, *donor, take);
   UPD_CHECK(cache_->reserve(s.kv, len)) << "scheduler: reservation failed after the free-block check";
   if (s.spec)
     UPD_CHECK(draft_cache_->reserve(s.dkv, dlen)) << "scheduler: draft reservation failed after the check";
-  if (limits_.reuse_prefixes)
-    take_best_prefix(s);
   return true;
 }
 

@@ -119,7 +119,7 @@ class Scheduler {
   bool evict_donor(const Seq* spare);
   bool follows_prefill(const Seq& s) const;
   const Seq* best_donor(const Seq& s, PrefixTake* take) const;  // null: none has a prefix to give
-  void take_best_prefix(Seq& s);
+  void take_from(Seq& s, const Seq& donor, const PrefixTake& take);
 
   SchedulerLimits limits_;
   KvCache* cache_ = nullptr;

@@ -6,6 +6,7 @@
 // and teacher rows, input logprobs) and that the prefix was actually taken (cached_tokens).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -159,6 +160,26 @@ TEST_F(PrefixReuse, InputLogprobsAreComputedNotTaken) {
   EXPECT_EQ(on.results[3].cached_tokens, 5) << "position 6's logprob needs row 5's logits";
   for (size_t j = 0; j < on.results[3].input_logprobs.size(); ++j)
     EXPECT_FALSE(std::isnan(on.results[3].input_logprobs[j])) << "input position " << j;
+}
+
+TEST_F(PrefixReuse, SiblingsHoldTheirPromptsWholeBlocksOnce) {
+  // 4 siblings of a 40-token prompt, blocks of 16: two whole blocks shared, 8 entries copied.
+  int64_t peak[2] = {0, 0};
+  for (const bool reuse : {false, true}) {
+    EngineOptions o;
+    o.prefix_reuse = reuse;
+    o.kv_cache_bytes = 1 << 20;
+    Engine e(*model_, o);
+    for (int i = 0; i < 4; ++i)
+      e.submit(req(pattern_prompt(2, 40, cfg_.vocab_size), 0.8f, 4, 50 + static_cast<uint64_t>(i)));
+    while (e.has_work()) {
+      e.step();
+      if (e.running() == 4)
+        peak[reuse] = std::max(peak[reuse], e.cache().num_blocks() - e.cache().free_blocks());
+    }
+  }
+  EXPECT_EQ(peak[0], 4 * 3) << "each sibling holds the 3 blocks of its 44 positions";
+  EXPECT_EQ(peak[1], 3 + 3 * 1) << "the followers hold only their partial third block";
 }
 
 TEST_F(PrefixReuse, DonorsGoWhenTheDrafterChangesOrTheirBlocksAreNeeded) {
