@@ -223,17 +223,21 @@ void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& c
   std::vector<std::vector<int32_t>> rows, tokens;
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     Seq* s = plan.entries[e].seq;
-    if (!s->spec || s->finished() || drafter_ == nullptr)
+    // A finished sequence's pairs matter only to a next turn that takes them (a kept donor).
+    const bool kept = opts_.prefix_reuse && opts_.prefix_donors > 0 && s->result.finish_reason != "abort";
+    if (!s->spec || (s->finished() && !kept) || drafter_ == nullptr)
       continue;
     const Committed& c = committed[e];
     std::vector<int32_t> toks;
     for (size_t i = 0; i < c.rows.size(); ++i) {
       const int64_t next = c.first_pos + static_cast<int64_t>(i) + 1;
+      if (s->finished() && next >= s->prompt_len() + s->out_len())
+        break;  // a stop inside the round: its last rows have no next token (a donor takes fewer pairs)
       UPD_CHECK(next < s->prompt_len() + s->out_len()) << "engine: pair " << next - 1 << " has no next token";
       toks.push_back(s->token_at(next));
     }
     seqs.push_back(s);
-    rows.push_back(c.rows);
+    rows.emplace_back(c.rows.begin(), c.rows.begin() + static_cast<std::ptrdiff_t>(toks.size()));
     tokens.push_back(std::move(toks));
   }
   if (!seqs.empty())

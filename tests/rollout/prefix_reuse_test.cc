@@ -138,14 +138,10 @@ TEST_F(PrefixReuse, FinishedRequestsAreKeptAsDonorsForSiblingsAndNextTurns) {
     EXPECT_EQ(on.results[0].cached_tokens, 0) << where;
     EXPECT_EQ(on.results[1].cached_tokens, 19) << where;
     EXPECT_EQ(on.results[3].cached_tokens, 19) << where << ": the sibling after an unrelated request";
-    // The turn takes what its first sibling had cached: the prompt and all but its last token; a
-    // speculating one not the positions of the sibling's last round, whose pairs were never kept
-    // (it finished), at most a round's tree.
+    // The turn takes what its first sibling had cached: the prompt and all but its last token
+    // (a speculating sibling's pairs of its last round included).
     const auto cached_by_first = static_cast<int64_t>(reqs[0].prompt.size() + first.results[0].tokens.size()) - 1;
-    if (spec == nullptr)
-      EXPECT_EQ(on.results.back().cached_tokens, cached_by_first) << where;
-    EXPECT_LE(on.results.back().cached_tokens, cached_by_first) << where;
-    EXPECT_GE(on.results.back().cached_tokens, cached_by_first - kChain.draft_tokens) << where;
+    EXPECT_EQ(on.results.back().cached_tokens, cached_by_first) << where;
     EXPECT_GT(on.donors, 0) << where;
     EXPECT_EQ(off.donors, 0) << where;
   }
