@@ -137,6 +137,8 @@ struct EngineOptions {
 };
 
 struct EngineStats {
+  // prompt_tokens: context tokens prefilled (recomputes included; prefix reuse's taken ones not:
+  // reused_tokens below).
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   SpecStats spec;
   // Wall time of the work only capture does: the teacher's log_softmax (when no greedy row needs

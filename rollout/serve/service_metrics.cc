@@ -154,6 +154,8 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
                                                     {"updraft_worker_mid_batch_swaps_total", m.mid_batch_swaps},
                                                     {"updraft_worker_rollbacks_total", m.rollbacks},
                                                     {"updraft_worker_preemptions_total", m.preemptions},
+                                                    {"updraft_worker_prefill_tokens_total", m.prefill_tokens},
+                                                    {"updraft_worker_cached_prompt_tokens_total", m.cached_prompt_tokens},
                                                     {"updraft_worker_aborted_total", m.aborted},
                                                     {"updraft_worker_steps_total", m.steps}};
   for (const auto& [name, v] : events) {

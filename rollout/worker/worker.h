@@ -178,6 +178,7 @@ struct WorkerMetrics {
   RecorderStats records;
   // The serving engine.
   int64_t steps = 0, preemptions = 0, aborted = 0, running = 0, waiting = 0;
+  int64_t prefill_tokens = 0, cached_prompt_tokens = 0;  // context tokens prefilled, and taken by prefix reuse
   std::vector<int64_t> depth_steps;  // [d]: steps that ran at depth d
   bool adaptive = false;
   AdaptiveDepth::Snapshot adaptive_model;

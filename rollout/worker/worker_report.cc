@@ -111,6 +111,8 @@ void Worker::publish_state() {  // mu_ held
   const EngineStats& st = s.engine->stats();
   metrics_.steps = st.steps;
   metrics_.preemptions = st.preemptions;
+  metrics_.prefill_tokens = st.prompt_tokens;
+  metrics_.cached_prompt_tokens = st.reused_tokens;
   metrics_.aborted = st.aborted;
   metrics_.running = s.engine->running();
   metrics_.waiting = s.engine->waiting();

@@ -103,6 +103,11 @@ TEST(RolloutService, SuffixDraftsAreAccountedBySource) {
             std::string::npos)
       << metrics;
   EXPECT_EQ(metrics.find("updraft_suffix_gate_on"), std::string::npos) << "no gate, no gate metrics";
+  // Prefix reuse: the second call's two siblings took all but the last of their 6 prompt tokens
+  // from the first call's kept requests (the first call's siblings, admitted together with a
+  // prompt too short to wait for, prefilled theirs).
+  EXPECT_NE(metrics.find("updraft_worker_prefill_tokens_total 14\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("updraft_worker_cached_prompt_tokens_total 10\n"), std::string::npos) << metrics;
   // With the gate, its state per live-batch bucket.
   Bed g(int64_t{64} << 20, 4096, nullptr, {}, SuffixMode::kBoth, true);
   ASSERT_EQ(g.call("POST", "/generate", body).first, 200);
