@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "kernels/core/error.h"
+#include "rollout/spec/speculator.h"
 
 namespace updraft {
 
@@ -42,8 +43,12 @@ void take_prefix(Seq& s, const Seq& donor, const PrefixTake& t, KvCache& cache, 
   UPD_CHECK(s.kv.blocks.empty() && s.dkv.blocks.empty()) << "prefix reuse: sequence " << s.id << " holds blocks";
   UPD_CHECK(cache.share_prefix(donor.kv, s.kv, t.rows)) << "prefix reuse: no block for the partial block's copy";
   if (s.req.capture) {
-    const auto width = donor.cap_aux.size() / static_cast<size_t>(std::max<int64_t>(1, donor.cap_rows));
-    s.cap_aux.assign(donor.cap_aux.begin(), donor.cap_aux.begin() + static_cast<std::ptrdiff_t>(width * t.rows));
+    if (donor.kept_cap_aux.defined()) {  // rounded as the records round them: the records are the same
+      s.cap_aux = donor.kept_cap_aux.rows(0, t.rows).to_f32_vector();
+    } else {
+      const auto width = donor.cap_aux.size() / static_cast<size_t>(std::max<int64_t>(1, donor.cap_rows));
+      s.cap_aux.assign(donor.cap_aux.begin(), donor.cap_aux.begin() + static_cast<std::ptrdiff_t>(width * t.rows));
+    }
     s.cap_rows = t.rows;
   }
   if (!s.spec)
@@ -77,11 +82,17 @@ std::unique_ptr<Seq> keep_as_donor(Seq& finished, KvCache& cache, KvCache* draft
   if (finished.spec && draft_cache != nullptr) {
     d->dkv = std::exchange(finished.dkv, SeqKv());
     draft_cache->shrink(d->dkv);
-    d->pending_aux = finished.pending_aux;  // views: the donor only reads them
-    d->pending_tokens = finished.pending_tokens;
+    if (finished.pending() > 0) {  // its own copy: views would keep whole steps' aux rows alive
+      const Tensor& first = finished.pending_aux.front();
+      Tensor own = Tensor::empty({finished.pending(), first.numel() / first.size(0)}, first.dtype(), first.device());
+      copy_pending(finished, own, 0);
+      d->pending_aux = {own};
+      d->pending_tokens = finished.pending_tokens;
+    }
   }
-  if (finished.req.capture) {
-    d->cap_aux = finished.cap_aux;
+  if (finished.req.capture) {  // rounded to bf16, as the records hold them (see take_prefix)
+    const int64_t width = static_cast<int64_t>(finished.cap_aux.size()) / std::max<int64_t>(1, finished.cap_rows);
+    d->kept_cap_aux = Tensor::from_f32(finished.cap_aux, {finished.cap_rows, width}).to_dtype(DType::BF16);
     d->cap_rows = finished.cap_rows;
   }
   return d;

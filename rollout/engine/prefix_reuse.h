@@ -50,8 +50,9 @@ PrefixTake plan_take(const Seq& s, const Seq& donor);
 // caller reserves the rest of s's blocks after this).
 void take_prefix(Seq& s, const Seq& donor, const PrefixTake& t, KvCache& cache, KvCache* draft_cache);
 // A finished sequence's cached state as a donor: context tokens, KV blocks (trailing unused ones
-// given back), pending pairs and captured aux rows. `finished` keeps its result and loses its
-// blocks.
+// given back), its pending pairs (copied out of the steps' tensors, which they would keep alive)
+// and its captured aux rows (as bf16, what the records hold: a taker's records are the same).
+// `finished` keeps its result and loses its blocks.
 std::unique_ptr<Seq> keep_as_donor(Seq& finished, KvCache& cache, KvCache* draft_cache);
 
 }  // namespace updraft

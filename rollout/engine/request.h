@@ -106,7 +106,9 @@ struct GenResult {
   // step's time split equally among the sequences in it).
   int64_t submitted_step = -1, admitted_step = -1, first_token_step = -1, finished_step = -1;
   int64_t preemptions = 0;
-  int64_t cached_tokens = 0;  // context tokens taken over from the caches (prefix reuse), not prefilled
+  // Prompt tokens taken over from the caches at its (last) admission instead of prefilled (prefix
+  // reuse: rollout/engine/prefix_reuse.h).
+  int64_t cached_tokens = 0;
   int64_t plain_steps = 0;  // decoding steps that verified no drafts (plain, or depth 0)
   double step_seconds = 0;
 };

@@ -92,15 +92,20 @@ void Scheduler::drop_donors() {
 bool Scheduler::follows_prefill(const Seq& s) const {
   if (!limits_.reuse_prefixes)
     return false;
+  const bool spec = draft_cache_ != nullptr && may_speculate(s, *draft_cache_, limits_.draft_scratch);
   for (const auto& r : running_) {
-    if (!r->prefilling())
-      continue;
+    if (!r->prefilling() || (s.req.capture && !r->req.capture) || (spec && !r->spec))
+      continue;  // it could take nothing from r (prefix_reuse.h)
     const int64_t n = std::min(s.prefill_target(), r->prefill_target());
     int64_t p = 0;
     while (p < n && s.token_at(p) == r->token_at(p))
       ++p;
-    // What s could take from r once it is cached: all but s's own last context token.
-    if (p >= kFollowShare && r->kv.length < std::min(p, s.prefill_target() - 1))
+    // What s could take from r once it is cached: all but s's own last context token, and
+    // nothing from the first position it wants an input logprob for.
+    int64_t take = std::min(p, s.prefill_target() - 1);
+    if (s.req.input_logprobs_from >= 0)
+      take = std::min(take, std::max<int64_t>(1, s.req.input_logprobs_from) - 1);
+    if (take >= kFollowShare && r->kv.length < take)
       return true;
   }
   return false;
@@ -125,7 +130,7 @@ const Seq* Scheduler::best_donor(const Seq& s, PrefixTake* take) const {
 
 void Scheduler::take_from(Seq& s, const Seq& donor, const PrefixTake& take) {
   take_prefix(s, donor, take, *cache_, draft_cache_);
-  s.result.cached_tokens = take.rows;
+  s.result.cached_tokens = std::min(take.rows, s.prompt_len());  // of its prompt (a recompute takes outputs too)
   reused_ += take.rows;
   for (auto it = donors_.begin(); it != donors_.end(); ++it)
     if (it->get() == &donor) {  // most recently used: given back last
@@ -161,6 +166,7 @@ bool Scheduler::admit_one(Seq& s) {
       return false;
     donor = limits_.reuse_prefixes ? best_donor(s, &take) : nullptr;  // it may have gone last
   }
+  s.result.cached_tokens = 0;  // what this admission takes (a recompute after a preemption too)
   if (donor != nullptr)
     take_from(s, *donor, take);
   UPD_CHECK(cache_->reserve(s.kv, len)) << "scheduler: reservation failed after the free-block check";

@@ -39,6 +39,7 @@ struct Seq {
   std::vector<Tensor> pending_aux;      // chunks of [n_i, A*H] rows, in position order
   std::vector<int32_t> pending_tokens;  // one per pending pair
   std::vector<float> cap_aux;           // capture: aux rows of positions [0, cap_rows), f32
+  Tensor kept_cap_aux;  // a kept prefix donor's captured rows instead, bf16 (prefix_reuse.h)
   int64_t cap_rows = 0;
 
   int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }

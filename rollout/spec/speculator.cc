@@ -35,8 +35,8 @@ void keep_pairs(const std::vector<Seq*>& seqs, const std::vector<std::vector<int
                 const std::vector<std::vector<int32_t>>& tokens, const Tensor& aux) {
   std::vector<int32_t> src;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    UPD_CHECK(rows[i].size() == tokens[i].size()) << "keep_pairs: " << rows[i].size() << " rows, " << tokens[i].size()
-                                                  << " tokens";
+    UPD_CHECK(rows[i].size() == tokens[i].size())
+        << "keep_pairs: " << rows[i].size() << " rows, " << tokens[i].size() << " tokens";
     src.insert(src.end(), rows[i].begin(), rows[i].end());
   }
   if (src.empty())
@@ -52,6 +52,13 @@ void keep_pairs(const std::vector<Seq*>& seqs, const std::vector<std::vector<int
     seqs[i]->pending_aux.push_back(kept.rows(at, at + n));
     seqs[i]->pending_tokens.insert(seqs[i]->pending_tokens.end(), tokens[i].begin(), tokens[i].end());
     at += n;
+  }
+}
+
+void copy_pending(const Seq& s, Tensor& dst, int64_t row) {
+  for (const Tensor& c : s.pending_aux) {
+    ops::copy_rows(c, iota_i32(c.size(0)), dst, iota_i32(c.size(0), row));
+    row += c.size(0);
   }
 }
 
@@ -75,10 +82,8 @@ int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<
   for (size_t i = 0; i < all.size(); ++i) {
     Seq& s = *all[i];
     UPD_CHECK(s.pending() > 0) << "draft_step: sequence " << s.id << " has no pending pair to propose from";
-    for (const Tensor& c : s.pending_aux) {
-      ops::copy_rows(c, iota_i32(c.size(0)), hidden, iota_i32(c.size(0), row));
-      row += c.size(0);
-    }
+    copy_pending(s, hidden, row);
+    row += s.pending();
     steps[i].kv = &s.dkv;
     steps[i].tokens = s.pending_tokens;
     if (i < proposers.size()) {

@@ -31,6 +31,9 @@ void keep_pairs(const std::vector<Seq*>& seqs, const std::vector<std::vector<int
 // of `proposers` then gets a tree for `settings` in seq->tree (root: its pending token). Returns the
 // number of pairs absorbed. REQUIRES: draft blocks reserved for kv.length + scratch entries; each
 // sequence of `proposers` has at least one pending pair.
+// s's pending aux rows, its chunks in order, into rows [row, row + s.pending()) of dst.
+void copy_pending(const Seq& s, Tensor& dst, int64_t row);
+
 int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<Seq*>& proposers,
                    const std::vector<Seq*>& absorb, const SpecSettings& settings);
 

@@ -158,6 +158,20 @@ TEST_F(PrefixReuse, InputLogprobsAreComputedNotTaken) {
     EXPECT_FALSE(std::isnan(on.results[3].input_logprobs[j])) << "input position " << j;
 }
 
+TEST_F(PrefixReuse, RequestsThatCouldTakeNothingAreNotHeldBack) {
+  // Input logprobs from position 0 on: nothing of the prompt can be taken, so the siblings of a
+  // 20-token prompt start together rather than each behind the one before.
+  std::vector<GenRequest> reqs = group(3, 0.f, false);
+  for (GenRequest& r : reqs)
+    r.input_logprobs_from = 0;
+  const Run off = go(reqs, false, &kChain, 8), on = go(reqs, true, &kChain, 8);
+  ASSERT_NO_FATAL_FAILURE(expect_identical(on.results, off.results, "input logprobs from 0"));
+  for (size_t i = 0; i < on.results.size(); ++i) {
+    EXPECT_EQ(on.results[i].admitted_step, 0) << "request " << i;
+    EXPECT_EQ(on.results[i].cached_tokens, 0) << "request " << i;
+  }
+}
+
 TEST_F(PrefixReuse, SiblingsHoldTheirPromptsWholeBlocksOnce) {
   // 4 siblings of a 40-token prompt, blocks of 16: two whole blocks shared, 8 entries copied.
   int64_t peak[2] = {0, 0};
