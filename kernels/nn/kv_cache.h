@@ -66,6 +66,7 @@ class KvCache {
   // length and after (forwards, keep(), truncate()), which lies past them; the prefix reuse that
   // calls this (rollout/engine/prefix_reuse.h) takes entries no sequence rewrites.
   bool share_prefix(const SeqKv& from, SeqKv& to, int64_t n);
+  int32_t holders(int32_t block) const { return holders_[static_cast<size_t>(block)]; }
   // Blocks share_prefix(from, to, n) would share (n / block_size).
   int64_t shared_blocks(int64_t n) const { return n / block_size_; }
   // Gives back the blocks beyond what seq.length needs.

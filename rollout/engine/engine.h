@@ -112,6 +112,7 @@ class Engine {
   // Finished requests kept as prefix donors (EngineOptions::prefix_reuse; scheduler.h), and
   // giving their blocks back (a cache flush).
   int64_t prefix_donors() const { return scheduler_.donors(); }
+  int64_t prefix_donor_blocks() const { return scheduler_.donor_blocks(); }  // free on demand
   void drop_prefix_donors() { scheduler_.drop_donors(); }
   // null: the full settings every step. The chooser must outlive its use.
   void set_depth_chooser(DepthChooser* chooser) { chooser_ = chooser; }

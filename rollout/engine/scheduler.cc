@@ -1,6 +1,7 @@
 #include "rollout/engine/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 #include "kernels/core/error.h"
@@ -81,6 +82,17 @@ bool Scheduler::evict_donor(const Seq* spare) {
   release(**it);
   donors_.erase(it);
   return true;
+}
+
+int64_t Scheduler::donor_blocks() const {
+  std::unordered_map<int32_t, int32_t> held;  // block -> donors holding it
+  for (const auto& d : donors_)
+    for (const int32_t b : d->kv.blocks)
+      ++held[b];
+  int64_t only = 0;
+  for (const auto& [b, n] : held)
+    only += n == cache_->holders(b);
+  return only;
 }
 
 void Scheduler::drop_donors() {

@@ -105,6 +105,8 @@ class Scheduler {
   int64_t recomputed_tokens() const { return recomputed_; }
   // Prefix reuse: kept donors, and the context tokens admitted sequences took over so far.
   int64_t donors() const { return static_cast<int64_t>(donors_.size()); }
+  // Policy-cache blocks only donors hold: free once they are given back, as they are on demand.
+  int64_t donor_blocks() const;
   int64_t reused_tokens() const { return reused_; }
   void drop_donors();  // their blocks go back (the policy or the drafter changed)
   static constexpr int64_t kFollowShare = 16;

@@ -88,6 +88,7 @@ void Worker::do_flush() {
                    std::to_string(freed >> 20) + " MiB of comparison-engine caches released"};
   }
   std::lock_guard<std::mutex> lock(mu_);
+  publish_state();  // before the caller hears of it: /get_load right after sees the flushed cache
   flush_result_ = r;
   flush_done_ = true;
   state_cv_.notify_all();
@@ -103,7 +104,7 @@ void Worker::publish_state() {  // mu_ held
     }
   load_.running = running;
   load_.waiting = waiting;
-  load_.free_blocks = s.engine->cache().free_blocks();
+  load_.free_blocks = s.engine->cache().free_blocks() + s.engine->prefix_donor_blocks();  // donors' go on demand
   load_.total_blocks = s.engine->cache().num_blocks();
   load_.block_size = s.engine->cache().block_size();
   serving_policy_version_ = s.policy_version;

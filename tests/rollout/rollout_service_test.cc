@@ -113,7 +113,11 @@ TEST(RolloutService, RefusesBadRequestsByReasonAndGeneratesNothing) {
        {{"input_ids", ok_ids}, {"sampling_params", {{"max_new_tokens", INT64_MAX}}}},
        400,
        "exceeds the model's context"},
-      {"POST", "/generate", {{"input_ids", ok_ids}, {"sampling_params", {{"seed", 0.5}}}}, 400, "seed must be an integer"},
+      {"POST",
+       "/generate",
+       {{"input_ids", ok_ids}, {"sampling_params", {{"seed", 0.5}}}},
+       400,
+       "seed must be an integer"},
       {"POST", "/v1/completions", {{"prompt", ok_ids}, {"max_tokens", -3}}, 400, "body.max_tokens must be an integer"},
       {"POST",
        "/generate",
@@ -218,6 +222,16 @@ TEST(RolloutService, AbortRequestAndFlushCacheDoRealWork) {
   EXPECT_EQ(meta["finish_reason"]["type"], "abort");
   EXPECT_LT(got.second[0]["output_ids"].size(), 100u);
   EXPECT_EQ(b.call("POST", "/abort_request", {{"rid", "slow"}}).second["aborted"], 0) << "already answered";
+  // A finished request is kept as a prefix donor: its blocks count as free (given back on demand).
+  ASSERT_EQ(b.call("POST", "/generate", greedy_body({ps[1]}, 4)).first, 200);
+  json kept;
+  for (int i = 0; i < 500; ++i) {  // the load is published after the step that answered
+    kept = b.call("GET", "/get_load").second;
+    if (kept[0]["num_running_reqs"] == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(kept[0]["num_free_kv_blocks"], kept[0]["num_kv_blocks"]) << kept;
   const auto [fs2, ok] = b.call("GET", "/flush_cache");
   EXPECT_EQ(fs2, 200) << ok;
   const json idle = b.call("GET", "/get_load").second;
