@@ -212,6 +212,8 @@ int DemoRun::run() {
     sum.rollbacks += m.rollbacks;
     sum.completions_unrecorded += m.records.unrecorded;
     sum.record_chunks += m.records.chunks;
+    sum.online_prefill_tokens += m.prefill_tokens;
+    sum.online_cached_prompt_tokens += m.cached_prompt_tokens;
   }
   sum.records_stored = static_cast<int64_t>(server_->metrics().records_stored.load());
   sum.seconds = since(t_start_);

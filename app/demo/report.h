@@ -5,10 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "app/demo/demo.h"
 #include "rollout/engine/engine.h"
@@ -18,11 +17,11 @@ namespace updraft::demo {
 struct StepRecord {
   int64_t step = 0;
   uint64_t policy_version = 0, drafter_version = 0;  // what the online run generated with
-  std::string domain;  // of the step's prompts
+  std::string domain;                                // of the step's prompts
   double reward = 0, format_rate = 0;
   double tau_online = 0, tau_frozen = 0;  // online: over its requests at the full settings
-  double spec_share = 1;  // fraction of the online run's requests decoded speculatively (adaptive)
-  double mean_depth = 0;  // chain depth per online request (0 for plain; adaptive speculation)
+  double spec_share = 1;                  // fraction of the online run's requests decoded speculatively (adaptive)
+  double mean_depth = 0;                  // chain depth per online request (0 for plain; adaptive speculation)
   double tps_online = 0, tps_frozen = 0, tps_plain = 0;  // generated tokens / wall seconds
   double gen_online_s = 0, gen_frozen_s = 0, gen_plain_s = 0;
   double capture_s = 0, update_s = 0, trainer_slot_s = 0;
@@ -81,6 +80,9 @@ struct Summary {
   double reward_first = 0, reward_last = 0;
   int64_t promotions = 0, drafter_swaps = 0, policy_swaps = 0, rejected = 0, rollbacks = 0;
   int64_t records_stored = 0;
+  // The workers' serving engines (the online run): context tokens prefilled, and taken over from
+  // the caches by prefix reuse (a group's siblings, decoded in turn, take their prompt).
+  int64_t online_prefill_tokens = 0, online_cached_prompt_tokens = 0;
   int64_t completions_unrecorded = 0, record_chunks = 0;  // record volume bounds (record_rate, record_max_tokens)
   double seconds = 0;
 };

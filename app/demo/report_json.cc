@@ -62,6 +62,8 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"generation_share_of_step", sum.gen_share},
       {"suffix_drafts", o.suffix_drafts},
       {"prefix_reuse", o.prefix_reuse},
+      {"online_prompt_tokens",
+       {{"prefilled", sum.online_prefill_tokens}, {"taken_from_cache", sum.online_cached_prompt_tokens}}},
       {"online_accepted_per_round",
        {{"drafter", sum.accepted_per_round[0]},
         {"group", sum.accepted_per_round[1]},

@@ -87,6 +87,9 @@ if not s["trainer_cpu_share"] > 0 or any(x["cpu_seconds"]["online_generation"] <
 w = s["workers_plain_tokens_per_s"]
 if not (w["trainer_paused"] > 0 and w["trainer_running"] > 0):
     problems.append(f"workers' speed beside the trainer not measured: {w}")
+pt = s["online_prompt_tokens"]
+if not (pt["prefilled"] > 0 and pt["taken_from_cache"] > 0):
+    problems.append(f"the groups' siblings took no prompt from the cache (prefix reuse): {pt}")
 curve = r["trainer_rounds"]
 if not curve or any(b["optimizer_steps"] < a["optimizer_steps"] for a, b in zip(curve, curve[1:])):
     problems.append(f"no learning curve, or one whose optimiser steps go back: {curve}")
