@@ -8,27 +8,37 @@
 
 namespace updraft {
 
-int64_t common_prefix(const Seq& s, const Seq& donor) {
-  const int64_t n = std::min(s.prefill_target(), donor.prompt_len() + donor.out_len());
+int64_t common_prefix(const Seq& s, const Seq& donor, int64_t donor_len) {
+  const int64_t n = std::min(s.prefill_target(), donor_len);
   int64_t p = 0;
   while (p < n && s.token_at(p) == donor.token_at(p))
     ++p;
   return p;
 }
 
-PrefixTake plan_take(const Seq& s, const Seq& donor) {
-  const int64_t common = common_prefix(s, donor);
-  int64_t m = std::min({common, donor.kv.length, s.prefill_target() - 1});
+int64_t own_limit(const Seq& s, int64_t common) {
+  int64_t m = std::min(common, s.prefill_target() - 1);
   if (s.req.input_logprobs_from >= 0)  // the logprob of position p needs row p - 1's logits
     m = std::min(m, std::max<int64_t>(1, s.req.input_logprobs_from) - 1);
+  return std::max<int64_t>(0, m);
+}
+
+bool can_take_from(const Seq& s, bool s_spec, const Seq& donor) {
+  // No captured rows, or no pairs, to take: prefilling the prompt gives them.
+  return (!s.req.capture || donor.req.capture) && (!s_spec || donor.spec);
+}
+
+PrefixTake plan_take(const Seq& s, const Seq& donor) {
+  if (!can_take_from(s, s.spec, donor))
+    return {};
+  const int64_t common = common_prefix(s, donor, donor.prompt_len() + donor.out_len());
+  int64_t m = std::min(own_limit(s, common), donor.kv.length);
   if (s.req.capture)
-    m = std::min(m, donor.req.capture ? donor.cap_rows : 0);
+    m = std::min(m, donor.cap_rows);
   if (m <= 0)
     return {};
   if (!s.spec)
     return {m, 0};
-  if (!donor.spec)
-    return {};  // no pairs to take: prefilling the prompt gives them
   const int64_t d = std::min({donor.dkv.length, m, common - 1});
   if (d < donor.dkv.length)
     return {d, d};  // the pairs past d are in the donor's draft cache only

@@ -41,8 +41,14 @@ struct PrefixTake {
 };
 
 // Length of the common prefix of s's prefill context [0, s.prefill_target()) and the donor's
-// context (its prompt and output tokens, the last of which has no entry yet).
-int64_t common_prefix(const Seq& s, const Seq& donor);
+// context positions [0, donor_len).
+int64_t common_prefix(const Seq& s, const Seq& donor, int64_t donor_len);
+// Of a common prefix of `common` tokens, what s's own limits let it take: all but its last
+// context row, nothing from the first position it wants an input logprob for.
+int64_t own_limit(const Seq& s, int64_t common);
+// Whether s (speculating or not: s_spec) can take anything from the donor: captured rows only
+// from one that captured, pairs only from one that speculates.
+bool can_take_from(const Seq& s, bool s_spec, const Seq& donor);
 // What s may take from the donor (both between steps; s not yet holding any entry).
 PrefixTake plan_take(const Seq& s, const Seq& donor);
 // Takes it: whole blocks shared, a partial one copied. REQUIRES: s holds no block in either cache

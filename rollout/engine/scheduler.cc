@@ -106,17 +106,10 @@ bool Scheduler::follows_prefill(const Seq& s) const {
     return false;
   const bool spec = draft_cache_ != nullptr && may_speculate(s, *draft_cache_, limits_.draft_scratch);
   for (const auto& r : running_) {
-    if (!r->prefilling() || (s.req.capture && !r->req.capture) || (spec && !r->spec))
-      continue;  // it could take nothing from r (prefix_reuse.h)
-    const int64_t n = std::min(s.prefill_target(), r->prefill_target());
-    int64_t p = 0;
-    while (p < n && s.token_at(p) == r->token_at(p))
-      ++p;
-    // What s could take from r once it is cached: all but s's own last context token, and
-    // nothing from the first position it wants an input logprob for.
-    int64_t take = std::min(p, s.prefill_target() - 1);
-    if (s.req.input_logprobs_from >= 0)
-      take = std::min(take, std::max<int64_t>(1, s.req.input_logprobs_from) - 1);
+    if (!r->prefilling() || !can_take_from(s, spec, *r))
+      continue;
+    // What s could take from r once r has cached its prefill.
+    const int64_t take = own_limit(s, common_prefix(s, *r, r->prefill_target()));
     if (take >= kFollowShare && r->kv.length < take)
       return true;
   }
