@@ -15,6 +15,7 @@
 #include "app/logging.h"
 #include "app/serve_cmd.h"
 #include "app/train_cmd.h"
+#include "drafter/draft_model.h"
 #include "kernels/core/device.h"
 #include "kernels/core/error.h"
 #include "kernels/ops/gemm.h"
@@ -39,6 +40,9 @@ int run_info() {
       kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
   std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
               updraft::ops::cpu_bf16_kernel_name(updraft::ops::cpu_bf16_kernel()));
+  std::printf("  CPU int8 tiles     : %s (drafter weights: %s)\n",
+              updraft::ops::cpu_has_int8_tiles() ? "AMX-INT8" : "no (--draft-weights int8 unavailable)",
+              updraft::draft_weights() == updraft::DraftWeights::kInt8 ? "int8" : "bf16");
   std::printf("  CUDA backend built : %s\n", updraft::cuda_compiled() ? "yes" : "no");
   std::printf("  CUDA device usable : %s\n", updraft::cuda_available() ? "yes" : "no");
   return 0;
@@ -62,6 +66,12 @@ int main(int argc, char** argv) {
                  "CPU kernel for bf16 matmuls: auto (amx where the CPU has it, else dot with AVX512-BF16, else fma "
                  "with AVX-512), fma, dot, amx (AMX tiles), portable; see docs/benchmarks.md")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
+      ->capture_default_str();
+  std::string draft_weights = "bf16";
+  app.add_option("--draft-weights", draft_weights,
+                 "drafter serving weights: bf16 (as stored) or int8 (quantized per row, half the bytes per draft "
+                 "step; CPU only, AMX-INT8 tiles; see docs/benchmarks.md)")
+      ->check(CLI::IsMember({"bf16", "int8"}))
       ->capture_default_str();
   app.require_subcommand(1);
   app.set_config("--config", "",
@@ -163,6 +173,13 @@ int main(int argc, char** argv) {
       throw updraft::Error("--cpu-kernel " + cpu_kernel +
                            ": this CPU does not have it (`updraft info` lists what it has)");
     updraft::ops::set_cpu_bf16_kernel(kernel);
+    if (draft_weights == "int8") {
+      if (!updraft::ops::cpu_has_int8_tiles())
+        throw updraft::Error(
+            "--draft-weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower than "
+            "bf16 (`updraft info` lists what it has)");
+      updraft::set_draft_weights(updraft::DraftWeights::kInt8);
+    }
     if (info->parsed())
       return run_info();
     if (config_check->parsed())

@@ -128,7 +128,7 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
   for (const AnatomySetting& r : rows) {
     const SpecSettings& s = r.settings;
     const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
-    const double d = draft_step_s(draft, policy, ctx, s.top_k, reps);
+    const double d = draft_step_s(r.draft != nullptr ? *r.draft : draft, policy, ctx, s.top_k, reps);
     const double round = v.seconds + static_cast<double>(s.steps) * d;
     char what[96];
     std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);

@@ -24,6 +24,7 @@ struct AnatomySetting {
   double tau = 0;             // measured in the engine run
   double engine_round_s = 0;  // that run's seconds per round
   ForwardProfile engine_forwards;  // that run's policy forwards (all verifications at batch 1)
+  const DraftModel* draft = nullptr;  // the drafter its draft steps time; nullptr: the one passed
 };
 
 void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, const std::vector<AnatomySetting>& rows,

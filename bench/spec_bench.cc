@@ -21,6 +21,8 @@
 //                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5] [--anatomy-context 64]
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
+// --draft-weights bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8); both
+// runs every setting (and anatomy row) again with int8 weights, side by side.
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
 // --suffix-nodes K nodes (default 8) with candidates at --suffix-min-prob P or more (default 0.2),
@@ -30,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::vector<int64_t> anatomy_rows;
   int64_t anatomy_context = 64;
-  std::string draft_dir, model_dir;
+  std::string draft_dir, model_dir, draft_weights = "bf16";
   float temperature = 0;
   int64_t group = 0;
   bool adaptive = false;
@@ -167,6 +170,8 @@ int main(int argc, char** argv) {
       anatomy_context = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
       ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
+    else if (!std::strcmp(argv[i], "--draft-weights") && i + 1 < argc)
+      draft_weights = argv[++i];
     else if (!std::strcmp(argv[i], "--group") && i + 1 < argc)
       group = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--suffix-nodes") && i + 1 < argc)
@@ -200,6 +205,15 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (draft_weights != "bf16" && draft_weights != "int8" && draft_weights != "both") {
+    std::fprintf(stderr, "spec_bench: --draft-weights is bf16, int8 or both, got %s\n", draft_weights.c_str());
+    return 2;
+  }
+  if (draft_weights != "bf16" && !ops::cpu_has_int8_tiles()) {
+    std::fprintf(stderr, "spec_bench: --draft-weights %s needs AMX-INT8 tiles, which this CPU lacks\n",
+                 draft_weights.c_str());
+    return 2;
+  }
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
@@ -240,14 +254,29 @@ int main(int argc, char** argv) {
   dc.head_dim = cfg.head_dim;
   dc.vocab_size = cfg.vocab_size;
   dc.draft_vocab_size = cfg.vocab_size / 4;
-  const DraftModel draft = draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size),
-                                                            model.draft_target(), 2, DType::BF16)
-                                             : DraftModel::load(draft_dir, model.draft_target());
+  const auto load_draft = [&](DraftWeights w) {
+    set_draft_weights(w);
+    return draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size), model.draft_target(),
+                                            2, DType::BF16)
+                             : DraftModel::load(draft_dir, model.draft_target());
+  };
+  const DraftModel draft = load_draft(draft_weights == "int8" ? DraftWeights::kInt8 : DraftWeights::kAsStored);
+  // --draft-weights both: every setting runs again with the drafter's weights in int8 ("... int8").
+  std::vector<const DraftModel*> setting_draft(settings.size(), &draft);
+  std::optional<DraftModel> draft_q8;
+  if (draft_weights == "both") {
+    draft_q8 = load_draft(DraftWeights::kInt8);
+    for (size_t k = 0, n = settings.size(); k < n; ++k) {
+      settings.push_back({settings[k].first + " int8", settings[k].second});
+      setting_draft.push_back(&*draft_q8);
+    }
+  }
   std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n",
               model_dir.empty() ? "random" : model_dir.c_str(), cfg.num_layers, cfg.hidden_size, cfg.vocab_size,
               cfg.weight_bytes(DType::BF16) / 1048576.0);
-  std::printf("drafter: %s, draft vocabulary %ld\n", draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(),
-              draft.config().draft_vocab_size);
+  std::printf("drafter: %s, draft vocabulary %ld, weights %s\n",
+              draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(), draft.config().draft_vocab_size,
+              draft_weights == "both" ? "bf16 and int8 (settings marked int8)" : draft_weights.c_str());
   std::printf(
       "workload: %s prompts, %ld sequences per batch size (at least one batch), %s %ld new tokens each, "
       "temperature %.2f, timed after prefill\n",
@@ -272,8 +301,14 @@ int main(int argc, char** argv) {
   }
   if (!anatomy_rows.empty()) {  // verification cost alone, at these row counts (chains)
     std::vector<bench::AnatomySetting> rows;
-    for (int64_t n : anatomy_rows)
-      rows.push_back({std::to_string(n) + " rows", SpecSettings{n - 1, 1, n}, 0, 0, {}});
+    for (size_t d = 0; d < (draft_q8 ? 2u : 1u); ++d)
+      for (int64_t n : anatomy_rows)
+        rows.push_back({std::to_string(n) + " rows" + (d ? " int8" : ""),
+                        SpecSettings{n - 1, 1, n},
+                        0,
+                        0,
+                        {},
+                        d ? &*draft_q8 : nullptr});
     bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     return 0;
   }
@@ -292,7 +327,8 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < reps; ++rep) {
       plain.add(measure(model, nullptr, {}, B, groups, prompts, tokens, temperature, ignore_eos));
       for (size_t k = 0; k < settings.size(); ++k)
-        spec[k].add(measure(model, &draft, settings[k].second, B, groups, prompts, tokens, temperature, ignore_eos));
+        spec[k].add(
+            measure(model, setting_draft[k], settings[k].second, B, groups, prompts, tokens, temperature, ignore_eos));
     }
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
     const double roof = wbytes * steps_per_s / 1e9 / weights_gbps;
@@ -318,7 +354,8 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < settings.size(); ++k) {
         const SpecStats& st = spec[k].spec;
         rows.push_back({settings[k].first, settings[k].second, st.tau(),
-                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards});
+                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards,
+                        setting_draft[k]});
       }
       bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     }

@@ -1,5 +1,6 @@
 #include "drafter/draft_model.h"
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 
@@ -33,7 +34,17 @@ Tensor fold_columns(const Tensor& fc, const std::vector<float>& scale) {
   return f;
 }
 
+std::atomic<DraftWeights> g_draft_weights{DraftWeights::kAsStored};
+
 }  // namespace
+
+void set_draft_weights(DraftWeights w) {
+  g_draft_weights.store(w);
+}
+
+DraftWeights draft_weights() {
+  return g_draft_weights.load();
+}
 
 DraftModel DraftModel::load(const std::string& dir, const DraftTarget& target) {
   const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
@@ -71,6 +82,11 @@ DraftModel DraftModel::build(const DraftConfig& cfg, const std::vector<std::stri
     UPD_REQUIRE(l >= 0 && l < L) << where << ": aux layer (hidden_states index) " << l << " outside the policy's " << L
                                  << " layers";
 
+  const bool int8 = draft_weights() == DraftWeights::kInt8;
+  UPD_REQUIRE(!int8 || target.device == Device::CPU)
+      << where << ": int8 drafter weights (--draft-weights int8) run only on the CPU; this drafter serves a policy on "
+      << device_name(target.device);
+  const auto prepare = [int8](Tensor t) { return int8 ? ops::prepare_linear_int8(t) : ops::prepare_linear(t); };
   WeightTaker w(names, get, Device::CPU, where);
   const std::string p = w.has("midlayer.input_layernorm.weight") ? "midlayer." : "layers.0.";
   const int64_t I = cfg.intermediate_size, QD = cfg.num_heads * cfg.head_dim, KVD = cfg.num_kv_heads * cfg.head_dim;
@@ -96,19 +112,19 @@ DraftModel DraftModel::build(const DraftConfig& cfg, const std::vector<std::stri
     }
     m.unit_fc_norm = on_device(Tensor::from_f32(std::vector<float>(static_cast<size_t>(Ht), 1.f), {Ht}), target.device);
   }
-  m.fc_ = ops::prepare_linear(on_device(fold.empty() ? fc : fold_columns(fc, fold), target.device));
+  m.fc_ = prepare(on_device(fold.empty() ? fc : fold_columns(fc, fold), target.device));
   m.embed_norm_ = layer("input_layernorm.weight", {H});
   m.hidden_norm_ = layer("hidden_norm.weight", {H});
-  m.layer_.attn.q = ops::prepare_linear(layer("self_attn.q_proj.weight", {QD, 2 * H}));
-  m.layer_.attn.k = ops::prepare_linear(layer("self_attn.k_proj.weight", {KVD, 2 * H}));
-  m.layer_.attn.v = ops::prepare_linear(layer("self_attn.v_proj.weight", {KVD, 2 * H}));
-  m.layer_.attn.o = ops::prepare_linear(layer("self_attn.o_proj.weight", {H, QD}));
+  m.layer_.attn.q = prepare(layer("self_attn.q_proj.weight", {QD, 2 * H}));
+  m.layer_.attn.k = prepare(layer("self_attn.k_proj.weight", {KVD, 2 * H}));
+  m.layer_.attn.v = prepare(layer("self_attn.v_proj.weight", {KVD, 2 * H}));
+  m.layer_.attn.o = prepare(layer("self_attn.o_proj.weight", {H, QD}));
   m.layer_.post_attention_norm = layer("post_attention_layernorm.weight", {H});
-  m.layer_.mlp.gate = ops::prepare_linear(layer("mlp.gate_proj.weight", {I, H}));
-  m.layer_.mlp.up = ops::prepare_linear(layer("mlp.up_proj.weight", {I, H}));
-  m.layer_.mlp.down = ops::prepare_linear(layer("mlp.down_proj.weight", {H, I}));
+  m.layer_.mlp.gate = prepare(layer("mlp.gate_proj.weight", {I, H}));
+  m.layer_.mlp.up = prepare(layer("mlp.up_proj.weight", {I, H}));
+  m.layer_.mlp.down = prepare(layer("mlp.down_proj.weight", {H, I}));
   m.final_norm_ = on_device(keep("norm.weight", "norm.weight", {H}), target.device);
-  m.lm_head_ = ops::prepare_linear(on_device(keep("lm_head.weight", "lm_head.weight", {Vd, H}), target.device));
+  m.lm_head_ = prepare(on_device(keep("lm_head.weight", "lm_head.weight", {Vd, H}), target.device));
 
   if (w.has("d2t")) {
     Tensor d2t = w.take_raw("d2t");

@@ -33,6 +33,16 @@
 
 namespace updraft {
 
+// The precision of every drafter's serving weights in this process, set once at startup before
+// any drafter is built (`updraft --draft-weights`): kAsStored computes with the checkpoint's
+// weights (bf16 products; AMX panels where the CPU kernel is AMX); kInt8 quantizes each linear
+// layer's weights per row (ops::prepare_linear_int8: half the bytes a draft step streams,
+// products within about 1% of the bf16 ones; CPU only: building a CUDA drafter then fails).
+// Speculation stays lossless either way: the drafter only proposes.
+enum class DraftWeights { kAsStored, kInt8 };
+void set_draft_weights(DraftWeights w);
+DraftWeights draft_weights();
+
 // What the drafter needs from the policy it serves.
 struct DraftTarget {
   int64_t hidden_size = 0, vocab_size = 0, num_layers = 0;

@@ -56,17 +56,57 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
 }
 
 LinearWeight prepare_linear(Tensor w) {
-  LinearWeight lw{std::move(w), {}};
+  LinearWeight lw{std::move(w), {}, {}};
   if (lw.w.defined() && lw.w.is_cpu() && lw.w.dim() == 2 && cpu_bf16_kernel() == CpuBf16Kernel::kAmx)
     lw.panels = cpu::pack_linear_panels(lw.w);
   return lw;
+}
+
+LinearWeight prepare_linear_int8(Tensor w) {
+  UPD_CHECK(w.defined() && w.is_cpu() && w.dim() == 2)
+      << "prepare_linear_int8: int8 weights run only on the CPU, from a [N, K] weight; got " << w.str();
+  LinearWeight lw{std::move(w), {}, {}};
+  lw.q8 = std::make_shared<const cpu::Int8Weight>(cpu::quantize_weight_int8(lw.w));
+  return lw;
+}
+
+bool cpu_has_int8_tiles() {
+  return cpu::cpu_has_amx_int8();
 }
 
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y) {
   linear_shared_input(x, {{&w, bias, y}});
 }
 
+namespace {
+
+// Products with int8 weights: all in one pass when every weight has them, else one at a time.
+void linear_int8_products(const Tensor& x, std::vector<LinearProduct>& products) {
+  std::vector<cpu::Int8Product> q8;
+  for (LinearProduct& p : products) {
+    check_gemm("linear", x, false, p.w->w, true, p.y, 0);
+    if (p.bias != nullptr) {
+      check_shape("linear", "bias", *p.bias, {p.w->w.size(0)});
+      check_dtype("linear", "bias", *p.bias, {DType::F32, p.w->w.dtype()});
+    }
+    if (p.w->q8 != nullptr)
+      q8.push_back({p.w->q8.get(), p.bias, &p.y});
+  }
+  if (q8.size() == products.size())
+    return cpu::linear_int8(x, q8);
+  for (LinearProduct& p : products)
+    if (p.w->q8 != nullptr)
+      cpu::linear_int8(x, {{p.w->q8.get(), p.bias, &p.y}});
+    else
+      linear_shared_input(x, {p});
+}
+
+}  // namespace
+
 void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
+  for (const LinearProduct& p : products)
+    if (p.w->q8 != nullptr)
+      return linear_int8_products(x, products);
   bool panels = x.is_cpu();
   for (const LinearProduct& p : products) {
     panels = panels && p.w->panels.defined();

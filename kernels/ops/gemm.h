@@ -31,6 +31,7 @@
 // (benchmarks switch between runs to compare kernels side by side).
 #pragma once
 
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -54,11 +55,23 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
 // instructions in the same order), so packing changes only speed. The panels do not follow later
 // writes into w: prepare weights that are not written in place (serving weights are replaced
 // whole), or prepare them again after a write.
+namespace cpu {
+struct Int8Weight;
+}
 struct LinearWeight {
   Tensor w;       // [N, K], the Hugging Face layout
   Tensor panels;  // undefined, or w's values in AMX tile panels
+  std::shared_ptr<const cpu::Int8Weight> q8;  // null, or the int8 weights linear() uses instead of w
 };
 LinearWeight prepare_linear(Tensor w);
+// int8 weights, for a drafter's serving weights where asked (`--draft-weights int8`): a CPU
+// weight quantized per row, and each input row per call (kernels/ops/gemv_cpu.h, "int8
+// weights"), so y approximates x w^T to about 1% and is no longer bitwise the bf16 product.
+// Every output row is the same whatever T is and however threads split the work (exact int32
+// sums). AMX-INT8 tiles where cpu_has_int8_tiles() and K is a multiple of 64, else a scalar
+// loop (correct, slow). CheckFailure for a CUDA weight: int8 weights are a CPU path.
+LinearWeight prepare_linear_int8(Tensor w);
+bool cpu_has_int8_tiles();
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y);
 
 // Products of one input with several weights (q, k and v; gate and up): each y = x w^T (+ bias)

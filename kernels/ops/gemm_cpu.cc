@@ -246,6 +246,48 @@ bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products) {
   return true;
 }
 
+void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
+  const int64_t T = x.size(0), K = x.size(1);
+  if (T == 0)
+    return;
+  const float* xp = x.data<float>();
+  bool amx = true;
+  int64_t work = 0;
+  for (const Int8Product& p : products) {
+    amx = amx && !p.w->panels.empty();
+    work += p.w->N * K * T;
+  }
+#pragma omp parallel if (work > (1 << 15))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    // Each thread quantizes and packs x itself (as linear_amx packs: no waiting on the other
+    // core's stores); quantization is deterministic, so both get the same bytes.
+    thread_local std::vector<int8_t> xq;
+    thread_local std::vector<float> xscale;
+    thread_local std::vector<uint8_t> packed;
+    xq.resize(static_cast<size_t>(T * K));
+    xscale.resize(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t)
+      xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
+    if (amx) {
+      packed.resize(static_cast<size_t>(amx_i8_packed_bytes(T, K)));
+      pack_rows_amx_i8(xq.data(), T, K, packed.data());
+    }
+    for (const Int8Product& p : products) {
+      const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
+      if (b0 >= b1)
+        continue;
+      if (amx)
+        gemv_panels_amx_i8(packed.data(), T, xscale.data(), *p.w, b0, b1, p.y->data<float>(), p.w->N);
+      else
+        linear_int8_reference(xq.data(), xscale.data(), T, *p.w, b0 * 16, std::min(p.w->N, b1 * 16), p.y->data<float>(),
+                              p.w->N);
+    }
+  }
+  for (const Int8Product& p : products)
+    add_bias(p.bias, T, p.w->N, p.y->data<float>());
+}
+
 Tensor pack_linear_panels(const Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1);
   if (w.dtype() != DType::BF16 || K % 32 != 0 || !cpu_has_amx_bf16())

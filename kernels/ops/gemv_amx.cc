@@ -41,22 +41,6 @@ int64_t tile_cols(int64_t T) {
   return std::min<int64_t>(T, kTile);
 }
 
-void configure_tiles(int64_t cols) {
-  thread_local int64_t configured = 0;
-  if (configured == cols)
-    return;
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = static_cast<uint16_t>(i < 5 ? 4 * cols : 64);
-    cfg.rows[i] = kTile;
-  }
-  // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
-  // were dropped as dead and ldtilecfg faulted on garbage. The barrier makes them happen.
-  asm volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-  configured = cols;
-}
-
 bool os_grants_amx() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
@@ -233,6 +217,28 @@ bool cpu_has_amx_bf16() {
   return granted;
 }
 
+bool cpu_has_amx_int8() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  static const bool has = cpu_has_amx_bf16() && __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && ((d >> 25) & 1u);
+  return has;
+}
+
+void amx_configure_tiles(int64_t cols) {
+  thread_local int64_t configured = 0;
+  if (configured == cols)
+    return;
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = static_cast<uint16_t>(i < 5 ? 4 * cols : 64);
+    cfg.rows[i] = kTile;
+  }
+  // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
+  // were dropped as dead and ldtilecfg faulted on garbage. The barrier makes them happen.
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+  configured = cols;
+}
+
 namespace {
 
 // In place: v[r] lane i becomes v[i] lane r (a 16 x 16 transpose of 32-bit lanes): unpacks of
@@ -305,7 +311,7 @@ void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t
 
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy) {
-  configure_tiles(tile_cols(T));
+  amx_configure_tiles(tile_cols(T));
   const TileSource src{w, kTile * K, 32, 2 * K};
   const int64_t full_end = n_begin + (n_end - n_begin) / kTile * kTile;
   panels(xp, T, K, src, n_begin / kTile, full_end / kTile, y, ldy, kTile);
@@ -321,26 +327,30 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
   }
 }
 
-void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
-  const int64_t blocks = (N + kTile - 1) / kTile, steps = K / 32;
+void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out) {
+  const int64_t blocks = (N + kTile - 1) / kTile, steps = row_bytes / 64;
   for (int64_t p = 0; p < blocks; p += 4) {
     const int64_t nb = std::min<int64_t>(4, blocks - p);
     for (int64_t s = 0; s < steps; ++s)
       for (int64_t j = 0; j < nb; ++j)
         for (int64_t r = 0; r < kTile; ++r) {
-          uint16_t* dst = out + p * kTile * K + (s * nb + j) * 512 + r * 32;
+          uint8_t* dst = out + p * kTile * row_bytes + (s * nb + j) * 1024 + r * 64;
           const int64_t n = (p + j) * kTile + r;
           if (n < N)
-            std::memcpy(dst, w + n * K + s * 32, 64);
+            std::memcpy(dst, w + n * row_bytes + s * 64, 64);
           else
             std::memset(dst, 0, 64);
         }
   }
 }
 
+void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
+  pack_panels_bytes(reinterpret_cast<const uint8_t*>(w), N, 2 * K, reinterpret_cast<uint8_t*>(out));
+}
+
 void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
                      int64_t b_end, float* y, int64_t ldy) {
-  configure_tiles(tile_cols(T));
+  amx_configure_tiles(tile_cols(T));
   const int64_t blocks = (N + kTile - 1) / kTile, last_rows = N - (blocks - 1) * kTile;
   for (int64_t b = b_begin; b < b_end;) {
     const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
@@ -353,7 +363,7 @@ void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* p
 double probe_amx_rate() {
   // Four independent accumulators over the same operands (zeros: the rate does not depend on
   // the values); the best of 3.
-  configure_tiles(kTile);
+  amx_configure_tiles(kTile);
   constexpr long kIters = 20000;
   double best = 0;
   _tile_zero(4);

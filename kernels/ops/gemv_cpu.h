@@ -72,8 +72,54 @@ constexpr int64_t amx_panel_elems(int64_t N, int64_t K) {
   return (N + 15) / 16 * 16 * K;
 }
 void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
+// The same layout for any element size: row_bytes = K * element size (a multiple of 64); each
+// tile 16 rows x 64 bytes. pack_panels_amx(w, N, K, out) = pack_panels_bytes(w, N, 2K, out).
+void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out);
+// Loads the tile configuration every AMX kernel here uses (B and C tiles `cols` token columns
+// wide, A tiles 16 x 64 bytes) into this thread, unless it is loaded already.
+void amx_configure_tiles(int64_t cols);
 void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
                      int64_t b_end, float* y, int64_t ldy);
+
+// int8 weights (ops::prepare_linear_int8): each weight row n quantized symmetrically to
+// q[n, k] = clamp(nearbyint(w[n, k] / scale[n]), -127, 127), scale[n] = max_k |w[n, k]| / 127;
+// each activation row t the same way, on every call (quantize_row_int8); then
+//   y[t, n] = (float(sum_k xq[t, k] * q[n, k]) * xscale[t]) * scale[n]
+// with the sum exact in int32 (K * 127 * 127 < 2^31 for K < 133,000), so every kernel that
+// computes it gives the same bits whatever T is and however the rows are split: the reference
+// loop below and the AMX-INT8 tiles (TDPBSSD, panels of int8 weights in pack_panels_bytes'
+// layout, K a multiple of 64). A row whose values are not all finite gets a non-finite scale
+// and non-finite outputs.
+struct Int8Weight {
+  int64_t N = 0, K = 0;
+  std::vector<int8_t> q;       // [N, K]
+  std::vector<float> scale;    // [N]
+  std::vector<int8_t> panels;  // empty, or q in AMX panels (cpu_has_amx_int8(), K % 64 == 0)
+};
+Int8Weight quantize_weight_int8(const Tensor& w);               // w: CPU [N, K] f32, bf16 or f16
+float quantize_row_int8(const float* x, int64_t K, int8_t* q);  // returns the row's scale
+bool cpu_has_amx_int8();
+// y [T, N] (row stride ldy) for weight rows [n_begin, n_end): the reference loop.
+void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
+                           int64_t n_end, float* y, int64_t ldy);
+// AMX-INT8: pack_rows_amx_i8 lays out xq [T, K] as B tiles (chunks of 16 token rows, each
+// min(T, 16) columns of 4-byte k-quads; amx_i8_packed_bytes(T, K) bytes); gemv_panels_amx_i8
+// computes blocks [b_begin, b_end) of 16 weight rows from w.panels, as linear_int8_reference.
+constexpr int64_t amx_i8_packed_bytes(int64_t T, int64_t K) {
+  return (T + 15) / 16 * (K / 64) * 1024;
+}
+void pack_rows_amx_i8(const int8_t* xq, int64_t T, int64_t K, uint8_t* xp);
+void gemv_panels_amx_i8(const uint8_t* xp, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
+                        int64_t b_end, float* y, int64_t ldy);
+
+// Every y = x w^T (+ bias) of int8 weights sharing one input x (f32 [T, K], K each weight's),
+// in one pass of the thread team: AMX-INT8 where every weight has panels, else the reference.
+struct Int8Product {
+  const Int8Weight* w;
+  const Tensor* bias;  // nullptr: none
+  Tensor* y;           // f32 [T, N]
+};
+void linear_int8(const Tensor& x, const std::vector<Int8Product>& products);
 
 // ops::LinearWeight's CPU side. pack_linear_panels: w's panels (pack_panels_amx) as a bf16
 // tensor, or an undefined tensor where w is not bf16, K is not a multiple of 32 or the CPU lacks

@@ -68,9 +68,11 @@ class PrefixReuse : public testing_spec::SpecFixture {
       EXPECT_EQ(a[i].spec.rounds, b[i].spec.rounds) << at;
       EXPECT_EQ(a[i].spec.accepted, b[i].spec.accepted) << at;
       ASSERT_EQ(a[i].input_logprobs.size(), b[i].input_logprobs.size()) << at;
-      for (size_t j = 0; j < a[i].input_logprobs.size(); ++j)
-        if (!std::isnan(b[i].input_logprobs[j]))
+      for (size_t j = 0; j < a[i].input_logprobs.size(); ++j) {
+        if (!std::isnan(b[i].input_logprobs[j])) {
           EXPECT_EQ(a[i].input_logprobs[j], b[i].input_logprobs[j]) << at << " input position " << j;
+        }
+      }
       EXPECT_EQ(a[i].teacher_ids, b[i].teacher_ids) << at;
       EXPECT_EQ(a[i].teacher_logprobs, b[i].teacher_logprobs) << at;
       ASSERT_EQ(a[i].aux.defined(), b[i].aux.defined()) << at;
