@@ -86,6 +86,7 @@ DraftModel DraftModel::build(const DraftConfig& cfg, const std::vector<std::stri
   UPD_REQUIRE(!int8 || target.device == Device::CPU)
       << where << ": int8 drafter weights (--draft-weights int8) run only on the CPU; this drafter serves a policy on "
       << device_name(target.device);
+  m.weights_ = int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
   const auto prepare = [int8](Tensor t) { return int8 ? ops::prepare_linear_int8(t) : ops::prepare_linear(t); };
   WeightTaker w(names, get, Device::CPU, where);
   const std::string p = w.has("midlayer.input_layernorm.weight") ? "midlayer." : "layers.0.";

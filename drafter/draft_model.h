@@ -70,6 +70,8 @@ class DraftModel {
   DraftModel rebind(const DraftTarget& target) const;
 
   const DraftConfig& config() const { return cfg_; }
+  // The precision its linear layers were prepared in (draft_weights() when it was built).
+  DraftWeights weights() const { return weights_; }
   const VocabMap& vocab() const { return vocab_; }
   // The policy's aux layers (HF hidden_states indices) this draft reads.
   const std::vector<int64_t>& aux_layers() const { return aux_layers_; }
@@ -83,6 +85,7 @@ class DraftModel {
 
  private:
   DraftConfig cfg_;
+  DraftWeights weights_ = DraftWeights::kAsStored;
   DraftTarget target_;
   VocabMap vocab_;
   std::vector<int64_t> aux_layers_;
