@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "app/worker_role.h"
+#include "drafter/draft_model.h"
 #include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "kernels/core/stop_signals.h"
@@ -20,7 +22,6 @@
 #include "messaging/curve_keys.h"
 #include "messaging/metrics.h"
 #include "messaging/weight_link.h"
-#include "app/worker_role.h"
 #include "rollout/capture/record_convert.h"
 #include "rollout/serve/rollout_service.h"
 
@@ -154,11 +155,13 @@ int run_serve(const ServeArgs& a) {
   if (fs::exists(fs::path(model) / "tokenizer.json"))
     tok = std::make_shared<const Tokenizer>(Tokenizer::load(model));
   const auto& c = policy->config();
-  spdlog::info("serve: policy v{} {} ({} layers, hidden {}, vocab {}), drafter {} in {:.2f} s; cpu bf16 kernel {}", pv,
-               model, c.num_layers, c.hidden_size, c.vocab_size,
-               draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
+  spdlog::info(
+      "serve: policy v{} {} ({} layers, hidden {}, vocab {}), drafter {} in {:.2f} s; cpu bf16 kernel {}, "
+      "drafter weights {}",
+      pv, model, c.num_layers, c.hidden_size, c.vocab_size,
+      draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), draft_weights_name(draft_weights()));
 
   WorkerOptions wo;
   wo.id = a.worker_id;
@@ -212,6 +215,7 @@ int run_serve(const ServeArgs& a) {
                           {"adaptive", wo.adaptive.enabled},
                           {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
                           {"prefix_reuse", wo.engine.prefix_reuse},
+                          {"draft_weights", draft_weights_name(draft_weights())},
                           {"worker_id", a.worker_id},
                           {"send", a.send},
                           {"weights_pub", a.weights_pub}};

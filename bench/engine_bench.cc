@@ -20,7 +20,7 @@
 // usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--sequences S]
 //                     [--ignore-eos] [--reps R]
 //                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
-//                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx]
+//                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx] [--draft-weights bf16|int8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -263,7 +263,15 @@ int main(int argc, char** argv) {
     else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
     else if (a == "--dump-prompts" && has) dump = argv[++i];
     else if (a == "--cpu-kernel" && has) ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    else {
+    else if (a == "--draft-weights" && has) {
+      const std::string w = argv[++i];
+      if ((w != "bf16" && w != "int8") || (w == "int8" && !ops::cpu_has_int8_tiles())) {
+        std::fprintf(stderr, "engine_bench: --draft-weights is bf16 or int8 (int8 needs AMX-INT8 tiles), got %s\n",
+                     w.c_str());
+        return 2;
+      }
+      set_draft_weights(w == "int8" ? DraftWeights::kInt8 : DraftWeights::kAsStored);
+    } else {
       std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
       return 2;
     }
@@ -298,8 +306,9 @@ int main(int argc, char** argv) {
   eo.prefill_chunk = 4096;
   std::printf("updraft engine benchmark\nmachine: %d threads, streaming read %.1f GB/s, cpu bf16 kernel %s\n",
               mach.threads, mach.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
-  std::printf("policy %s (%ld layers, hidden %ld), drafter %s, speculation chain of %ld\n\n", model_dir.c_str(),
-              model.config().num_layers, model.config().hidden_size, draft_dir.c_str(), eo.spec.steps);
+  std::printf("policy %s (%ld layers, hidden %ld), drafter %s (%s weights), speculation chain of %ld\n\n",
+              model_dir.c_str(), model.config().num_layers, model.config().hidden_size, draft_dir.c_str(),
+              draft_weights_name(draft.weights()), eo.spec.steps);
   std::vector<Mode> modes = make_modes(model, draft, eo);
   if (do_sweep) {
     std::printf("decode sweep: %ld held-out prompts per batch size, each to %s%ld new tokens, median of %d "

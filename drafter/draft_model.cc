@@ -46,6 +46,10 @@ DraftWeights draft_weights() {
   return g_draft_weights.load();
 }
 
+const char* draft_weights_name(DraftWeights w) {
+  return w == DraftWeights::kInt8 ? "int8" : "bf16";
+}
+
 DraftModel DraftModel::load(const std::string& dir, const DraftTarget& target) {
   const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
   UPD_REQUIRE(std::filesystem::exists(cfg_path)) << dir << ": no config.json";

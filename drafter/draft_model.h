@@ -42,6 +42,7 @@ namespace updraft {
 enum class DraftWeights { kAsStored, kInt8 };
 void set_draft_weights(DraftWeights w);
 DraftWeights draft_weights();
+const char* draft_weights_name(DraftWeights w);  // "bf16" (as stored) or "int8", the CLI's values
 
 // What the drafter needs from the policy it serves.
 struct DraftTarget {

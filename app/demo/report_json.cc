@@ -1,4 +1,5 @@
 #include "app/demo/report.h"
+#include "drafter/draft_model.h"
 #include "trainer/ttt_linear.h"
 
 namespace updraft::demo {
@@ -62,6 +63,7 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"generation_share_of_step", sum.gen_share},
       {"suffix_drafts", o.suffix_drafts},
       {"prefix_reuse", o.prefix_reuse},
+      {"draft_weights", draft_weights_name(draft_weights())},
       {"online_prompt_tokens",
        {{"prefilled", sum.online_prefill_tokens}, {"taken_from_cache", sum.online_cached_prompt_tokens}}},
       {"online_accepted_per_round",

@@ -267,11 +267,13 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
     thread_local std::vector<uint8_t> packed;
     xq.resize(static_cast<size_t>(T * K));
     xscale.resize(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t)
-      xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
-    if (amx) {
+    if (amx) {  // (K is a multiple of 64 there)
+      quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
       packed.resize(static_cast<size_t>(amx_i8_packed_bytes(T, K)));
       pack_rows_amx_i8(xq.data(), T, K, packed.data());
+    } else {
+      for (int64_t t = 0; t < T; ++t)
+        xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
     }
     for (const Int8Product& p : products) {
       const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;

@@ -82,7 +82,8 @@ void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* p
                      int64_t b_end, float* y, int64_t ldy);
 
 // int8 weights (ops::prepare_linear_int8): each weight row n quantized symmetrically to
-// q[n, k] = clamp(nearbyint(w[n, k] / scale[n]), -127, 127), scale[n] = max_k |w[n, k]| / 127;
+// q[n, k] = clamp(nearbyint(w[n, k] * (127 / m)), -127, 127) with m = max_k |w[n, k]| and
+// scale[n] = m / 127;
 // each activation row t the same way, on every call (quantize_row_int8); then
 //   y[t, n] = (float(sum_k xq[t, k] * q[n, k]) * xscale[t]) * scale[n]
 // with the sum exact in int32 (K * 127 * 127 < 2^31 for K < 133,000), so every kernel that
@@ -109,6 +110,9 @@ constexpr int64_t amx_i8_packed_bytes(int64_t T, int64_t K) {
   return (T + 15) / 16 * (K / 64) * 1024;
 }
 void pack_rows_amx_i8(const int8_t* xq, int64_t T, int64_t K, uint8_t* xp);
+// quantize_row_int8 for T rows of x (row stride K, K a multiple of 16) in AVX-512: the same
+// bytes and scales (IEEE products, rounding to nearest even). Only where cpu_has_avx512().
+void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, float* scale);
 void gemv_panels_amx_i8(const uint8_t* xp, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy);
 

@@ -20,10 +20,10 @@ float quantize_row_int8(const float* x, int64_t K, int8_t* q) {
     std::fill(q, q + K, int8_t{0});
     return finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
   }
-  const float scale = amax / 127.f;
+  const float inv = 127.f / amax;
   for (int64_t k = 0; k < K; ++k)
-    q[k] = static_cast<int8_t>(std::clamp(std::nearbyint(x[k] / scale), -127.f, 127.f));
-  return scale;
+    q[k] = static_cast<int8_t>(std::clamp(std::nearbyint(x[k] * inv), -127.f, 127.f));
+  return amax / 127.f;
 }
 
 Int8Weight quantize_weight_int8(const Tensor& w) {

@@ -63,6 +63,26 @@ TEST(LinearInt8, AmxTilesEqualTheReferenceLoopBitForBit) {
   expect_amx_equals_reference(7, 448, 1024, 9);
 }
 
+TEST(LinearInt8, VectorQuantizerGivesTheScalarRulesBytes) {
+  if (!ops::cpu::cpu_has_avx512())
+    GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t K = 64, T = 6;
+  std::vector<float> x = rand_vec(T * K, 31);
+  for (int64_t k = 0; k < K; ++k)  // row 1: every value a tie (k + 0.5 steps) or a whole step
+    x[K + k] = (k == 0 ? 127.f : static_cast<float>(k % 9) + (k % 2 ? 0.5f : 0.f)) * 0.25f;
+  std::fill(x.begin() + 2 * K, x.begin() + 3 * K, 0.f);  // row 2: zeros
+  x[3 * K + 5] = INFINITY;                               // row 3: not finite
+  x[4 * K + 9] = NAN;                                    // row 4: not finite
+  std::vector<int8_t> qv(static_cast<size_t>(T * K)), qs(qv.size());
+  std::vector<float> sv(T), ss(T);
+  ops::cpu::quantize_rows_int8_avx512(x.data(), T, K, qv.data(), sv.data());
+  for (int64_t t = 0; t < T; ++t)
+    ss[t] = ops::cpu::quantize_row_int8(x.data() + t * K, K, qs.data() + t * K);
+  EXPECT_EQ(qv, qs);
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_TRUE(sv[t] == ss[t] || (std::isnan(sv[t]) && std::isnan(ss[t]))) << "row " << t;
+}
+
 // y = x w^T through ops::linear with int8 weights.
 std::vector<float> linear_q8(const ops::LinearWeight& w, const std::vector<float>& x, int64_t T) {
   const int64_t K = w.w.size(1), N = w.w.size(0);
@@ -82,6 +102,25 @@ TEST(LinearInt8, EachRowIsTheSameWhateverTheRowCount) {
     const auto one = linear_q8(w, std::vector<float>(x.begin() + t * K, x.end()), 1);
     for (int64_t n = 0; n < N; ++n)
       ASSERT_EQ(one[n], all[t * N + n]) << "t=" << t << " n=" << n;
+  }
+}
+
+TEST(LinearInt8, LinearGivesTheReferenceLoopsBits) {
+  // The whole path (quantizing x in vectors, packing whole chunks by transposes, pairs of chunks
+  // against pairs of blocks past 32 rows) against the scalar rule and loop.
+  const int64_t K = 448, N = 100;
+  const Tensor w = Tensor::from_f32(rand_vec(N * K, 41), {N, K}).to_dtype(DType::BF16);
+  const ops::LinearWeight lw = ops::prepare_linear_int8(w);
+  for (int64_t T : {1, 5, 16, 17, 32, 33, 40, 64}) {
+    const auto x = rand_vec(T * K, 42 + T);
+    const auto y = linear_q8(lw, x, T);
+    std::vector<int8_t> xq(static_cast<size_t>(T * K));
+    std::vector<float> xs(T), ref(static_cast<size_t>(T * N));
+    for (int64_t t = 0; t < T; ++t)
+      xs[t] = ops::cpu::quantize_row_int8(x.data() + t * K, K, xq.data() + t * K);
+    ops::cpu::linear_int8_reference(xq.data(), xs.data(), T, *lw.q8, 0, N, ref.data(), N);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(y[i], ref[i]) << "T=" << T << " i=" << i;
   }
 }
 
