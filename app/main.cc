@@ -40,9 +40,9 @@ int run_info() {
       kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
   std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
               updraft::ops::cpu_bf16_kernel_name(updraft::ops::cpu_bf16_kernel()));
-  std::printf("  CPU int8 tiles     : %s (drafter weights: %s)\n",
+  std::printf("  CPU int8 tiles     : %s (a CPU drafter's weights: %s)\n",
               updraft::ops::cpu_has_int8_tiles() ? "AMX-INT8" : "no (--draft-weights int8 unavailable)",
-              updraft::draft_weights() == updraft::DraftWeights::kInt8 ? "int8" : "bf16");
+              updraft::draft_weights_name(updraft::resolved_draft_weights(updraft::Device::CPU)));
   std::printf("  CUDA backend built : %s\n", updraft::cuda_compiled() ? "yes" : "no");
   std::printf("  CUDA device usable : %s\n", updraft::cuda_available() ? "yes" : "no");
   return 0;
@@ -67,11 +67,11 @@ int main(int argc, char** argv) {
                  "with AVX-512), fma, dot, amx (AMX tiles), portable; see docs/benchmarks.md")
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
       ->capture_default_str();
-  std::string draft_weights = "bf16";
+  std::string draft_weights = "auto";
   app.add_option("--draft-weights", draft_weights,
-                 "drafter serving weights: bf16 (as stored) or int8 (quantized per row, half the bytes per draft "
-                 "step; CPU only, AMX-INT8 tiles; see docs/benchmarks.md)")
-      ->check(CLI::IsMember({"bf16", "int8"}))
+                 "drafter serving weights: auto (int8 where the CPU has AMX-INT8 tiles, else bf16), bf16 (as stored) "
+                 "or int8 (quantized per row: half the bytes per draft step; CPU only; see docs/benchmarks.md)")
+      ->check(CLI::IsMember({"auto", "bf16", "int8"}))
       ->capture_default_str();
   app.require_subcommand(1);
   app.set_config("--config", "",
@@ -173,13 +173,11 @@ int main(int argc, char** argv) {
       throw updraft::Error("--cpu-kernel " + cpu_kernel +
                            ": this CPU does not have it (`updraft info` lists what it has)");
     updraft::ops::set_cpu_bf16_kernel(kernel);
-    if (draft_weights == "int8") {
-      if (!updraft::ops::cpu_has_int8_tiles())
-        throw updraft::Error(
-            "--draft-weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower than "
-            "bf16 (`updraft info` lists what it has)");
-      updraft::set_draft_weights(updraft::DraftWeights::kInt8);
-    }
+    if (draft_weights == "int8" && !updraft::ops::cpu_has_int8_tiles())
+      throw updraft::Error(
+          "--draft-weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower than "
+          "bf16 (`updraft info` lists what it has)");
+    updraft::set_draft_weights(updraft::parse_draft_weights(draft_weights));
     if (info->parsed())
       return run_info();
     if (config_check->parsed())

@@ -161,7 +161,7 @@ int run_serve(const ServeArgs& a) {
       pv, model, c.num_layers, c.hidden_size, c.vocab_size,
       draft ? "v" + std::to_string(dv) + " " + drafter_dir : "none (plain)",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-      ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), draft_weights_name(draft_weights()));
+      ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), draft ? draft_weights_name(draft->weights()) : "none");
 
   WorkerOptions wo;
   wo.id = a.worker_id;
@@ -207,7 +207,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<messaging::WeightSubscriber> follower;  // set below; the service reads it for /metrics
   if (!a.weights_pub.empty())
     ro.extra_metrics = [&follower] { return follower ? subscriber_metrics(*follower) : std::string(); };
-  ro.extra_info = [&a, &wo] {
+  ro.extra_info = [&a, &wo, &draft] {
     return nlohmann::json{{"speculate", wo.speculate},
                           {"spec_steps", wo.speculate ? wo.engine.spec.steps : 0},
                           {"spec_top_k", wo.engine.spec.top_k},
@@ -215,7 +215,7 @@ int run_serve(const ServeArgs& a) {
                           {"adaptive", wo.adaptive.enabled},
                           {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
                           {"prefix_reuse", wo.engine.prefix_reuse},
-                          {"draft_weights", draft_weights_name(draft_weights())},
+                          {"draft_weights", draft ? draft_weights_name(draft->weights()) : "none"},
                           {"worker_id", a.worker_id},
                           {"send", a.send},
                           {"weights_pub", a.weights_pub}};

@@ -47,7 +47,21 @@ DraftWeights draft_weights() {
 }
 
 const char* draft_weights_name(DraftWeights w) {
-  return w == DraftWeights::kInt8 ? "int8" : "bf16";
+  return w == DraftWeights::kInt8 ? "int8" : w == DraftWeights::kAuto ? "auto" : "bf16";
+}
+
+DraftWeights resolved_draft_weights(Device d) {
+  const DraftWeights want = draft_weights();
+  const bool int8 =
+      want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU && ops::cpu_has_int8_tiles());
+  return int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
+}
+
+DraftWeights parse_draft_weights(const std::string& name) {
+  for (DraftWeights w : {DraftWeights::kAsStored, DraftWeights::kInt8, DraftWeights::kAuto})
+    if (name == draft_weights_name(w))
+      return w;
+  throw Error("drafter weights: '" + name + "' is not one of bf16, int8, auto");
 }
 
 DraftModel DraftModel::load(const std::string& dir, const DraftTarget& target) {
@@ -86,11 +100,11 @@ DraftModel DraftModel::build(const DraftConfig& cfg, const std::vector<std::stri
     UPD_REQUIRE(l >= 0 && l < L) << where << ": aux layer (hidden_states index) " << l << " outside the policy's " << L
                                  << " layers";
 
-  const bool int8 = draft_weights() == DraftWeights::kInt8;
-  UPD_REQUIRE(!int8 || target.device == Device::CPU)
+  UPD_REQUIRE(draft_weights() != DraftWeights::kInt8 || target.device == Device::CPU)
       << where << ": int8 drafter weights (--draft-weights int8) run only on the CPU; this drafter serves a policy on "
       << device_name(target.device);
-  m.weights_ = int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
+  m.weights_ = resolved_draft_weights(target.device);
+  const bool int8 = m.weights_ == DraftWeights::kInt8;
   const auto prepare = [int8](Tensor t) { return int8 ? ops::prepare_linear_int8(t) : ops::prepare_linear(t); };
   WeightTaker w(names, get, Device::CPU, where);
   const std::string p = w.has("midlayer.input_layernorm.weight") ? "midlayer." : "layers.0.";

@@ -37,12 +37,17 @@ namespace updraft {
 // any drafter is built (`updraft --draft-weights`): kAsStored computes with the checkpoint's
 // weights (bf16 products; AMX panels where the CPU kernel is AMX); kInt8 quantizes each linear
 // layer's weights per row (ops::prepare_linear_int8: half the bytes a draft step streams,
-// products within about 1% of the bf16 ones; CPU only: building a CUDA drafter then fails).
-// Speculation stays lossless either way: the drafter only proposes.
-enum class DraftWeights { kAsStored, kInt8 };
+// products within about 1% of the bf16 ones; CPU only: building a CUDA drafter then fails);
+// kAuto (the CLI's default) is kInt8 for a drafter on a CPU with AMX-INT8 tiles
+// (ops::cpu_has_int8_tiles(), where int8 pays), else kAsStored. The library's default is
+// kAsStored. Speculation stays lossless either way: the drafter only proposes.
+enum class DraftWeights { kAsStored, kInt8, kAuto };
 void set_draft_weights(DraftWeights w);
 DraftWeights draft_weights();
-const char* draft_weights_name(DraftWeights w);  // "bf16" (as stored) or "int8", the CLI's values
+const char* draft_weights_name(DraftWeights w);             // "bf16" (as stored), "int8", "auto": the CLI's values
+DraftWeights parse_draft_weights(const std::string& name);  // those names, else Error
+// What a drafter built now for a policy on `d` computes with: kAsStored or kInt8.
+DraftWeights resolved_draft_weights(Device d);
 
 // What the drafter needs from the policy it serves.
 struct DraftTarget {
@@ -71,7 +76,8 @@ class DraftModel {
   DraftModel rebind(const DraftTarget& target) const;
 
   const DraftConfig& config() const { return cfg_; }
-  // The precision its linear layers were prepared in (draft_weights() when it was built).
+  // The precision its linear layers were prepared in: kAsStored or kInt8 (draft_weights() when it
+  // was built, resolved).
   DraftWeights weights() const { return weights_; }
   const VocabMap& vocab() const { return vocab_; }
   // The policy's aux layers (HF hidden_states indices) this draft reads.

@@ -84,7 +84,7 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
       "kernel {}, drafter weights {}, trainer products in {}",
       models_.name, pc.num_layers, pc.hidden_size, pc.vocab_size, models_.drafter, draft0_->config().draft_vocab_size,
       o.steps, o.prompts_per_step, o.group, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()),
-      draft_weights_name(draft_weights()), train::ttt_matmul_name(train::parse_ttt_matmul(o.trainer_matmul)));
+      draft_weights_name(draft0_->weights()), train::ttt_matmul_name(train::parse_ttt_matmul(o.trainer_matmul)));
   // Versions (published policies and drafters) live in the output directory, fresh each run.
   fs::remove_all(versions_);
   fs::create_directories(versions_);

@@ -63,7 +63,7 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"generation_share_of_step", sum.gen_share},
       {"suffix_drafts", o.suffix_drafts},
       {"prefix_reuse", o.prefix_reuse},
-      {"draft_weights", draft_weights_name(draft_weights())},
+      {"draft_weights", draft_weights_name(resolved_draft_weights(Device::CPU))},  // the demo runs on the CPU
       {"online_prompt_tokens",
        {{"prefilled", sum.online_prefill_tokens}, {"taken_from_cache", sum.online_cached_prompt_tokens}}},
       {"online_accepted_per_round",
