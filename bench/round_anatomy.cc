@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "kernels/core/error.h"
@@ -59,7 +60,9 @@ Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
   return runs[runs.size() / 2];
 }
 
-double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps) {
+// The median drafter forward of `rows` rows with logits at the last (a draft step; with
+// `features`, the pass that absorbs a round's committed tokens: the policy's aux states through fc).
+double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps, bool features) {
   const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
   KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
   SeqKv kv;
@@ -72,9 +75,10 @@ double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int6
     st[0].kv = &kv;
     for (int64_t i = 0; i < rows; ++i) {
       st[0].tokens.push_back(static_cast<int32_t>(5 + i));
-      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+      if (!features || i == rows - 1)
+        st[0].logit_rows.push_back(static_cast<int32_t>(i));
     }
-    const Tensor fed = Tensor::zeros({rows, H}, m.act_dtype());
+    const Tensor fed = Tensor::zeros({rows, features ? A * H : H}, m.act_dtype());
     const double t0 = now_s();
     d.forward(cache, st, fed);
     t.push_back(now_s() - t0);
@@ -128,8 +132,14 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
   for (const AnatomySetting& r : rows) {
     const SpecSettings& s = r.settings;
     const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
-    const double d = draft_step_s(r.draft != nullptr ? *r.draft : draft, policy, ctx, s.top_k, reps);
-    const double round = v.seconds + static_cast<double>(s.steps) * d;
+    // A round's drafter passes: one absorbs its committed tokens (tau of them, all the drafts
+    // and the bonus token where tau is not measured) through fc and proposes the first level,
+    // then steps - 1 passes of top_k rows propose the rest.
+    const DraftModel& dm = r.draft != nullptr ? *r.draft : draft;
+    const int64_t committed = r.tau > 0 ? std::max<int64_t>(1, std::lround(r.tau)) : s.steps + 1;
+    const double absorb = draft_step_s(dm, policy, ctx, committed, reps, true);
+    const double d = draft_step_s(dm, policy, ctx, s.top_k, reps, false);
+    const double round = v.seconds + absorb + static_cast<double>(s.steps - 1) * d;
     char what[96];
     std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
     print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak), p1.seconds);
@@ -141,8 +151,10 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
                   "", 1e3 * ef.total_s / n, 1e3 * ef.matmul_s / n, 1e3 * ef.attention_s / n,
                   1e3 * (ef.total_s - ef.matmul_s - ef.attention_s) / n, ef.forwards);
     }
-    std::printf("  %-18s + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps per round", "", s.steps, 1e3 * d,
-                d / p1.seconds, round / p1.seconds);
+    std::printf(
+        "  %-18s + absorbing %ld tokens %.3f ms + %ld draft steps of %.3f ms (%.2f each) = %.2f plain steps "
+        "per round",
+        "", committed, 1e3 * absorb, s.steps - 1, 1e3 * d, d / p1.seconds, round / p1.seconds);
     if (r.tau > 0)
       std::printf("; at the measured tau %.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)",
                   r.tau, r.tau * p1.seconds / round, 1e3 * r.engine_round_s, r.engine_round_s / round);
