@@ -1,11 +1,55 @@
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
+namespace {
 
-void softmax(const Tensor& x, Tensor& out, bool log) {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The row's largest value and sum of exp(x - max) (lanes summed in one fixed order); a masked
+// entry (-inf) adds exactly 0, as does a row of them (its max taken as 0).
+[[gnu::always_inline]] inline void row_stats(const float* x, int64_t C, float& max_out, float& sum_out) {
+  v16f m = kNegInf - v16f{};
+  int64_t i = 0;
+  for (; i + 16 <= C; i += 16) {
+    const v16f v = load16(x + i);
+    m = v > m ? v : m;
+  }
+  float mx = kNegInf;
+  for (int l = 0; l < 16; ++l)
+    mx = std::max(mx, m[l]);
+  for (; i < C; ++i)
+    mx = std::max(mx, x[i]);
+  if (mx == kNegInf)
+    mx = 0.f;  // all -inf: avoid inf - inf
+  v16f s{};
+  const v16f mv = mx - v16f{};
+  for (i = 0; i + 16 <= C; i += 16) {
+    const v16f v = load16(x + i);
+    const v16f e = exp16(v - mv);
+    s += v == kNegInf ? v16f{} : e;
+  }
+  if (i < C) {
+    const v16f v = load16_partial(x + i, C - i, kNegInf);
+    const v16f e = exp16(v - mv);
+    s += v == kNegInf ? v16f{} : e;
+  }
+  float sum = 0.f;
+  for (int l = 0; l < 16; ++l)
+    sum += s[l];
+  max_out = mx;
+  sum_out = sum;
+}
+
+}  // namespace
+
+// Vectorised (exp16: within 2 ulp of exp); masked entries (-inf) get probability exactly 0.
+__attribute__((target_clones("avx512f", "default"))) void softmax(const Tensor& x, Tensor& out, bool log) {
   const int64_t R = x.size(0), C = x.size(1);
   const float* xp = x.data<float>();
   float* op = out.data<float>();
@@ -13,22 +57,22 @@ void softmax(const Tensor& x, Tensor& out, bool log) {
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = xp + r * C;
     float* orow = op + r * C;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < C; ++i)
-      m = std::max(m, xr[i]);
-    if (m == -std::numeric_limits<float>::infinity())
-      m = 0.f;  // all -inf: avoid inf - inf
-    float s = 0.f;
-    for (int64_t i = 0; i < C; ++i)
-      s += std::exp(xr[i] - m);
+    float m = 0.f, s = 0.f;
+    row_stats(xr, C, m, s);
     if (log) {
       const float lse = m + std::log(s);
       for (int64_t i = 0; i < C; ++i)
         orow[i] = xr[i] - lse;
     } else {
       const float inv = 1.0f / s;
-      for (int64_t i = 0; i < C; ++i)
-        orow[i] = std::exp(xr[i] - m) * inv;
+      const v16f mv = m - v16f{};
+      for (int64_t i = 0; i < C; i += 16) {
+        const int64_t n = std::min<int64_t>(16, C - i);
+        const v16f v = load16_partial(xr + i, n, kNegInf);
+        const v16f p = exp16(v - mv) * inv;
+        const v16f o = v == kNegInf ? v16f{} : p;
+        std::memcpy(orow + i, &o, sizeof(float) * static_cast<size_t>(n));
+      }
     }
   }
 }

@@ -217,6 +217,43 @@ TEST(Sampling, CounterRngIsDeterministicAndUniform) {
   EXPECT_NEAR(sum / 100000, 0.5, 0.005);  // std of the mean is 0.0009
 }
 
+TEST(Softmax, MasksGetExactlyZeroAndRowsMatchADoubleReference) {
+  // Widths with and without a tail past 16 lanes; -inf entries (top-k / top-p masks) anywhere.
+  for (const int64_t C : {5, 16, 37, 1024}) {
+    std::vector<float> x(static_cast<size_t>(3 * C));
+    for (int64_t i = 0; i < 3 * C; ++i)
+      x[i] = std::sin(0.7f * static_cast<float>(i)) * 9.f;
+    for (int64_t i = 0; i < C; i += 3)
+      x[i] = -INFINITY;  // row 0: a third masked, the tail included
+    for (int64_t i = 2 * C; i < 3 * C; ++i)
+      x[i] = -INFINITY;  // row 2: all masked
+    const Tensor t = Tensor::from_f32(x, {3, C});
+    Tensor p = Tensor::empty({3, C}, DType::F32), lp = Tensor::empty({3, C}, DType::F32);
+    ops::softmax(t, p);
+    ops::log_softmax(t, lp);
+    const auto pv = p.to_f32_vector(), lv = lp.to_f32_vector();
+    for (int64_t r = 0; r < 2; ++r) {
+      double m = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < C; ++i)
+        m = std::max(m, static_cast<double>(x[r * C + i]));
+      for (int64_t i = 0; i < C; ++i)
+        sum += std::exp(static_cast<double>(x[r * C + i]) - m);
+      for (int64_t i = 0; i < C; ++i) {
+        const double ref = std::exp(static_cast<double>(x[r * C + i]) - m) / sum;
+        if (std::isinf(x[r * C + i])) {
+          EXPECT_EQ(pv[r * C + i], 0.f) << "C=" << C << " masked entry " << i;
+          EXPECT_EQ(lv[r * C + i], -INFINITY) << "C=" << C << " masked entry " << i;
+        } else {
+          EXPECT_NEAR(pv[r * C + i], ref, 1e-6 * ref + 1e-12) << "C=" << C << " r=" << r << " i=" << i;
+          EXPECT_NEAR(lv[r * C + i], std::log(ref), 1e-5) << "C=" << C << " r=" << r << " i=" << i;
+        }
+      }
+    }
+    for (int64_t i = 2 * C; i < 3 * C; ++i)
+      EXPECT_TRUE(pv[i] == 0.f || std::isnan(pv[i])) << "an all-masked row gives no probability to anything";
+  }
+}
+
 TEST(Embedding, OutOfRangeIdIsAnErrorNamingIt) {
   Tensor table = Tensor::zeros({10, 4}, DType::F32), out = Tensor::empty({2, 4}, DType::F32);
   try {
