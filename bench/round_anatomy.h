@@ -1,11 +1,11 @@
 // The round anatomy spec_bench prints at batch 1: one policy forward of T causal rows (what
 // verifying T - 1 drafts computes), the drafter pass that absorbs a round's committed tokens
 // (tau of them where measured, else all drafts and the bonus token) and one drafter step, each
-// timed alone after `ctx` tokens of context (median of `reps`), in plain decode steps; the policy's parts (matmuls, attention,
-// the rest) with the matmuls against their roofline bound max(weight bytes / bandwidth, flops /
-// peak), the bandwidth measured over a buffer the size of the weights (so it is the cache's
-// where they fit, as they stay there from step to step) and the peak the process's bf16
-// kernel's; and the engine's measured round next to the anatomy's sum.
+// timed alone after `ctx` tokens of context (median of `reps`), in plain decode steps; the
+// policy's parts (matmuls, attention, the rest) with the matmuls against their roofline bound
+// max(weight bytes / bandwidth, flops / peak), the bandwidth measured over a buffer the size of
+// the weights (so it is the cache's where they fit, as they stay there from step to step) and the
+// peak the process's bf16 kernel's; and the engine's measured round next to the anatomy's sum.
 #pragma once
 
 #include <string>
