@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/ops/amx_tiles.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/transpose16_avx512.h"
 
@@ -94,13 +95,7 @@ void blocks(const uint16_t* xp, int64_t chunk, int64_t width, int64_t K, const T
   const int64_t steps = K / 32, x_step = 2 * kTile * width;
   const uint16_t* xs = xp + chunk * steps * kStepElems;
   const uint16_t* a0 = w.base + (b0 - w.first_block) * w.block;
-  _tile_zero(0);
-  if constexpr (NB > 1)
-    _tile_zero(1);
-  if constexpr (NB > 2)
-    _tile_zero(2);
-  if constexpr (NB > 3)
-    _tile_zero(3);
+  zero_accumulators<NB>();
   for (int64_t s = 0; s < steps; ++s) {
     const uint16_t* a = a0 + s * w.step;
     _tile_loadd(4, xs + s * x_step, 4 * width);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/ops/amx_tiles.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/transpose16_avx512.h"
 
@@ -50,13 +51,7 @@ template <int NB>
 void blocks(const uint8_t* xs, int64_t width, int64_t steps, const int8_t* a0, int64_t nb, const Int8Weight& w,
             int64_t b0, const float* xscale, int64_t t0, int64_t cols, float* y, int64_t ldy) {
   const int64_t x_step = 64 * width, a_step = nb * 1024;
-  _tile_zero(0);
-  if constexpr (NB > 1)
-    _tile_zero(1);
-  if constexpr (NB > 2)
-    _tile_zero(2);
-  if constexpr (NB > 3)
-    _tile_zero(3);
+  zero_accumulators<NB>();
   for (int64_t s = 0; s < steps; ++s) {
     const int8_t* a = a0 + s * a_step;
     _tile_loadd(4, xs + s * x_step, 4 * width);
