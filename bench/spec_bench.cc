@@ -129,7 +129,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,12 +204,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (draft_weights != "bf16" && draft_weights != "int8" && draft_weights != "both") {
-    std::fprintf(stderr, "spec_bench: --draft-weights is bf16, int8 or both, got %s\n", draft_weights.c_str());
-    return 2;
-  }
-  if (draft_weights != "bf16" && !ops::cpu_has_int8_tiles()) {
-    std::fprintf(stderr, "spec_bench: --draft-weights %s needs AMX-INT8 tiles, which this CPU lacks\n",
+  if ((draft_weights != "bf16" && draft_weights != "int8" && draft_weights != "both") ||
+      (draft_weights != "bf16" && !ops::cpu_has_int8_tiles())) {
+    std::fprintf(stderr, "spec_bench: --draft-weights is bf16, int8 or both (int8 needs AMX-INT8 tiles), got %s\n",
                  draft_weights.c_str());
     return 2;
   }
@@ -256,8 +252,8 @@ int main(int argc, char** argv) {
   dc.draft_vocab_size = cfg.vocab_size / 4;
   const auto load_draft = [&](DraftWeights w) {
     set_draft_weights(w);
-    return draft_dir.empty() ? random_draft(dc, spread_vocab(dc.draft_vocab_size, cfg.vocab_size), model.draft_target(),
-                                            2, DType::BF16)
+    const VocabMap ids = spread_vocab(dc.draft_vocab_size, cfg.vocab_size);
+    return draft_dir.empty() ? random_draft(dc, ids, model.draft_target(), 2, DType::BF16)
                              : DraftModel::load(draft_dir, model.draft_target());
   };
   const DraftModel draft = load_draft(draft_weights == "int8" ? DraftWeights::kInt8 : DraftWeights::kAsStored);
