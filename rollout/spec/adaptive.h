@@ -16,9 +16,11 @@
 // adds little over them is not paid for), and cost(b, d) the step's seconds per
 // decoding sequence (prefill rows' share of the forward left out). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
-// (EMAs of their step times, a step counted as at most 3x a settled estimate, so that one stall
-// does not price a depth out; a step whose drafter absorbed a backlog, a new sequence's prompt or
-// pairs kept through plain steps, is not a typical step of its depth and does not count);
+// (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
+// and does not count unless three come in a row, when they count as at most 3x: one stall must
+// not price a depth out, as a depth no longer chosen is no longer measured; a step whose drafter
+// absorbed a backlog, a new sequence's prompt or pairs kept through plain steps, is not a
+// typical step of its depth and does not count either);
 // otherwise it comes from a cost curve learned from every step:
 // F(rows), the policy forward's time for a number of rows (decode, verification and prefill
 // steps all measure it, 1 to thousands of rows), and E(B), a draft level's time for B sequences;
@@ -111,6 +113,7 @@ class AdaptiveDepth final : public DepthChooser {
 
   struct Cell {
     double cost = 0;  // seconds per decoding sequence per step; 0: never measured
+    int64_t stalls = 0;  // steps in a row over kStall x cost
     int64_t samples = 0, last_step = -1;
     double extra = 0;  // suffix drafts' tokens per sequence per step (EMA)
     int64_t extra_samples = 0;
@@ -153,7 +156,9 @@ class AdaptiveDepth final : public DepthChooser {
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
   static constexpr double kExtraWeight = 0.02;       // the newest step's weight in extra(b, d)
-  static constexpr double kOutlier = 3.0;            // a step's cost counts as at most this x its cell's
+  static constexpr double kStall = 2.0;              // a step over this x its cell's settled cost is a stall...
+  static constexpr int64_t kStallRun = 3;            // ...unless this many come in a row (the cost changed)
+  static constexpr double kOutlier = 3.0;            // such a step counts as at most this x the cell's cost
   int64_t new_drafter_rounds_ = kMeasureNewDrafter;  // rounds since the last drafter change
   int64_t steps_ = 0, explore_steps_ = 0, since_explore_ = 0;
   double error_ = 0, last_pred_ = 0;

@@ -179,8 +179,11 @@ TEST(AdaptiveDepth, ColdStepsTeachAcceptanceButNotCost) {
   a.observe(spec);
   EXPECT_NE(a.snapshot().reach[0], reach0);
   EXPECT_EQ(a.snapshot().cells[2][2].samples, 0);
-  slow.cold = false;  // control: the same slow step, counted, raises the plain cost
-  a.observe(slow);
+  // Control: a slow step not marked cold, counted, raises the plain cost (1.8x: a lone step over
+  // 2x would be taken for a stall, OneStalledStepDoesNotPriceTheBestDepthOut).
+  StepSample counted = env.run(4, 0);
+  counted.seconds *= 1.8;
+  a.observe(counted);
   EXPECT_GT(a.snapshot().cells[2][0].cost, warm.cost * 1.1);
 }
 
@@ -201,6 +204,40 @@ TEST(AdaptiveDepth, HysteresisKeepsTheDepthWhenTwoAreEqual) {
     a.observe(env.run(1, d));
   }
   EXPECT_LT(changes, 20) << "the depth flaps between near-equal choices";
+}
+
+// One stalled step (the OS, a neighbour on the host: 12 ms against 2.4 measured on the 2-core VM)
+// must not price the best depth out: once it is no longer chosen it is no longer measured, so an
+// inflated estimate would stay until the cell goes stale.
+TEST(AdaptiveDepth, OneStalledStepDoesNotPriceTheBestDepthOut) {
+  AdaptiveOptions o;
+  o.explore_share = 0;  // no exploration: what the estimates alone decide
+  const int64_t D = 4;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1}, o);
+  SyntheticEngine env;
+  env.noise = 0.02;
+  env.reach = 0.85;
+  env.per_row = 5e-5;
+  env.per_draft = 9e-5;  // the built-in pair's shape: depth 4 pays about 6% more than depth 3
+  ASSERT_EQ(best_depth(env, 1, D), D);
+  for (int64_t d = 0; d <= D; ++d)  // every depth measured, as after a warm-up
+    for (int i = 0; i < 5; ++i)
+      a.observe(env.run(1, d));
+  for (int i = 0; i < 50; ++i)
+    a.observe(env.run(1, a.choose(1)));
+  ASSERT_EQ(a.choose(1), D);
+  StepSample stall = env.run(1, D);
+  stall.seconds *= 5;
+  a.observe(stall);
+  for (int i = 0; i < 50; ++i)
+    a.observe(env.run(1, a.choose(1)));
+  EXPECT_EQ(a.choose(1), D) << "a single stall moved the choice off the best depth for good";
+  // A real change (drafting got dearer: every step at depth 4 now over twice as slow) is followed.
+  env.per_draft = 1e-3;
+  ASSERT_LT(best_depth(env, 1, D), D);
+  for (int i = 0; i < 20; ++i)
+    a.observe(env.run(1, a.choose(1)));
+  EXPECT_LT(a.choose(1), D) << "a lasting change of cost was taken for stalls";
 }
 
 TEST(AdaptiveDepth, TreesChooseBetweenTheFullSettingsAndPlainAndFixedDepthIsObeyed) {
