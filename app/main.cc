@@ -173,10 +173,6 @@ int main(int argc, char** argv) {
       throw updraft::Error("--cpu-kernel " + cpu_kernel +
                            ": this CPU does not have it (`updraft info` lists what it has)");
     updraft::ops::set_cpu_bf16_kernel(kernel);
-    if (draft_weights == "int8" && !updraft::ops::cpu_has_int8_tiles())
-      throw updraft::Error(
-          "--draft-weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower than "
-          "bf16 (`updraft info` lists what it has)");
     updraft::set_draft_weights(updraft::parse_draft_weights(draft_weights));
     if (info->parsed())
       return run_info();

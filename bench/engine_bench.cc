@@ -20,7 +20,7 @@
 // usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--sequences S]
 //                     [--ignore-eos] [--reps R]
 //                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
-//                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx] [--draft-weights bf16|int8]
+//                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx] [--draft-weights bf16|int8|auto]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -263,15 +263,9 @@ int main(int argc, char** argv) {
     else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
     else if (a == "--dump-prompts" && has) dump = argv[++i];
     else if (a == "--cpu-kernel" && has) ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    else if (a == "--draft-weights" && has) {
-      const std::string w = argv[++i];
-      if ((w != "bf16" && w != "int8") || (w == "int8" && !ops::cpu_has_int8_tiles())) {
-        std::fprintf(stderr, "engine_bench: --draft-weights is bf16 or int8 (int8 needs AMX-INT8 tiles), got %s\n",
-                     w.c_str());
-        return 2;
-      }
-      set_draft_weights(w == "int8" ? DraftWeights::kInt8 : DraftWeights::kAsStored);
-    } else {
+    else if (a == "--draft-weights" && has)
+      set_draft_weights(parse_draft_weights(argv[++i]));
+    else {
       std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
       return 2;
     }

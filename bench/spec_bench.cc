@@ -204,12 +204,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if ((draft_weights != "bf16" && draft_weights != "int8" && draft_weights != "both") ||
-      (draft_weights != "bf16" && !ops::cpu_has_int8_tiles())) {
-    std::fprintf(stderr, "spec_bench: --draft-weights is bf16, int8 or both (int8 needs AMX-INT8 tiles), got %s\n",
-                 draft_weights.c_str());
-    return 2;
-  }
+  parse_draft_weights(draft_weights == "both" ? "int8" : draft_weights);  // Error for a bad name or no tiles
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
@@ -256,7 +251,8 @@ int main(int argc, char** argv) {
     return draft_dir.empty() ? random_draft(dc, ids, model.draft_target(), 2, DType::BF16)
                              : DraftModel::load(draft_dir, model.draft_target());
   };
-  const DraftModel draft = load_draft(draft_weights == "int8" ? DraftWeights::kInt8 : DraftWeights::kAsStored);
+  const DraftModel draft =
+      load_draft(draft_weights == "both" ? DraftWeights::kAsStored : parse_draft_weights(draft_weights));
   // --draft-weights both: every setting runs again with the drafter's weights in int8 ("... int8").
   std::vector<const DraftModel*> setting_draft(settings.size(), &draft);
   std::optional<DraftModel> draft_q8;

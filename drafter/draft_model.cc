@@ -58,9 +58,15 @@ DraftWeights resolved_draft_weights(Device d) {
 }
 
 DraftWeights parse_draft_weights(const std::string& name) {
-  for (DraftWeights w : {DraftWeights::kAsStored, DraftWeights::kInt8, DraftWeights::kAuto})
-    if (name == draft_weights_name(w))
-      return w;
+  for (DraftWeights w : {DraftWeights::kAsStored, DraftWeights::kInt8, DraftWeights::kAuto}) {
+    if (name != draft_weights_name(w))
+      continue;
+    if (w == DraftWeights::kInt8 && !ops::cpu_has_int8_tiles())
+      throw Error(
+          "drafter weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower "
+          "than bf16 (`updraft info` lists what it has)");
+    return w;
+  }
   throw Error("drafter weights: '" + name + "' is not one of bf16, int8, auto");
 }
 

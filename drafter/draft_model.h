@@ -45,7 +45,8 @@ enum class DraftWeights { kAsStored, kInt8, kAuto };
 void set_draft_weights(DraftWeights w);
 DraftWeights draft_weights();
 const char* draft_weights_name(DraftWeights w);             // "bf16" (as stored), "int8", "auto": the CLI's values
-DraftWeights parse_draft_weights(const std::string& name);  // those names, else Error
+// Those names; Error for another, or for int8 on a CPU without AMX-INT8 tiles.
+DraftWeights parse_draft_weights(const std::string& name);
 // What a drafter built now for a policy on `d` computes with: kAsStored or kInt8.
 DraftWeights resolved_draft_weights(Device d);
 

@@ -260,25 +260,29 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    // Each thread quantizes and packs x itself (as linear_amx packs: no waiting on the other
-    // core's stores); quantization is deterministic, so both get the same bytes.
+    // Each thread with blocks to compute quantizes and packs x itself (as linear_amx packs: no
+    // waiting on the other core's stores); quantization is deterministic, so both get the same bytes.
     thread_local std::vector<int8_t> xq;
     thread_local std::vector<float> xscale;
     thread_local std::vector<uint8_t> packed;
-    xq.resize(static_cast<size_t>(T * K));
-    xscale.resize(static_cast<size_t>(T));
-    if (amx) {  // (K is a multiple of 64 there)
-      quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
-      packed.resize(static_cast<size_t>(amx_i8_packed_bytes(T, K)));
-      pack_rows_amx_i8(xq.data(), T, K, packed.data());
-    } else {
-      for (int64_t t = 0; t < T; ++t)
-        xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
-    }
+    bool ready = false;
     for (const Int8Product& p : products) {
       const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
       if (b0 >= b1)
         continue;
+      if (!ready) {
+        xq.resize(static_cast<size_t>(T * K));
+        xscale.resize(static_cast<size_t>(T));
+        if (amx) {  // (K is a multiple of 64 there)
+          quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
+          packed.resize(static_cast<size_t>(amx_i8_packed_bytes(T, K)));
+          pack_rows_amx_i8(xq.data(), T, K, packed.data());
+        } else {
+          for (int64_t t = 0; t < T; ++t)
+            xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
+        }
+        ready = true;
+      }
       if (amx)
         gemv_panels_amx_i8(packed.data(), T, xscale.data(), *p.w, b0, b1, p.y->data<float>(), p.w->N);
       else

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/ops/amx_tiles.h"
@@ -166,7 +167,7 @@ void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, 
       bad |= _mm512_fpclass_ps_mask(v, 0x99);  // NaN or infinity
     }
     const float m = _mm512_reduce_max_ps(amax);
-    if (bad != 0 || m == 0) {  // the reference's rule for these rows
+    if (bad != 0 || m == 0 || !std::isfinite(127.f / m)) {  // the reference's rule for these rows
       scale[t] = quantize_row_int8(r, K, q + t * K);
       continue;
     }

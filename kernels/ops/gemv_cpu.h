@@ -90,7 +90,8 @@ void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* p
 // computes it gives the same bits whatever T is and however the rows are split: the reference
 // loop below and the AMX-INT8 tiles (TDPBSSD, panels of int8 weights in pack_panels_bytes'
 // layout, K a multiple of 64). A row whose values are not all finite gets a non-finite scale
-// and non-finite outputs.
+// and non-finite outputs; a row of zeros, or one so small that 127 / max overflows, quantizes
+// to zeros with scale 0.
 struct Int8Weight {
   int64_t N = 0, K = 0;
   std::vector<int8_t> q;       // [N, K]

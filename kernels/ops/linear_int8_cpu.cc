@@ -16,7 +16,8 @@ float quantize_row_int8(const float* x, int64_t K, int8_t* q) {
     finite = finite && std::isfinite(x[k]);
     amax = std::max(amax, std::fabs(x[k]));
   }
-  if (!finite || amax == 0) {
+  // A row so small that 127 / max overflows (below about 4e-37) quantizes to zeros, as zeros do.
+  if (!finite || amax == 0 || !std::isfinite(127.f / amax)) {
     std::fill(q, q + K, int8_t{0});
     return finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
   }

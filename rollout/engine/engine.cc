@@ -224,8 +224,7 @@ void Engine::keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& c
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     Seq* s = plan.entries[e].seq;
     // A finished sequence's pairs matter only to a next turn that takes them (a kept donor).
-    const bool kept = opts_.prefix_reuse && opts_.prefix_donors > 0 && s->result.finish_reason != "abort";
-    if (!s->spec || (s->finished() && !kept) || drafter_ == nullptr)
+    if (!s->spec || (s->finished() && !scheduler_.keeps_as_donor(*s)) || drafter_ == nullptr)
       continue;
     const Committed& c = committed[e];
     std::vector<int32_t> toks;

@@ -261,6 +261,10 @@ StepPlan Scheduler::schedule(bool admit, int64_t step_index) {
   return plan;
 }
 
+bool Scheduler::keeps_as_donor(const Seq& s) const {
+  return limits_.reuse_prefixes && limits_.kept_donors > 0 && s.result.finish_reason != "abort" && s.kv.length > 0;
+}
+
 std::vector<std::unique_ptr<Seq>> Scheduler::collect_finished() {
   for (size_t i = 0; i < running_.size();) {
     if (!running_[i]->finished()) {
@@ -268,7 +272,7 @@ std::vector<std::unique_ptr<Seq>> Scheduler::collect_finished() {
       continue;
     }
     Seq& s = *running_[i];
-    if (limits_.reuse_prefixes && limits_.kept_donors > 0 && s.result.finish_reason != "abort" && s.kv.length > 0) {
+    if (keeps_as_donor(s)) {
       donors_.push_back(keep_as_donor(s, *cache_, s.spec ? draft_cache_ : nullptr));
       while (static_cast<int64_t>(donors_.size()) > limits_.kept_donors)
         evict_donor(nullptr);

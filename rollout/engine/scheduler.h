@@ -94,6 +94,8 @@ class Scheduler {
   int64_t retract_all();
   // Finished and aborted sequences, their blocks released, in the order they finished.
   std::vector<std::unique_ptr<Seq>> collect_finished();
+  // Whether collect_finished() keeps this finished sequence as a prefix donor.
+  bool keeps_as_donor(const Seq& s) const;
 
   const std::vector<std::unique_ptr<Seq>>& running() const { return running_; }
   const std::deque<std::unique_ptr<Seq>>& waiting() const { return waiting_; }

@@ -232,14 +232,16 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples + 1));
   c.extra = (1 - w) * c.extra + w * extra;
   ++c.extra_samples;
+  // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
+  // measured): a lone step over kStall times the settled estimate is left out; a run of
+  // kStallRun, a real change, counts as at most kOutlier times it, so the estimate follows.
   const bool settled = c.samples >= opt_.min_samples;
-  const bool stall = !backlog && settled && per_seq > kStall * c.cost && ++c.stalls < kStallRun;
+  bool stall = false;
+  if (!backlog && settled) {
+    c.stalls = per_seq > kStall * c.cost ? c.stalls + 1 : 0;
+    stall = c.stalls > 0 && c.stalls < kStallRun;
+  }
   if (!backlog && !stall) {
-    // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
-    // measured): a lone one is left out above; a run of them, a real change, counts as at most
-    // kOutlier times the settled estimate, so the estimate follows in a few steps.
-    if (per_seq <= kStall * c.cost)
-      c.stalls = 0;
     const double x = settled ? std::min(per_seq, kOutlier * c.cost) : per_seq;
     c.cost = c.samples == 0 ? x : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x;
     ++c.samples;

@@ -66,19 +66,23 @@ TEST(LinearInt8, AmxTilesEqualTheReferenceLoopBitForBit) {
 TEST(LinearInt8, VectorQuantizerGivesTheScalarRulesBytes) {
   if (!ops::cpu::cpu_has_avx512())
     GTEST_SKIP() << "this CPU has no AVX-512";
-  const int64_t K = 64, T = 6;
+  const int64_t K = 64, T = 7;
   std::vector<float> x = rand_vec(T * K, 31);
   for (int64_t k = 0; k < K; ++k)  // row 1: every value a tie (k + 0.5 steps) or a whole step
     x[K + k] = (k == 0 ? 127.f : static_cast<float>(k % 9) + (k % 2 ? 0.5f : 0.f)) * 0.25f;
   std::fill(x.begin() + 2 * K, x.begin() + 3 * K, 0.f);  // row 2: zeros
   x[3 * K + 5] = INFINITY;                               // row 3: not finite
   x[4 * K + 9] = NAN;                                    // row 4: not finite
+  for (int64_t k = 0; k < K; ++k)                        // row 6: finite, but 127 / max overflows; zeros among it
+    x[6 * K + k] = k % 2 ? 1e-38f : 0.f;
   std::vector<int8_t> qv(static_cast<size_t>(T * K)), qs(qv.size());
   std::vector<float> sv(T), ss(T);
   ops::cpu::quantize_rows_int8_avx512(x.data(), T, K, qv.data(), sv.data());
   for (int64_t t = 0; t < T; ++t)
     ss[t] = ops::cpu::quantize_row_int8(x.data() + t * K, K, qs.data() + t * K);
   EXPECT_EQ(qv, qs);
+  EXPECT_EQ(ss[6], 0.f);
+  EXPECT_EQ(std::vector<int8_t>(qs.begin() + 6 * K, qs.end()), std::vector<int8_t>(K, 0));
   for (int64_t t = 0; t < T; ++t)
     EXPECT_TRUE(sv[t] == ss[t] || (std::isnan(sv[t]) && std::isnan(ss[t]))) << "row " << t;
 }
