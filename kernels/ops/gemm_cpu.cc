@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops/backend.h"
@@ -167,22 +168,26 @@ void linear_amx(const float* xp, int64_t T, int64_t K, const AmxProduct* product
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    thread_local std::vector<uint16_t> xb;
-    bool packed = false;
+    thread_local std::vector<uint16_t> xb, xa;  // x as B tiles (row-major weights), as A tiles (panels)
+    bool packed_b = false, packed_a = false;
     for (size_t i = 0; i < count; ++i) {
       const AmxProduct& p = products[i];
       const int64_t blocks = (p.N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
       if (b0 >= b1)
         continue;
-      if (!packed) {
-        xb.resize(static_cast<size_t>(amx_packed_elems(T, K)));
-        pack_rows_amx(xp, T, K, xb.data());
-        packed = true;
-      }
-      if (p.panels != nullptr)
-        gemv_panels_amx(xb.data(), T, K, p.panels, p.N, b0, b1, p.y, p.N);
-      else
+      if (p.panels != nullptr) {
+        if (!std::exchange(packed_a, true)) {
+          xa.resize(static_cast<size_t>(amx_rows_a_elems(T, K)));
+          pack_rows_amx_a(xp, T, K, xa.data());
+        }
+        gemv_panels_amx(xa.data(), T, K, p.panels, p.N, b0, b1, p.y, p.N);
+      } else {
+        if (!std::exchange(packed_b, true)) {
+          xb.resize(static_cast<size_t>(amx_packed_elems(T, K)));
+          pack_rows_amx(xp, T, K, xb.data());
+        }
         gemv_rows_amx(xb.data(), T, K, p.w, b0 * 16, std::min(p.N, b1 * 16), p.y, p.N);
+      }
     }
   }
 }

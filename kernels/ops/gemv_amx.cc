@@ -1,12 +1,12 @@
-// AMX BF16 linear kernel: the weights are the A tiles (16 weight rows x 32 k, loaded straight
-// from the row-major [N, K] matrix with its row stride), the activations the B tile (16 k-pairs
-// x 16 token rows, packed once per call in the VNNI pair layout), and each TDPBF16PS adds a
-// 16 x 16 block of y^T. A TDPBF16PS costs the same whether 1 or 16 token columns are live, so
-// verifying up to 16 rows streams each weight once at the cost of a decode step, with no
-// weight repacking and no horizontal sums. Token columns of the B tile beyond T are never read back;
-// a column's sums depend only on its own activations, so every row of y is computed by the same
-// instructions in the same order whatever T is.
-// Compiled with -mamx-tile -mamx-bf16 -mavx512bf16; only called when cpu_has_amx_bf16().
+// AMX BF16 linear kernel for row-major weights (those without panels; gemv_amx_panels.cc runs
+// the panels with the operands the other way round, to the same bits): the weights are the A
+// tiles (16 weight rows x 32 k, loaded straight from the row-major [N, K] matrix with its row stride), the activations
+// the B tile (16 k-pairs x 16 token rows, packed once per call in the VNNI pair layout), and each TDPBF16PS adds a 16 x
+// 16 block of y^T. A TDPBF16PS costs the same whether 1 or 16 token columns are live, so verifying up to 16 rows
+// streams each weight once at the cost of a decode step, with no weight repacking and no horizontal sums. Token columns
+// of the B tile beyond T are never read back; a column's sums depend only on its own activations, so every row of y is
+// computed by the same instructions in the same order whatever T is. Compiled with -mamx-tile -mamx-bf16 -mavx512bf16;
+// only called when cpu_has_amx_bf16().
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -25,6 +25,7 @@ namespace updraft::ops::cpu {
 namespace {
 
 constexpr int kTile = 16;                          // rows of every tile; B and C columns
+constexpr int64_t kGatherCols = 4;                 // up to this many token columns are gathered, more transposed
 constexpr int64_t kStepElems = kTile * 2 * kTile;  // bf16 values in one packed B tile (1 KiB)
 
 // ldtilecfg's 64-byte operand: palette 1, tiles 0-3 accumulate (C), 4 holds x (B), 5-7 the
@@ -56,16 +57,28 @@ bool os_grants_amx() {
 }
 
 // A 16 x 16 f32 block of y^T (weight rows n.., token columns t0..), stored from a C tile into
-// tmp, into y. (The tile intrinsics take their tile numbers as literals, hence the macro below.)
+// tmp, into y. A few token columns are gathered one each; more are transposed in registers (in a
+// one-thread harness at 16 columns the transpose cut a 1216 x 448 product by about a fifth; at 2
+// to 4 columns the gathers were a little faster).
+// (The tile intrinsics take their tile numbers as literals, hence the macro below.)
 void scatter_block(const float* tmp, float* y, int64_t ldy, int64_t n, int64_t rows, int64_t t0, int64_t cols) {
-  const __m512i column = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
   const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1u);
+  if (cols <= kGatherCols) {
+    const __m512i column = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
+    for (int64_t t = 0; t < cols; ++t)
+      _mm512_mask_storeu_ps(y + (t0 + t) * ldy + n, live, _mm512_i32gather_ps(column, tmp + t, 4));
+    return;
+  }
+  __m512i v[kTile];
+  for (int r = 0; r < kTile; ++r)
+    v[r] = _mm512_load_si512(tmp + r * kTile);
+  transpose_16x16(v);
   for (int64_t t = 0; t < cols; ++t)
-    _mm512_mask_storeu_ps(y + (t0 + t) * ldy + n, live, _mm512_i32gather_ps(column, tmp + t, 4));
+    _mm512_mask_storeu_ps(y + (t0 + t) * ldy + n, live, _mm512_castsi512_ps(v[t]));
 }
 
 // One C tile's block into y: with one token column (decode) its 16 sums are 16 consecutive
-// floats of y, stored straight from the tile; otherwise through tmp, a gather per token row.
+// floats of y, stored straight from the tile; otherwise through tmp (scatter_block).
 #define UPD_STORE_BLOCK(C, n, rows)                  \
   do {                                               \
     if (width == 1 && (rows) == kTile) {             \
@@ -78,8 +91,7 @@ void scatter_block(const float* tmp, float* y, int64_t ldy, int64_t n, int64_t r
 
 // Where a matrix's A tiles are: block b (weight rows 16b ..), step s (k = 32s ..) starts at
 // base + (b - first_block) * block + s * step, its 16 rows row_bytes apart: for row-major
-// [N, K], block 16K, step 32, row_bytes 2K; for panels (pack_panels_amx) of nb blocks, block
-// 512, step 512 nb, row_bytes 64.
+// [N, K], block 16K, step 32, row_bytes 2K.
 // first_block: the block index of base (a padded copy of a matrix's last rows starts there).
 struct TileSource {
   const uint16_t* base;
@@ -219,20 +231,38 @@ bool cpu_has_amx_int8() {
   return has;
 }
 
-void amx_configure_tiles(int64_t cols) {
-  thread_local int64_t configured = 0;
-  if (configured == cols)
+namespace {
+
+// Loads cfg into this thread's tile configuration unless the one keyed `key` is loaded already.
+void load_tile_config(int64_t key, TileConfig& cfg) {
+  thread_local int64_t loaded = 0;
+  if (loaded == key)
     return;
+  // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
+  // were dropped as dead and ldtilecfg faulted on garbage. The barrier makes them happen.
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+  loaded = key;
+}
+
+}  // namespace
+
+void amx_configure_tiles(int64_t cols) {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.colsb[i] = static_cast<uint16_t>(i < 5 ? 4 * cols : 64);
     cfg.rows[i] = kTile;
   }
-  // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
-  // were dropped as dead and ldtilecfg faulted on garbage. The barrier makes them happen.
-  asm volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-  configured = cols;
+  load_tile_config(cols, cfg);
+}
+
+void amx_configure_rows(int64_t rows) {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = static_cast<uint8_t>(i < 5 ? rows : kTile);
+  }
+  load_tile_config(kTile + rows, cfg);
 }
 
 namespace {
@@ -311,22 +341,6 @@ void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* 
           else
             std::memset(dst, 0, 64);
         }
-  }
-}
-
-void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
-  pack_panels_bytes(reinterpret_cast<const uint8_t*>(w), N, 2 * K, reinterpret_cast<uint8_t*>(out));
-}
-
-void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
-                     int64_t b_end, float* y, int64_t ldy) {
-  amx_configure_tiles(tile_cols(T));
-  const int64_t blocks = (N + kTile - 1) / kTile, last_rows = N - (blocks - 1) * kTile;
-  for (int64_t b = b_begin; b < b_end;) {
-    const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
-    const TileSource src{panels + p * kTile * K + (b - p) * 512, 512, nb * 512, 64, b};
-    panel_of(e - b, xp, T, K, src, b, y, ldy, e == blocks ? last_rows : kTile);
-    b = e;
   }
 }
 

@@ -62,24 +62,33 @@ constexpr int64_t amx_packed_elems(int64_t T, int64_t K) {
 void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t_begin = 0, int64_t t_end = -1);
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy);
-// The same products from the weights laid out in panels: pack_panels_amx writes w [N, K] (K a
-// multiple of 32) as amx_panel_elems(N, K) values, blocks of 16 rows (the last zero-padded)
-// grouped four to a panel, a panel's tiles step-major (step s of its blocks j = 0.. one after
-// another, each tile 16 rows x 32 k contiguous), so every thread streams one contiguous run.
-// gemv_panels_amx computes blocks [b_begin, b_end) of y (rows 16b.., those below N) exactly as
-// gemv_rows_amx computes them: the same tile instructions on the same values in the same order.
+// The same products from the weights laid out in panels, with the operands the other way round
+// (gemv_amx_panels.cc): the activations are the A tiles, x rounded to bf16 row-major by
+// pack_rows_amx_a into amx_rows_a_elems(T, K) values (past 16 rows padded with zero rows to a
+// multiple of 16), and the weights the B tiles: pack_panels_amx writes w [N, K] (K a multiple
+// of 32) as amx_panel_elems(N, K) values, blocks of 16 rows (the last zero-padded) grouped four
+// to a panel, a panel's tiles step-major (step s of its blocks j = 0.. one after another, each
+// tile 16 k-pairs x 16 weight rows, contiguous), so every thread streams one contiguous run.
+// gemv_panels_amx computes blocks [b_begin, b_end) of y (rows 16b.., those below N) with the
+// bits gemv_rows_amx gives: every element sums the same exact products in the same order.
 constexpr int64_t amx_panel_elems(int64_t N, int64_t K) {
   return (N + 15) / 16 * 16 * K;
 }
+constexpr int64_t amx_rows_a_elems(int64_t T, int64_t K) {
+  return (T <= 16 ? T : (T + 15) / 16 * 16) * K;
+}
 void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
-// The same layout for any element size: row_bytes = K * element size (a multiple of 64); each
-// tile 16 rows x 64 bytes. pack_panels_amx(w, N, K, out) = pack_panels_bytes(w, N, 2K, out).
-void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out);
-// Loads the tile configuration every AMX kernel here uses (B and C tiles `cols` token columns
-// wide, A tiles 16 x 64 bytes) into this thread, unless it is loaded already.
-void amx_configure_tiles(int64_t cols);
-void gemv_panels_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
+void pack_rows_amx_a(const float* x, int64_t T, int64_t K, uint16_t* xa);
+void gemv_panels_amx(const uint16_t* xa, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
                      int64_t b_end, float* y, int64_t ldy);
+// The int8 kernel's panels: blocks of 16 rows of row_bytes bytes (a multiple of 64), four to a
+// panel, step-major, each tile 16 rows x 64 bytes (the A-tile layout of gemv_amx_i8.cc).
+void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out);
+// Load this thread's tile configuration, unless it is loaded already: amx_configure_tiles, the
+// row-major and int8 kernels' (B and C tiles `cols` token columns wide, A tiles 16 x 64 bytes);
+// amx_configure_rows, the panel kernel's (A and C tiles `rows` token rows high, all 64 bytes wide).
+void amx_configure_tiles(int64_t cols);
+void amx_configure_rows(int64_t rows);
 
 // int8 weights (ops::prepare_linear_int8): each weight row n quantized symmetrically to
 // q[n, k] = clamp(nearbyint(w[n, k] * (127 / m)), -127, 127) with m = max_k |w[n, k]| and

@@ -1,5 +1,6 @@
-// AMX weights in tile panels (ops::LinearWeight): the panels give the row-major AMX kernel's
-// bits exactly, for any thread split and row count; linear() falls back to the row-major weight
+// AMX weights in tile panels (ops::LinearWeight): the panel kernel (activations as the A tiles,
+// weights as B) gives the row-major AMX kernel's bits (weights as A) exactly, for any thread
+// split and row count; linear() falls back to the row-major weight
 // on every other kernel; packing is skipped where it cannot apply.
 #include <gtest/gtest.h>
 
@@ -33,18 +34,22 @@ TEST(AmxPanels, PanelsGiveTheRowMajorKernelsBitsForEverySplitAndRowCount) {
       std::vector<uint16_t> panels(static_cast<size_t>(ops::cpu::amx_panel_elems(N, K)), 0xffff);
       ops::cpu::pack_panels_amx(w.data<uint16_t>(), N, K, panels.data());
       const int64_t blocks = (N + 15) / 16;
-      for (int64_t T : {1, 3, 16, 17, 32, 50}) {  // past 16: chunk pairs against block pairs
+      for (int64_t T : {1, 3, 5, 16, 17, 31, 32, 50, 64}) {  // past 16: chunk pairs against block pairs
         const auto x = rand_vec(T * K, 30 + T);
         std::vector<uint16_t> xp(static_cast<size_t>(ops::cpu::amx_packed_elems(T, K)), 0xffff);
         ops::cpu::pack_rows_amx(x.data(), T, K, xp.data());
         std::vector<float> want(static_cast<size_t>(T * N), NAN);
         ops::cpu::gemv_rows_amx(xp.data(), T, K, w.data<uint16_t>(), 0, N, want.data(), N);
+        // The panel kernel's activations: bf16 rows (padding rows poisoned first: they must be
+        // written, not read as they were).
+        std::vector<uint16_t> xa(static_cast<size_t>(ops::cpu::amx_rows_a_elems(T, K)), 0xffff);
+        ops::cpu::pack_rows_amx_a(x.data(), T, K, xa.data());
         for (int64_t split = 0; split <= blocks; ++split) {  // every block boundary, mid-panel ones included
           std::vector<float> got(want.size(), NAN);
           if (split > 0)
-            ops::cpu::gemv_panels_amx(xp.data(), T, K, panels.data(), N, 0, split, got.data(), N);
+            ops::cpu::gemv_panels_amx(xa.data(), T, K, panels.data(), N, 0, split, got.data(), N);
           if (split < blocks)
-            ops::cpu::gemv_panels_amx(xp.data(), T, K, panels.data(), N, split, blocks, got.data(), N);
+            ops::cpu::gemv_panels_amx(xa.data(), T, K, panels.data(), N, split, blocks, got.data(), N);
           for (size_t i = 0; i < want.size(); ++i)
             ASSERT_TRUE(same_bits(got[i], want[i])) << "K=" << K << " N=" << N << " T=" << T << " split=" << split
                                                     << " i=" << i << ": " << got[i] << " vs " << want[i];
