@@ -42,6 +42,9 @@ namespace updraft::ops {
 UPD_OPS_DECLARE_BACKEND(cpu)
 
 namespace cpu {
+// out[i] = softmax(x * scale)[i] over one row of C (out may be x): the CPU softmax's vector exp
+// and lane sums; entries of x at -inf get exactly 0.
+void softmax_row_scaled(const float* x, float scale, float* out, int64_t C);
 // Visible key indices of query i (of T) under `mask`, in increasing order (tree: bool [T, T]).
 void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_t i, std::vector<int64_t>& out);
 }  // namespace cpu

@@ -32,17 +32,7 @@ void sampling_probs(const Tensor& logits, const Tensor& temperature, const Tenso
       p[best] = 1.f;
       continue;
     }
-    const float inv_t = 1.0f / temp[r];
-    float m = z[0] * inv_t;
-    for (int64_t i = 1; i < V; ++i)
-      m = std::max(m, z[i] * inv_t);
-    float sum = 0.f;
-    for (int64_t i = 0; i < V; ++i) {
-      p[i] = std::exp(z[i] * inv_t - m);
-      sum += p[i];
-    }
-    for (int64_t i = 0; i < V; ++i)
-      p[i] /= sum;
+    softmax_row_scaled(z, 1.0f / temp[r], p, V);
     const bool use_k = tk[r] > 0 && tk[r] < V;
     const bool use_p = tp[r] < 1.f;
     if (!use_k && !use_p)

@@ -46,6 +46,19 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   sum_out = sum;
 }
 
+// out[i] = exp(x[i] - max) / sum from row_stats' figures (out may be x); -inf entries exactly 0.
+[[gnu::always_inline]] inline void write_probs(const float* x, int64_t C, float max, float sum, float* out) {
+  const float inv = 1.0f / sum;
+  const v16f mv = max - v16f{};
+  for (int64_t i = 0; i < C; i += 16) {
+    const int64_t n = std::min<int64_t>(16, C - i);
+    const v16f v = load16_partial(x + i, n, kNegInf);
+    const v16f p = exp16(v - mv) * inv;
+    const v16f o = v == kNegInf ? v16f{} : p;
+    std::memcpy(out + i, &o, sizeof(float) * static_cast<size_t>(n));
+  }
+}
+
 }  // namespace
 
 // Vectorised (exp16: within 2 ulp of exp); masked entries (-inf) get probability exactly 0.
@@ -64,17 +77,18 @@ __attribute__((target_clones("avx512f", "default"))) void softmax(const Tensor& 
       for (int64_t i = 0; i < C; ++i)
         orow[i] = xr[i] - lse;
     } else {
-      const float inv = 1.0f / s;
-      const v16f mv = m - v16f{};
-      for (int64_t i = 0; i < C; i += 16) {
-        const int64_t n = std::min<int64_t>(16, C - i);
-        const v16f v = load16_partial(xr + i, n, kNegInf);
-        const v16f p = exp16(v - mv) * inv;
-        const v16f o = v == kNegInf ? v16f{} : p;
-        std::memcpy(orow + i, &o, sizeof(float) * static_cast<size_t>(n));
-      }
+      write_probs(xr, C, m, s, orow);
     }
   }
+}
+
+__attribute__((target_clones("avx512f", "default"))) void softmax_row_scaled(const float* x, float scale, float* out,
+                                                                             int64_t C) {
+  for (int64_t i = 0; i < C; ++i)
+    out[i] = x[i] * scale;
+  float m = 0.f, s = 0.f;
+  row_stats(out, C, m, s);
+  write_probs(out, C, m, s, out);
 }
 
 }  // namespace updraft::ops::cpu
