@@ -265,23 +265,21 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    // Each thread with blocks to compute quantizes and packs x itself (as linear_amx packs: no
-    // waiting on the other core's stores); quantization is deterministic, so both get the same bytes.
-    thread_local std::vector<int8_t> xq;
+    // Each thread with blocks to compute quantizes x itself (as linear_amx packs: no waiting on
+    // the other core's stores); quantization is deterministic, so both get the same bytes.
+    thread_local std::vector<int8_t> xq;  // with AMX, zero rows pad it to the tiles' row count
     thread_local std::vector<float> xscale;
-    thread_local std::vector<uint8_t> packed;
     bool ready = false;
     for (const Int8Product& p : products) {
       const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
       if (b0 >= b1)
         continue;
       if (!ready) {
-        xq.resize(static_cast<size_t>(T * K));
+        xq.resize(static_cast<size_t>(amx ? amx_rows_a_elems(T, K) : T * K));
         xscale.resize(static_cast<size_t>(T));
         if (amx) {  // (K is a multiple of 64 there)
           quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
-          packed.resize(static_cast<size_t>(amx_i8_packed_bytes(T, K)));
-          pack_rows_amx_i8(xq.data(), T, K, packed.data());
+          std::fill(xq.begin() + T * K, xq.end(), int8_t{0});
         } else {
           for (int64_t t = 0; t < T; ++t)
             xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
@@ -289,7 +287,7 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
         ready = true;
       }
       if (amx)
-        gemv_panels_amx_i8(packed.data(), T, xscale.data(), *p.w, b0, b1, p.y->data<float>(), p.w->N);
+        gemv_panels_amx_i8(xq.data(), T, xscale.data(), *p.w, b0, b1, p.y->data<float>(), p.w->N);
       else
         linear_int8_reference(xq.data(), xscale.data(), T, *p.w, b0 * 16, std::min(p.w->N, b1 * 16), p.y->data<float>(),
                               p.w->N);

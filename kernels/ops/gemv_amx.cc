@@ -327,23 +327,6 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
   }
 }
 
-void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out) {
-  const int64_t blocks = (N + kTile - 1) / kTile, steps = row_bytes / 64;
-  for (int64_t p = 0; p < blocks; p += 4) {
-    const int64_t nb = std::min<int64_t>(4, blocks - p);
-    for (int64_t s = 0; s < steps; ++s)
-      for (int64_t j = 0; j < nb; ++j)
-        for (int64_t r = 0; r < kTile; ++r) {
-          uint8_t* dst = out + p * kTile * row_bytes + (s * nb + j) * 1024 + r * 64;
-          const int64_t n = (p + j) * kTile + r;
-          if (n < N)
-            std::memcpy(dst, w + n * row_bytes + s * 64, 64);
-          else
-            std::memset(dst, 0, 64);
-        }
-  }
-}
-
 double probe_amx_rate() {
   // Four independent accumulators over the same operands (zeros: the rate does not depend on
   // the values); the best of 3.

@@ -1,9 +1,11 @@
-// AMX-INT8 linear kernel for int8 weights (gemv_cpu.h, "int8 weights"): the weights are the A
-// tiles (16 weight rows x 64 k, from panels), the quantized activations the B tile (16 k-quads x
-// up to 16 token columns), and each TDPBSSD adds a 16 x 16 block of exact int32 sums of y^T.
-// Half the bytes of a bf16 panel per k, and half the tile instructions. The sums are exact, so
-// the order of the steps does not matter to the result: every row of y equals the reference
-// loop's bits whatever T is.
+// AMX-INT8 linear kernel for int8 weights (gemv_cpu.h, "int8 weights"), with the operands as
+// gemv_amx_panels.cc has them: the quantized activations are the A tiles (up to 16 token rows x
+// 64 k, straight from the int8 rows), the weights the B tiles (16 k-quads x 16 weight rows, the
+// VNNI layout of pack_panels_amx), and each TDPBSSD adds a T x 16 block of exact int32 sums of
+// y, whose rows are scaled into y with contiguous vector loads. Half the bytes of a bf16 panel
+// per k, and half the tile instructions; with T <= 16 the tiles are T rows high (a decode row's
+// TDPBSSD costs about half a full tile's). The sums are exact, so the order of the steps does
+// not matter to the result: every row of y equals the reference loop's bits whatever T is.
 // Compiled with -mamx-tile -mamx-int8 and AVX-512; only called when cpu_has_amx_int8().
 #include <immintrin.h>
 
@@ -13,144 +15,124 @@
 
 #include "kernels/ops/amx_tiles.h"
 #include "kernels/ops/gemv_cpu.h"
-#include "kernels/ops/transpose16_avx512.h"
 
 namespace updraft::ops::cpu {
 namespace {
 
 constexpr int kTile = 16;
+constexpr int64_t kTileBytes = 1024;
 
-// One C tile (16 weight rows n.. x `cols` token columns, int32, stored in acc with a 64-byte
-// row stride) into y: y[t, n + i] = (float(acc[i][t]) * xscale[t]) * scale[n + i].
-// (A whole block of 16 token columns is transposed in registers, a narrower one gathered.)
+// Where the weight tiles are: block j of the panel at `base`, step s at base + s * step + j * 1024.
+struct Panel {
+  const int8_t* base;
+  int64_t step;
+};
+
+// The live `rows` x cols of a C tile (int32, 16 to a row in acc) into y:
+// y[t, n + i] = (float(acc[t][i]) * xscale[t]) * scale[n + i].
 void store_block(const int32_t* acc, int64_t rows, int64_t cols, const float* xscale, const float* scale, float* y,
                  int64_t ldy) {
-  const __m512i column = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
-  const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1u);
+  const __mmask16 live = static_cast<__mmask16>((1u << cols) - 1u);
   const __m512 sw = _mm512_maskz_loadu_ps(live, scale);
-  if (cols == kTile) {
-    __m512i v[16];
-    for (int i = 0; i < 16; ++i)
-      v[i] = _mm512_load_si512(acc + i * kTile);
-    transpose_16x16(v);  // v[t]: token column t's 16 sums
-    for (int t = 0; t < 16; ++t) {
-      const __m512 sums = _mm512_cvtepi32_ps(v[t]);
-      _mm512_mask_storeu_ps(y + t * ldy, live, _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(xscale[t])), sw));
-    }
-    return;
-  }
-  for (int64_t t = 0; t < cols; ++t) {
-    const __m512 sums = _mm512_cvtepi32_ps(_mm512_i32gather_epi32(column, acc + t, 4));
-    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(xscale[t])), sw);
-    _mm512_mask_storeu_ps(y + t * ldy, live, v);
+  for (int64_t t = 0; t < rows; ++t) {
+    const __m512 sums = _mm512_cvtepi32_ps(_mm512_load_si512(acc + t * kTile));
+    _mm512_mask_storeu_ps(y + t * ldy, live, _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(xscale[t])), sw));
   }
 }
 
-// NB blocks (b0 ..) of one panel, whose tile (block j, step s) is at a0 + (s * nb + j) * 1024,
-// against one token chunk xs (`width` columns as packed, `cols` live from token t0).
+// C tile `C` (token rows t0.., weight rows n..) of the product into y through acc.
+#define UPD_STORE_C8(C, t0, n)                                                                       \
+  do {                                                                                               \
+    _tile_stored(C, acc, 4 * kTile);                                                                 \
+    store_block(acc, rows, std::min<int64_t>(kTile, w.N - (n)), xscale + (t0), w.scale.data() + (n), \
+                y + (t0)*ldy + (n), ldy);                                                            \
+  } while (0)
+
+// NB blocks (weight rows n0..) against the token chunk whose first row is xa (`rows` live),
+// accumulated in C tiles 0..NB-1; B tiles rotate through 5, 6, 7.
 template <int NB>
-void blocks(const uint8_t* xs, int64_t width, int64_t steps, const int8_t* a0, int64_t nb, const Int8Weight& w,
-            int64_t b0, const float* xscale, int64_t t0, int64_t cols, float* y, int64_t ldy) {
-  const int64_t x_step = 64 * width, a_step = nb * 1024;
+void blocks(const int8_t* xa, const Panel& p, const Int8Weight& w, int64_t n0, const float* xscale, int64_t rows,
+            float* y, int64_t ldy) {
+  const int64_t steps = w.K / 64;
   zero_accumulators<NB>();
   for (int64_t s = 0; s < steps; ++s) {
-    const int8_t* a = a0 + s * a_step;
-    _tile_loadd(4, xs + s * x_step, 4 * width);
-    _tile_loadd(5, a, 64);
-    _tile_dpbssd(0, 5, 4);
+    const int8_t* b = p.base + s * p.step;
+    _tile_loadd(4, xa + s * 64, w.K);
+    _tile_loadd(5, b, 64);
+    _tile_dpbssd(0, 4, 5);
     if constexpr (NB > 1) {
-      _tile_loadd(6, a + 1024, 64);
-      _tile_dpbssd(1, 6, 4);
+      _tile_loadd(6, b + kTileBytes, 64);
+      _tile_dpbssd(1, 4, 6);
     }
     if constexpr (NB > 2) {
-      _tile_loadd(7, a + 2048, 64);
-      _tile_dpbssd(2, 7, 4);
+      _tile_loadd(7, b + 2 * kTileBytes, 64);
+      _tile_dpbssd(2, 4, 7);
     }
     if constexpr (NB > 3) {
-      _tile_loadd(5, a + 3072, 64);
-      _tile_dpbssd(3, 5, 4);
+      _tile_loadd(5, b + 3 * kTileBytes, 64);
+      _tile_dpbssd(3, 4, 5);
     }
   }
-  alignas(64) int32_t acc[NB][kTile * kTile];
-  _tile_stored(0, acc[0], 64);
+  alignas(64) int32_t acc[kTile * kTile];
+  UPD_STORE_C8(0, 0, n0);
   if constexpr (NB > 1)
-    _tile_stored(1, acc[1], 64);
+    UPD_STORE_C8(1, 0, n0 + 16);
   if constexpr (NB > 2)
-    _tile_stored(2, acc[2], 64);
+    UPD_STORE_C8(2, 0, n0 + 32);
   if constexpr (NB > 3)
-    _tile_stored(3, acc[3], 64);
-  for (int j = 0; j < NB; ++j) {
-    const int64_t n = (b0 + j) * kTile, rows = std::min<int64_t>(kTile, w.N - n);
-    store_block(acc[j], rows, cols, xscale + t0, w.scale.data() + n, y + t0 * ldy + n, ldy);
-  }
+    UPD_STORE_C8(3, 0, n0 + 48);
 }
 
-void blocks_of(int64_t count, const uint8_t* xs, int64_t width, int64_t steps, const int8_t* a0, int64_t nb,
-               const Int8Weight& w, int64_t b0, const float* xscale, int64_t t0, int64_t cols, float* y, int64_t ldy) {
-  switch (count) {
-    case 4:
-      return blocks<4>(xs, width, steps, a0, nb, w, b0, xscale, t0, cols, y, ldy);
-    case 3:
-      return blocks<3>(xs, width, steps, a0, nb, w, b0, xscale, t0, cols, y, ldy);
-    case 2:
-      return blocks<2>(xs, width, steps, a0, nb, w, b0, xscale, t0, cols, y, ldy);
-    default:
-      return blocks<1>(xs, width, steps, a0, nb, w, b0, xscale, t0, cols, y, ldy);
-  }
-}
-
-// Blocks b0 and b0 + 1 against two full token chunks x0, x1 (16 columns each, so tile 5 serves as
-// a second B tile): C tiles 0 (b0, x0), 1 (b0 + 1, x0), 2 (b0, x1), 3 (b0 + 1, x1); each weight
-// tile loaded feeds two products. Exact sums: the same bits as blocks<NB>.
-void blocks_2x2(const uint8_t* x0, const uint8_t* x1, int64_t steps, const int8_t* a0, int64_t nb, const Int8Weight& w,
-                int64_t b0, const float* xscale, int64_t t0, float* y, int64_t ldy) {
-  const int64_t a_step = nb * 1024;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+// Two whole chunks (token rows from xa, and 16 further) against two blocks (weight rows n0..):
+// C tiles 0 (chunk 0, block 0), 1 (chunk 0, block 1), 2 (chunk 1, block 0), 3 (chunk 1, block 1);
+// A tiles 4, 5; B tiles 6, 7: four loads feed four products. Exact sums: blocks<NB>'s bits.
+void blocks_2x2(const int8_t* xa, const Panel& p, const Int8Weight& w, int64_t n0, const float* xscale, float* y,
+                int64_t ldy) {
+  const int64_t steps = w.K / 64, rows = kTile;
+  const int8_t* xb = xa + kTile * w.K;
+  zero_accumulators<4>();
   for (int64_t s = 0; s < steps; ++s) {
-    const int8_t* a = a0 + s * a_step;
-    _tile_loadd(4, x0 + s * 1024, 64);
-    _tile_loadd(6, a, 64);
-    _tile_dpbssd(0, 6, 4);
-    _tile_loadd(7, a + 1024, 64);
-    _tile_dpbssd(1, 7, 4);
-    _tile_loadd(5, x1 + s * 1024, 64);
-    _tile_dpbssd(2, 6, 5);
-    _tile_dpbssd(3, 7, 5);
+    const int8_t* b = p.base + s * p.step;
+    _tile_loadd(4, xa + s * 64, w.K);
+    _tile_loadd(6, b, 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_loadd(7, b + kTileBytes, 64);
+    _tile_dpbssd(1, 4, 7);
+    _tile_loadd(5, xb + s * 64, w.K);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
   }
-  alignas(64) int32_t acc[4][kTile * kTile];
-  _tile_stored(0, acc[0], 64);
-  _tile_stored(1, acc[1], 64);
-  _tile_stored(2, acc[2], 64);
-  _tile_stored(3, acc[3], 64);
-  for (int j = 0; j < 4; ++j) {
-    const int64_t n = (b0 + j % 2) * kTile, rows = std::min<int64_t>(kTile, w.N - n), t = t0 + (j / 2) * kTile;
-    store_block(acc[j], rows, kTile, xscale + t, w.scale.data() + n, y + t * ldy + n, ldy);
-  }
+  alignas(64) int32_t acc[kTile * kTile];
+  UPD_STORE_C8(0, 0, n0);
+  UPD_STORE_C8(1, 0, n0 + 16);
+  UPD_STORE_C8(2, kTile, n0);
+  UPD_STORE_C8(3, kTile, n0 + 16);
 }
 
-// Every token chunk against blocks [b, e) of one panel (it stays in L1/L2 across the chunks):
-// full chunks two at a time against pairs of blocks, the rest a chunk at a time.
-void panel(const uint8_t* xp, int64_t T, const float* xscale, const Int8Weight& w, int64_t p, int64_t nb, int64_t b,
-           int64_t e, float* y, int64_t ldy) {
-  const int64_t width = std::min<int64_t>(T, kTile), steps = w.K / 64, chunk_bytes = steps * 1024;
-  const int8_t* panel0 = w.panels.data() + p * kTile * w.K;
-  int64_t t0 = 0;
-  for (; t0 + 2 * kTile <= T; t0 += 2 * kTile) {
-    const uint8_t* x0 = xp + (t0 / kTile) * chunk_bytes;
-    int64_t j = b;
-    for (; j + 2 <= e; j += 2)
-      blocks_2x2(x0, x0 + chunk_bytes, steps, panel0 + (j - p) * 1024, nb, w, j, xscale, t0, y, ldy);
-    for (; j < e; ++j)
-      for (int64_t c = 0; c < 2; ++c)
-        blocks<1>(x0 + c * chunk_bytes, kTile, steps, panel0 + (j - p) * 1024, nb, w, j, xscale, t0 + c * kTile, kTile,
-                  y, ldy);
+// Every token chunk against the panel's NB blocks (kept in L1/L2 across the chunks): pairs of
+// whole chunks against pairs of blocks, the rest a chunk at a time.
+template <int NB>
+void panel(const int8_t* xa, int64_t T, const float* xscale, const Int8Weight& w, const Panel& p, int64_t n0, float* y,
+           int64_t ldy) {
+  const int64_t K = w.K;
+  int64_t c = 0;
+  if constexpr (NB >= 2) {
+    for (; (c + 2) * kTile <= T; c += 2) {
+      const int8_t* x = xa + c * kTile * K;
+      const float* xs = xscale + c * kTile;
+      float* yc = y + c * kTile * ldy;
+      blocks_2x2(x, p, w, n0, xs, yc, ldy);
+      if constexpr (NB == 4)
+        blocks_2x2(x, {p.base + 2 * kTileBytes, p.step}, w, n0 + 32, xs, yc, ldy);
+      if constexpr (NB == 3)
+        for (int64_t cc = 0; cc < 2; ++cc)
+          blocks<1>(x + cc * kTile * K, {p.base + 2 * kTileBytes, p.step}, w, n0 + 32, xs + cc * kTile, kTile,
+                    yc + cc * kTile * ldy, ldy);
+    }
   }
-  for (; t0 < T; t0 += kTile)
-    blocks_of(e - b, xp + (t0 / kTile) * chunk_bytes, width, steps, panel0 + (b - p) * 1024, nb, w, b, xscale, t0,
-              std::min<int64_t>(kTile, T - t0), y, ldy);
+  for (; c * kTile < T; ++c)  // past 16 rows a short last chunk also computes padding rows
+    blocks<NB>(xa + c * kTile * K, p, w, n0, xscale + c * kTile, std::min<int64_t>(kTile, T - c * kTile),
+               y + c * kTile * ldy, ldy);
 }
 
 }  // namespace
@@ -182,42 +164,26 @@ void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, 
   }
 }
 
-void pack_rows_amx_i8(const int8_t* xq, int64_t T, int64_t K, uint8_t* xp) {
-  const int64_t steps = K / 64, width = std::min<int64_t>(T, kTile);
-  int64_t t_full = 0;
-  if (width == kTile)  // whole chunks: each step's 16 rows of 16 quads, transposed in registers
-    for (; t_full + kTile <= T; t_full += kTile)
-      for (int64_t s = 0; s < steps; ++s) {
-        __m512i v[16];
-        for (int i = 0; i < 16; ++i)
-          v[i] = _mm512_loadu_si512(xq + (t_full + i) * K + s * 64);
-        transpose_16x16(v);
-        uint8_t* dst = xp + (t_full / kTile) * steps * 1024 + s * 1024;
-        for (int r = 0; r < 16; ++r)
-          _mm512_storeu_si512(dst + r * 64, v[r]);
-      }
-  for (int64_t t = t_full; t < T; ++t) {
-    uint8_t* base = xp + (t / kTile) * steps * 1024 + (t % kTile) * 4;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int8_t* src = xq + t * K + s * 64;
-      uint8_t* dst = base + s * 64 * width;
-      if (width == 1) {
-        std::memcpy(dst, src, 64);  // one column: the quads are contiguous
-      } else {
-        for (int64_t r = 0; r < kTile; ++r)
-          std::memcpy(dst + r * 4 * width, src + 4 * r, 4);
-      }
-    }
-  }
-}
-
-void gemv_panels_amx_i8(const uint8_t* xp, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
+void gemv_panels_amx_i8(const int8_t* xa, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy) {
-  amx_configure_tiles(std::min<int64_t>(T, kTile));
+  amx_configure_rows(std::min<int64_t>(T, kTile));
   const int64_t blocks = (w.N + kTile - 1) / kTile;
   for (int64_t b = b_begin; b < b_end;) {
     const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
-    panel(xp, T, xscale, w, p, nb, b, e, y, ldy);
+    const Panel src{w.panels.data() + p * kTile * w.K + (b - p) * kTileBytes, nb * kTileBytes};
+    switch (e - b) {
+      case 4:
+        panel<4>(xa, T, xscale, w, src, b * kTile, y, ldy);
+        break;
+      case 3:
+        panel<3>(xa, T, xscale, w, src, b * kTile, y, ldy);
+        break;
+      case 2:
+        panel<2>(xa, T, xscale, w, src, b * kTile, y, ldy);
+        break;
+      default:
+        panel<1>(xa, T, xscale, w, src, b * kTile, y, ldy);
+    }
     b = e;
   }
 }

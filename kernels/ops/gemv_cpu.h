@@ -81,12 +81,9 @@ void pack_panels_amx(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
 void pack_rows_amx_a(const float* x, int64_t T, int64_t K, uint16_t* xa);
 void gemv_panels_amx(const uint16_t* xa, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
                      int64_t b_end, float* y, int64_t ldy);
-// The int8 kernel's panels: blocks of 16 rows of row_bytes bytes (a multiple of 64), four to a
-// panel, step-major, each tile 16 rows x 64 bytes (the A-tile layout of gemv_amx_i8.cc).
-void pack_panels_bytes(const uint8_t* w, int64_t N, int64_t row_bytes, uint8_t* out);
 // Load this thread's tile configuration, unless it is loaded already: amx_configure_tiles, the
-// row-major and int8 kernels' (B and C tiles `cols` token columns wide, A tiles 16 x 64 bytes);
-// amx_configure_rows, the panel kernel's (A and C tiles `rows` token rows high, all 64 bytes wide).
+// row-major kernel's (B and C tiles `cols` token columns wide, A tiles 16 x 64 bytes);
+// amx_configure_rows, the panel kernels' (A and C tiles `rows` token rows high, all 64 bytes wide).
 void amx_configure_tiles(int64_t cols);
 void amx_configure_rows(int64_t rows);
 
@@ -97,9 +94,9 @@ void amx_configure_rows(int64_t rows);
 //   y[t, n] = (float(sum_k xq[t, k] * q[n, k]) * xscale[t]) * scale[n]
 // with the sum exact in int32 (K * 127 * 127 < 2^31 for K < 133,000), so every kernel that
 // computes it gives the same bits whatever T is and however the rows are split: the reference
-// loop below and the AMX-INT8 tiles (TDPBSSD, panels of int8 weights in pack_panels_bytes'
-// layout, K a multiple of 64). A row whose values are not all finite gets a non-finite scale
-// and non-finite outputs; a row of zeros, or one so small that 127 / max overflows, quantizes
+// loop below and the AMX-INT8 tiles (TDPBSSD, panels of int8 weights in pack_panels_amx's
+// layout, a 4-byte k-quad where a bf16 weight has a pair; K a multiple of 64). A row whose values are not all finite
+// gets a non-finite scale and non-finite outputs; a row of zeros, or one so small that 127 / max overflows, quantizes
 // to zeros with scale 0.
 struct Int8Weight {
   int64_t N = 0, K = 0;
@@ -113,18 +110,14 @@ bool cpu_has_amx_int8();
 // y [T, N] (row stride ldy) for weight rows [n_begin, n_end): the reference loop.
 void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
                            int64_t n_end, float* y, int64_t ldy);
-// AMX-INT8: pack_rows_amx_i8 lays out xq [T, K] as B tiles (chunks of 16 token rows, each
-// min(T, 16) columns of 4-byte k-quads; amx_i8_packed_bytes(T, K) bytes); gemv_panels_amx_i8
-// computes blocks [b_begin, b_end) of 16 weight rows from w.panels, as linear_int8_reference.
-constexpr int64_t amx_i8_packed_bytes(int64_t T, int64_t K) {
-  return (T + 15) / 16 * (K / 64) * 1024;
-}
-void pack_rows_amx_i8(const int8_t* xq, int64_t T, int64_t K, uint8_t* xp);
+// AMX-INT8: gemv_panels_amx_i8 computes blocks [b_begin, b_end) of 16 weight rows from
+// w.panels, as linear_int8_reference, with xq [T, K] as the A tiles: amx_rows_a_elems(T, K)
+// bytes, past 16 rows padded with zero rows to a multiple of 16.
+void gemv_panels_amx_i8(const int8_t* xq, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
+                        int64_t b_end, float* y, int64_t ldy);
 // quantize_row_int8 for T rows of x (row stride K, K a multiple of 16) in AVX-512: the same
 // bytes and scales (IEEE products, rounding to nearest even). Only where cpu_has_avx512().
 void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, float* scale);
-void gemv_panels_amx_i8(const uint8_t* xp, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
-                        int64_t b_end, float* y, int64_t ldy);
 
 // Every y = x w^T (+ bias) of int8 weights sharing one input x (f32 [T, K], K each weight's),
 // in one pass of the thread team: AMX-INT8 where every weight has panels, else the reference.

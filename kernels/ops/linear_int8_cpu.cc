@@ -42,8 +42,9 @@ Int8Weight quantize_weight_int8(const Tensor& w) {
       out.scale[n] = quantize_row_int8(v.data() + n * out.K, out.K, out.q.data() + n * out.K);
   if (out.K % 64 == 0 && cpu_has_amx_int8()) {
     out.panels.resize(static_cast<size_t>((out.N + 15) / 16 * 16 * out.K));
-    pack_panels_bytes(reinterpret_cast<const uint8_t*>(out.q.data()), out.N, out.K,
-                      reinterpret_cast<uint8_t*>(out.panels.data()));
+    // The bf16 panels' VNNI layout: a 4-byte k-quad where those have a bf16 pair.
+    pack_panels_amx(reinterpret_cast<const uint16_t*>(out.q.data()), out.N, out.K / 2,
+                    reinterpret_cast<uint16_t*>(out.panels.data()));
   }
   return out;
 }
