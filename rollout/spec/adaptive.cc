@@ -40,7 +40,14 @@ size_t AdaptiveDepth::index_of(int64_t depth) const {
   return static_cast<size_t>(it - depths_.begin());
 }
 
-double AdaptiveDepth::reach(size_t j) const { return den_[j] > 0 ? num_[j] / den_[j] : 1.0; }
+// kPriorRounds pseudo-rounds at the shallower position's estimate (1 for the first) join the
+// measured ones: a few unlucky first rounds must not rule a depth out for good, since a depth not
+// chosen measures nothing past its own positions (seen: two rejections at position 2 in a fresh
+// chooser's first rounds held a batch-1 run at depth 1, tau 1.9 where depth 4 gave 4.2).
+double AdaptiveDepth::reach(size_t j) const {
+  const double prior = j == 0 ? 1.0 : reach(j - 1);
+  return (num_[j] + kPriorRounds * prior) / (den_[j] + kPriorRounds);
+}
 
 double AdaptiveDepth::extra(int b, size_t d) const {
   const auto& row = cells_[static_cast<size_t>(b)];
@@ -99,8 +106,18 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
   if (d == 0)
     return 1.0;
   const auto& here = cells_[static_cast<size_t>(b)];
-  if (here[d].cost > 0 && here[0].cost > 0)
-    return here[d].cost / here[0].cost;
+  if (here[d].cost > 0 && here[0].cost > 0) {
+    // Until both cells have min_samples steps, the ratio leans on the cost curves (learned from
+    // every step) in proportion: one slow step of a depth rarely run must not price it out, as a
+    // depth not chosen is measured only by exploration (at most one step in 20).
+    const double measured = here[d].cost / here[0].cost;
+    const int64_t n = std::min(here[d].samples, here[0].samples);
+    const double curve = n < opt_.min_samples ? curve_ratio(b, depths_[d]) : 0.0;
+    if (curve <= 0)
+      return measured;
+    const double w = static_cast<double>(n) / static_cast<double>(opt_.min_samples);
+    return w * measured + (1 - w) * curve;
+  }
   // Plain not measured here (it never pays at this batch): its cost from the best-measured depth
   // and the curves, so that measured depths still compare by what they measured.
   size_t anchor = 0;
@@ -289,7 +306,7 @@ AdaptiveDepth::Snapshot AdaptiveDepth::snapshot() const {
   s.cells = cells_;
   s.current = current_;
   for (size_t j = 0; j < num_.size(); ++j)
-    s.reach.push_back(den_[j] > 0 ? num_[j] / den_[j] : -1.0);
+    s.reach.push_back(den_[j] > 0 ? reach(j) : -1.0);
   s.steps = steps_;
   s.explore_steps = explore_steps_;
   s.prediction_error = error_;

@@ -83,11 +83,15 @@ TEST(AdaptiveDepth, MeasuresSpeculationFirstThenPicksTheBestDepthPerBatch) {
   // An RL-shaped run: 64 sequences shrinking to a tail of one, many times.
   const std::vector<int64_t> live = {64, 64, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 2, 1, 1, 1};
   int64_t steps = 0;
-  for (int rep = 0; rep < 300; ++rep)
+  double error_sum = 0;  // the prediction error's EMA at the end of each of the last 100 runs
+  for (int rep = 0; rep < 300; ++rep) {
     for (int64_t B : live) {
       a.observe(env.run(B, a.choose(B)));
       ++steps;
     }
+    if (rep >= 200)
+      error_sum += a.snapshot().prediction_error;
+  }
   const AdaptiveDepth::Snapshot s = a.snapshot();
   EXPECT_LE(static_cast<double>(s.explore_steps), 0.05 * static_cast<double>(s.steps) + 1) << "exploration bounded";
   EXPECT_GT(s.explore_steps, 10) << "every cell gets measured";
@@ -102,9 +106,33 @@ TEST(AdaptiveDepth, MeasuresSpeculationFirstThenPicksTheBestDepthPerBatch) {
   ASSERT_EQ(s.reach.size(), static_cast<size_t>(D));
   for (size_t j = 0; j < s.reach.size(); ++j)  // rounds reaching position j + 1 among those that tried it
     EXPECT_NEAR(s.reach[j], std::pow(0.8, static_cast<double>(j + 1)), 0.06) << "position " << j;
-  // Within a bucket the batch varies (48 and 64 share one), so predictions are not exact.
+  // Within a bucket the batch varies (48 and 64 share one), so predictions are not exact; the
+  // EMA swings with the steps it last saw (0.2-0.7 over one run), so its mean over runs is checked.
   EXPECT_GT(s.prediction_error, 0.0);
-  EXPECT_LT(s.prediction_error, 0.35);
+  EXPECT_LT(error_sum / 100, 0.5);
+}
+
+// Two unlucky first rounds (the second draft rejected both times, where 19 in 20 are accepted)
+// must not hold a fresh chooser at depth 1 for good: a depth not chosen measures nothing past its
+// own positions, so only the acceptance prior brings the deeper ones back.
+TEST(AdaptiveDepth, UnluckyFirstRoundsDoNotRuleDeepDepthsOut) {
+  const int64_t D = 4;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1});
+  SyntheticEngine env;
+  env.reach = 0.95;
+  env.curves = true;     // as the engine reports: with the curves, a depth predicted far behind is not explored
+  env.per_draft = 4e-4;  // a draft level 0.4 of a plain step: depth 2 costs 1.3x depth 1
+  for (int i = 0; i < 2; ++i) {
+    StepSample s = env.run(1, a.choose(1));
+    s.spec = SpecStats{};
+    s.spec.add_round(s.depth, std::min<int64_t>(1, s.depth), s.depth);
+    a.observe(s);
+  }
+  for (int i = 0; i < 2000; ++i)
+    a.observe(env.run(1, a.choose(1)));
+  const int64_t chosen = a.snapshot().current[0];
+  EXPECT_GE(env.true_tps(1, chosen), 0.95 * env.true_tps(1, best_depth(env, 1, D))) << "depth " << chosen;
+  EXPECT_GT(a.snapshot().reach[D - 1], 0.5);
 }
 
 // With the cost curves (forward time by rows, draft time by batch) the chooser predicts depths it
