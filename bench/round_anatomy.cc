@@ -65,7 +65,7 @@ Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
 class PolicyStep {
  public:
   PolicyStep(const PolicyModel& m, int64_t ctx)
-      : m_(m), ctx_(ctx), cache_(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{16} << 20), 16) {
+      : m_(m), ctx_(ctx), cache_(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16) {
     UPD_CHECK(cache_.reserve(kv_, ctx + 1)) << "round anatomy: KV cache too small";
     std::vector<SeqStep> pre = context_step(kv_, ctx, m.config().vocab_size);
     m.forward(cache_, pre);

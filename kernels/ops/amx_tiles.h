@@ -1,4 +1,4 @@
-// Helpers shared by the AMX kernels (gemv_amx.cc, gemv_amx_i8.cc). Only for files compiled with
+// Helpers shared by the AMX kernels (gemv_amx.cc, gemv_amx_panels.cc, gemv_amx_i8.cc). Only for files compiled with
 // -mamx-tile; always inlined (the tile numbers are instruction immediates).
 #pragma once
 

@@ -28,9 +28,11 @@ constexpr int kTile = 16;                          // rows of every tile; B and 
 constexpr int64_t kGatherCols = 4;                 // up to this many token columns are gathered, more transposed
 constexpr int64_t kStepElems = kTile * 2 * kTile;  // bf16 values in one packed B tile (1 KiB)
 
-// ldtilecfg's 64-byte operand: palette 1, tiles 0-3 accumulate (C), 4 holds x (B), 5-7 the
-// weights (A); every tile 16 rows, A tiles 64 bytes wide, B and C tiles 4 bytes per token
-// column (pack_rows_amx's width: a decode row loads one cache line of x per step, not 16).
+// ldtilecfg's 64-byte operand. amx_configure_tiles (this file's kernel): palette 1, tiles 0-3
+// accumulate (C), 4 holds x (B), 5-7 the weights (A); every tile 16 rows, A tiles 64 bytes wide,
+// B and C tiles 4 bytes per token column (pack_rows_amx's width: a decode row loads one cache
+// line of x per step, not 16). amx_configure_rows (the panel kernels): tiles 0-4 (C, and x as A)
+// as many rows as the token rows, 5-7 16 rows, all 64 bytes wide.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -233,9 +235,11 @@ bool cpu_has_amx_int8() {
 
 namespace {
 
-// Loads cfg into this thread's tile configuration unless the one keyed `key` is loaded already.
+// Loads cfg into this thread's tile configuration unless the one keyed `key` is loaded already
+// (keys: kColsKey + cols, kRowsKey + rows; none is loaded at first).
+constexpr int64_t kColsKey = 1 << 8, kRowsKey = 2 << 8;
 void load_tile_config(int64_t key, TileConfig& cfg) {
-  thread_local int64_t loaded = 0;
+  thread_local int64_t loaded = -1;
   if (loaded == key)
     return;
   // GCC 12 does not treat ldtilecfg as reading its operand: inlined, the stores that fill cfg
@@ -253,7 +257,7 @@ void amx_configure_tiles(int64_t cols) {
     cfg.colsb[i] = static_cast<uint16_t>(i < 5 ? 4 * cols : 64);
     cfg.rows[i] = kTile;
   }
-  load_tile_config(cols, cfg);
+  load_tile_config(kColsKey + cols, cfg);
 }
 
 void amx_configure_rows(int64_t rows) {
@@ -262,7 +266,7 @@ void amx_configure_rows(int64_t rows) {
     cfg.colsb[i] = 64;
     cfg.rows[i] = static_cast<uint8_t>(i < 5 ? rows : kTile);
   }
-  load_tile_config(kTile + rows, cfg);
+  load_tile_config(kRowsKey + rows, cfg);
 }
 
 namespace {
@@ -311,6 +315,8 @@ void pack_rows_amx(const float* x, int64_t T, int64_t K, uint16_t* xp, int64_t t
 
 void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, int64_t n_begin, int64_t n_end,
                    float* y, int64_t ldy) {
+  if (T <= 0)
+    return;
   amx_configure_tiles(tile_cols(T));
   const TileSource src{w, kTile * K, 32, 2 * K};
   const int64_t full_end = n_begin + (n_end - n_begin) / kTile * kTile;

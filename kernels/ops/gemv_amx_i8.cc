@@ -166,6 +166,8 @@ void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, 
 
 void gemv_panels_amx_i8(const int8_t* xa, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy) {
+  if (T <= 0)
+    return;
   amx_configure_rows(std::min<int64_t>(T, kTile));
   const int64_t blocks = (w.N + kTile - 1) / kTile;
   for (int64_t b = b_begin; b < b_end;) {

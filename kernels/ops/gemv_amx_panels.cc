@@ -174,6 +174,8 @@ void pack_rows_amx_a(const float* x, int64_t T, int64_t K, uint16_t* xa) {
 
 void gemv_panels_amx(const uint16_t* xa, int64_t T, int64_t K, const uint16_t* panels, int64_t N, int64_t b_begin,
                      int64_t b_end, float* y, int64_t ldy) {
+  if (T <= 0)
+    return;
   amx_configure_rows(std::min<int64_t>(T, kTile));
   const int64_t blocks = (N + kTile - 1) / kTile;
   for (int64_t b = b_begin; b < b_end;) {

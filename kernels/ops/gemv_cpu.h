@@ -64,13 +64,13 @@ void gemv_rows_amx(const uint16_t* xp, int64_t T, int64_t K, const uint16_t* w, 
                    float* y, int64_t ldy);
 // The same products from the weights laid out in panels, with the operands the other way round
 // (gemv_amx_panels.cc): the activations are the A tiles, x rounded to bf16 row-major by
-// pack_rows_amx_a into amx_rows_a_elems(T, K) values (past 16 rows padded with zero rows to a
-// multiple of 16), and the weights the B tiles: pack_panels_amx writes w [N, K] (K a multiple
-// of 32) as amx_panel_elems(N, K) values, blocks of 16 rows (the last zero-padded) grouped four
-// to a panel, a panel's tiles step-major (step s of its blocks j = 0.. one after another, each
-// tile 16 k-pairs x 16 weight rows, contiguous), so every thread streams one contiguous run.
-// gemv_panels_amx computes blocks [b_begin, b_end) of y (rows 16b.., those below N) with the
-// bits gemv_rows_amx gives: every element sums the same exact products in the same order.
+// pack_rows_amx_a into amx_rows_a_elems(T, K) values (past 16 rows padded to a multiple of 16
+// rows, here zeros; the kernel only reads them into C rows it never stores), and the weights the B tiles:
+// pack_panels_amx writes w [N, K] (K a multiple of 32) as amx_panel_elems(N, K) values, blocks of 16 rows (the last
+// zero-padded) grouped four to a panel, a panel's tiles step-major (step s of its blocks j = 0.. one after another,
+// each tile 16 k-pairs x 16 weight rows, contiguous), so every thread streams one contiguous run. gemv_panels_amx
+// computes blocks [b_begin, b_end) of y (rows 16b.., those below N) with the bits gemv_rows_amx gives: every element
+// sums the same exact products in the same order.
 constexpr int64_t amx_panel_elems(int64_t N, int64_t K) {
   return (N + 15) / 16 * 16 * K;
 }
@@ -112,7 +112,8 @@ void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, con
                            int64_t n_end, float* y, int64_t ldy);
 // AMX-INT8: gemv_panels_amx_i8 computes blocks [b_begin, b_end) of 16 weight rows from
 // w.panels, as linear_int8_reference, with xq [T, K] as the A tiles: amx_rows_a_elems(T, K)
-// bytes, past 16 rows padded with zero rows to a multiple of 16.
+// bytes, past 16 rows padded to a multiple of 16 rows (any bytes: they reach only C rows that
+// are never stored).
 void gemv_panels_amx_i8(const int8_t* xq, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy);
 // quantize_row_int8 for T rows of x (row stride K, K a multiple of 16) in AVX-512: the same

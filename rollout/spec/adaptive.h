@@ -11,25 +11,28 @@
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
 // tries), with kPriorRounds pseudo-rounds at reach_{j-1} (1 for j = 0) among them, so that a few
 // unlucky first rounds cannot rule the deeper depths out: a depth not chosen measures nothing
-// past its own positions; extra(b, d) the tokens per sequence per step that suffix drafts added beyond the
-// drafter's run at that depth (a mean over about the last 50 steps of StepSample::extra_tokens,
-// which come in bursts; unmeasured: the mean of the
-// bucket's measured depths, else 0; the drafter and the suffix drafts overlap, so a drafter that
-// adds little over them is not paid for), and cost(b, d) the step's seconds per
-// decoding sequence (prefill rows' share of the forward left out). Only ratios matter within a
-// bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been,
-// leaning on the cost curves below in proportion while either cell has fewer than min_samples
-// steps (one noisy step of a depth rarely explored must not decide it) (EMAs of their step times; a step over 2x a
-// settled estimate is a stall of the OS or the host and does not count unless three come in a row, when they count as
-// at most 3x: one stall must not price a depth out, as a depth no longer chosen is no longer measured; a step whose
-// drafter absorbed a backlog, a new sequence's prompt or pairs kept through plain steps, is not a typical step of its
-// depth and does not count either); otherwise it comes from a cost curve learned from every step: F(rows), the policy
-// forward's time for a number of rows (decode, verification and prefill steps all measure it, 1 to thousands of rows),
-// and E(B), a draft level's time for B sequences; r(b, d) = (F(B (d + 1)) + d E(B)) / F(B) at the bucket's typical
-// batch B. With nothing measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets measured. A
-// drafter not measured yet is assumed to accept everything (it runs at full depth first, which
-// measures it); a new drafter version starts from its predecessor's acceptance with a weight of
-// a couple of rounds.
+// past its own positions; extra(b, d) the tokens per sequence per step that suffix drafts added
+// beyond the drafter's run at that depth (a mean over about the last 50 steps of
+// StepSample::extra_tokens, which come in bursts; unmeasured: the mean of the bucket's measured
+// depths, else 0; the drafter and the suffix drafts overlap, so a drafter that adds little over
+// them is not paid for), and cost(b, d) the step's seconds per decoding sequence (prefill rows'
+// share of the forward left out). Only ratios matter within a
+// bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
+// (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
+// and does not count unless three come in a row, when they count as at most 3x: one stall must
+// not price a depth out, as a depth no longer chosen is no longer measured; a step whose drafter
+// absorbed a backlog, a new sequence's prompt or pairs kept through plain steps, is not a
+// typical step of its depth and does not count either), leaning on the cost curves below in
+// proportion while either cell has fewer than min_samples steps (one noisy step of a depth
+// rarely explored must not decide it); otherwise it comes from a cost curve learned from every
+// step: F(rows), the policy forward's time for a number of rows (decode, verification and
+// prefill steps all measure it, 1 to thousands of rows), and E(B), a draft level's time for B
+// sequences; r(b, d) = (F(B (d + 1)) + d E(B)) / F(B) at the bucket's typical batch B. With
+// nothing measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets
+// measured. A drafter not measured yet is assumed to accept everything (it runs at full depth
+// first, which measures it); a new drafter version starts from its predecessor's acceptance
+// with a weight of a couple of rounds (beside the prior's pseudo-rounds, which pull it up
+// toward the shallower positions' estimates).
 //
 // Choice. The depth with the highest prediction, with hysteresis: the bucket's current depth is
 // kept unless another predicts more than (1 + hysteresis) times its throughput. When the drafter

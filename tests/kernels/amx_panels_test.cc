@@ -29,7 +29,7 @@ TEST(AmxPanels, PanelsGiveTheRowMajorKernelsBitsForEverySplitAndRowCount) {
   if (!ops::cpu::cpu_has_amx_bf16())
     GTEST_SKIP() << "this CPU (or kernel) offers no AMX-BF16";
   for (int64_t K : {32, 448}) {
-    for (int64_t N : {16, 29, 100, 200}) {  // 1 to 13 blocks: whole, ragged and short last panels
+    for (int64_t N : {7, 16, 29, 100, 200}) {  // 1 to 13 blocks: whole, ragged and short last panels
       Tensor w = Tensor::from_f32(rand_vec(N * K, 20 + N), {N, K}).to_dtype(DType::BF16);
       std::vector<uint16_t> panels(static_cast<size_t>(ops::cpu::amx_panel_elems(N, K)), 0xffff);
       ops::cpu::pack_panels_amx(w.data<uint16_t>(), N, K, panels.data());
