@@ -20,120 +20,34 @@ namespace updraft::ops::cpu {
 namespace {
 
 constexpr int kTile = 16;
-constexpr int64_t kTileBytes = 1024;
 
-// Where the weight tiles are: block j of the panel at `base`, step s at base + s * step + j * 1024.
-struct Panel {
-  const int8_t* base;
-  int64_t step;
+// The int8 products for amx_panel::run: TDPBSSD, and each C tile's int32 sums scaled into y:
+// y[t, n + i] = (float(sum[t][i]) * xscale[t]) * scale[n + i], a contiguous row at a time.
+struct Int8Panels {
+  const Int8Weight& w;
+  const float* xscale;
+  float* y;
+  int64_t ldy;
+
+  template <int C, int A, int B>
+  static void dp() {
+    UPD_AMX_WITH_CAB(_tile_dpbssd);
+  }
+  template <int C>
+  void store(int64_t t0, int64_t n, int64_t rows) const {
+    alignas(64) int32_t acc[kTile * kTile];
+#define UPD_STORE_ACC(c) _tile_stored(c, acc, 4 * kTile)
+    UPD_AMX_WITH_C(UPD_STORE_ACC);
+#undef UPD_STORE_ACC
+    const __mmask16 live = static_cast<__mmask16>((1u << std::min<int64_t>(kTile, w.N - n)) - 1u);
+    const __m512 sw = _mm512_maskz_loadu_ps(live, w.scale.data() + n);
+    for (int64_t t = 0; t < rows; ++t) {
+      const __m512 sums = _mm512_cvtepi32_ps(_mm512_load_si512(acc + t * kTile));
+      const __m512 xs = _mm512_set1_ps(xscale[t0 + t]);
+      _mm512_mask_storeu_ps(y + (t0 + t) * ldy + n, live, _mm512_mul_ps(_mm512_mul_ps(sums, xs), sw));
+    }
+  }
 };
-
-// The live `rows` x cols of a C tile (int32, 16 to a row in acc) into y:
-// y[t, n + i] = (float(acc[t][i]) * xscale[t]) * scale[n + i].
-void store_block(const int32_t* acc, int64_t rows, int64_t cols, const float* xscale, const float* scale, float* y,
-                 int64_t ldy) {
-  const __mmask16 live = static_cast<__mmask16>((1u << cols) - 1u);
-  const __m512 sw = _mm512_maskz_loadu_ps(live, scale);
-  for (int64_t t = 0; t < rows; ++t) {
-    const __m512 sums = _mm512_cvtepi32_ps(_mm512_load_si512(acc + t * kTile));
-    _mm512_mask_storeu_ps(y + t * ldy, live, _mm512_mul_ps(_mm512_mul_ps(sums, _mm512_set1_ps(xscale[t])), sw));
-  }
-}
-
-// C tile `C` (token rows t0.., weight rows n..) of the product into y through acc.
-#define UPD_STORE_C8(C, t0, n)                                                                       \
-  do {                                                                                               \
-    _tile_stored(C, acc, 4 * kTile);                                                                 \
-    store_block(acc, rows, std::min<int64_t>(kTile, w.N - (n)), xscale + (t0), w.scale.data() + (n), \
-                y + (t0)*ldy + (n), ldy);                                                            \
-  } while (0)
-
-// NB blocks (weight rows n0..) against the token chunk whose first row is xa (`rows` live),
-// accumulated in C tiles 0..NB-1; B tiles rotate through 5, 6, 7.
-template <int NB>
-void blocks(const int8_t* xa, const Panel& p, const Int8Weight& w, int64_t n0, const float* xscale, int64_t rows,
-            float* y, int64_t ldy) {
-  const int64_t steps = w.K / 64;
-  zero_accumulators<NB>();
-  for (int64_t s = 0; s < steps; ++s) {
-    const int8_t* b = p.base + s * p.step;
-    _tile_loadd(4, xa + s * 64, w.K);
-    _tile_loadd(5, b, 64);
-    _tile_dpbssd(0, 4, 5);
-    if constexpr (NB > 1) {
-      _tile_loadd(6, b + kTileBytes, 64);
-      _tile_dpbssd(1, 4, 6);
-    }
-    if constexpr (NB > 2) {
-      _tile_loadd(7, b + 2 * kTileBytes, 64);
-      _tile_dpbssd(2, 4, 7);
-    }
-    if constexpr (NB > 3) {
-      _tile_loadd(5, b + 3 * kTileBytes, 64);
-      _tile_dpbssd(3, 4, 5);
-    }
-  }
-  alignas(64) int32_t acc[kTile * kTile];
-  UPD_STORE_C8(0, 0, n0);
-  if constexpr (NB > 1)
-    UPD_STORE_C8(1, 0, n0 + 16);
-  if constexpr (NB > 2)
-    UPD_STORE_C8(2, 0, n0 + 32);
-  if constexpr (NB > 3)
-    UPD_STORE_C8(3, 0, n0 + 48);
-}
-
-// Two whole chunks (token rows from xa, and 16 further) against two blocks (weight rows n0..):
-// C tiles 0 (chunk 0, block 0), 1 (chunk 0, block 1), 2 (chunk 1, block 0), 3 (chunk 1, block 1);
-// A tiles 4, 5; B tiles 6, 7: four loads feed four products. Exact sums: blocks<NB>'s bits.
-void blocks_2x2(const int8_t* xa, const Panel& p, const Int8Weight& w, int64_t n0, const float* xscale, float* y,
-                int64_t ldy) {
-  const int64_t steps = w.K / 64, rows = kTile;
-  const int8_t* xb = xa + kTile * w.K;
-  zero_accumulators<4>();
-  for (int64_t s = 0; s < steps; ++s) {
-    const int8_t* b = p.base + s * p.step;
-    _tile_loadd(4, xa + s * 64, w.K);
-    _tile_loadd(6, b, 64);
-    _tile_dpbssd(0, 4, 6);
-    _tile_loadd(7, b + kTileBytes, 64);
-    _tile_dpbssd(1, 4, 7);
-    _tile_loadd(5, xb + s * 64, w.K);
-    _tile_dpbssd(2, 5, 6);
-    _tile_dpbssd(3, 5, 7);
-  }
-  alignas(64) int32_t acc[kTile * kTile];
-  UPD_STORE_C8(0, 0, n0);
-  UPD_STORE_C8(1, 0, n0 + 16);
-  UPD_STORE_C8(2, kTile, n0);
-  UPD_STORE_C8(3, kTile, n0 + 16);
-}
-
-// Every token chunk against the panel's NB blocks (kept in L1/L2 across the chunks): pairs of
-// whole chunks against pairs of blocks, the rest a chunk at a time.
-template <int NB>
-void panel(const int8_t* xa, int64_t T, const float* xscale, const Int8Weight& w, const Panel& p, int64_t n0, float* y,
-           int64_t ldy) {
-  const int64_t K = w.K;
-  int64_t c = 0;
-  if constexpr (NB >= 2) {
-    for (; (c + 2) * kTile <= T; c += 2) {
-      const int8_t* x = xa + c * kTile * K;
-      const float* xs = xscale + c * kTile;
-      float* yc = y + c * kTile * ldy;
-      blocks_2x2(x, p, w, n0, xs, yc, ldy);
-      if constexpr (NB == 4)
-        blocks_2x2(x, {p.base + 2 * kTileBytes, p.step}, w, n0 + 32, xs, yc, ldy);
-      if constexpr (NB == 3)
-        for (int64_t cc = 0; cc < 2; ++cc)
-          blocks<1>(x + cc * kTile * K, {p.base + 2 * kTileBytes, p.step}, w, n0 + 32, xs + cc * kTile, kTile,
-                    yc + cc * kTile * ldy, ldy);
-    }
-  }
-  for (; c * kTile < T; ++c)  // past 16 rows a short last chunk also computes padding rows
-    blocks<NB>(xa + c * kTile * K, p, w, n0, xscale + c * kTile, std::min<int64_t>(kTile, T - c * kTile),
-               y + c * kTile * ldy, ldy);
-}
 
 }  // namespace
 
@@ -169,25 +83,8 @@ void gemv_panels_amx_i8(const int8_t* xa, int64_t T, const float* xscale, const 
   if (T <= 0)
     return;
   amx_configure_rows(std::min<int64_t>(T, kTile));
-  const int64_t blocks = (w.N + kTile - 1) / kTile;
-  for (int64_t b = b_begin; b < b_end;) {
-    const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
-    const Panel src{w.panels.data() + p * kTile * w.K + (b - p) * kTileBytes, nb * kTileBytes};
-    switch (e - b) {
-      case 4:
-        panel<4>(xa, T, xscale, w, src, b * kTile, y, ldy);
-        break;
-      case 3:
-        panel<3>(xa, T, xscale, w, src, b * kTile, y, ldy);
-        break;
-      case 2:
-        panel<2>(xa, T, xscale, w, src, b * kTile, y, ldy);
-        break;
-      default:
-        panel<1>(xa, T, xscale, w, src, b * kTile, y, ldy);
-    }
-    b = e;
-  }
+  amx_panel::run(Int8Panels{w, xscale, y, ldy}, reinterpret_cast<const uint8_t*>(xa), w.K, T,
+                 reinterpret_cast<const uint8_t*>(w.panels.data()), w.K, w.N, b_begin, b_end);
 }
 
 }  // namespace updraft::ops::cpu

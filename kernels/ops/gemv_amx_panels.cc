@@ -24,119 +24,35 @@ namespace {
 constexpr int kTile = 16;
 constexpr int64_t kTileElems = 512;  // bf16 values in one 16 x 64-byte tile
 
-// Where a block's tiles are: block j of the panel at `base`, step s at base + s * step + j * 512.
-struct Panel {
-  const uint16_t* base;
-  int64_t step;
+// The bf16 products for amx_panel::run: TDPBF16PS, and C tiles stored straight into y when a
+// tile holds exactly the live rows (`tile_rows` high) and a whole block of columns, else through
+// a buffer.
+struct Bf16Panels {
+  float* y;
+  int64_t ldy, N, tile_rows;
+
+  template <int C, int A, int B>
+  static void dp() {
+    UPD_AMX_WITH_CAB(_tile_dpbf16ps);
+  }
+  template <int C>
+  void store(int64_t t0, int64_t n, int64_t rows) const {
+    float* dst = y + t0 * ldy + n;
+#define UPD_STORE_DIRECT(c) _tile_stored(c, dst, 4 * ldy)
+#define UPD_STORE_TMP(c) _tile_stored(c, tmp, 4 * kTile)
+    if (rows == tile_rows && n + kTile <= N) {
+      UPD_AMX_WITH_C(UPD_STORE_DIRECT);
+      return;
+    }
+    alignas(64) float tmp[kTile * kTile];
+    UPD_AMX_WITH_C(UPD_STORE_TMP);
+#undef UPD_STORE_DIRECT
+#undef UPD_STORE_TMP
+    const auto cols = static_cast<size_t>(std::min<int64_t>(kTile, N - n));
+    for (int64_t t = 0; t < rows; ++t)
+      std::memcpy(dst + t * ldy, tmp + t * kTile, cols * sizeof(float));
+  }
 };
-
-// C tile `C` (token rows t0.., weight rows n..) into y: straight from the tile when it holds
-// exactly the live rows and a whole block of columns, else through tmp. (The tile intrinsics take
-// their tile numbers as literals, hence the macro.)
-#define UPD_STORE_C(C, t0, n)                                                           \
-  do {                                                                                  \
-    if (direct && (n) + kTile <= N) {                                                   \
-      _tile_stored(C, y + (t0)*ldy + (n), 4 * ldy);                                     \
-    } else {                                                                            \
-      _tile_stored(C, tmp, 4 * kTile);                                                  \
-      copy_rows(tmp, y + (t0)*ldy + (n), ldy, rows, std::min<int64_t>(kTile, N - (n))); \
-    }                                                                                   \
-  } while (0)
-
-// rows x cols floats of a C tile stored in tmp (16 floats a row) into y.
-void copy_rows(const float* tmp, float* y, int64_t ldy, int64_t rows, int64_t cols) {
-  for (int64_t t = 0; t < rows; ++t)
-    std::memcpy(y + t * ldy, tmp + t * kTile, static_cast<size_t>(cols) * sizeof(float));
-}
-
-// NB blocks (weight rows n0..) against the token chunk whose first row is xa (`rows` of them
-// live; `direct`: the tiles are configured exactly that many rows high), accumulated in C tiles
-// 0..NB-1; B tiles rotate through 5, 6, 7.
-template <int NB>
-void blocks(const uint16_t* xa, int64_t K, const Panel& p, float* y, int64_t ldy, int64_t n0, int64_t N, int64_t rows,
-            bool direct) {
-  const int64_t steps = K / 32;
-  zero_accumulators<NB>();
-  for (int64_t s = 0; s < steps; ++s) {
-    const uint16_t* b = p.base + s * p.step;
-    _tile_loadd(4, xa + s * 32, 2 * K);
-    _tile_loadd(5, b, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    if constexpr (NB > 1) {
-      _tile_loadd(6, b + kTileElems, 64);
-      _tile_dpbf16ps(1, 4, 6);
-    }
-    if constexpr (NB > 2) {
-      _tile_loadd(7, b + 2 * kTileElems, 64);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if constexpr (NB > 3) {
-      _tile_loadd(5, b + 3 * kTileElems, 64);
-      _tile_dpbf16ps(3, 4, 5);
-    }
-  }
-  alignas(64) float tmp[kTile * kTile];
-  UPD_STORE_C(0, 0, n0);
-  if constexpr (NB > 1)
-    UPD_STORE_C(1, 0, n0 + 16);
-  if constexpr (NB > 2)
-    UPD_STORE_C(2, 0, n0 + 32);
-  if constexpr (NB > 3)
-    UPD_STORE_C(3, 0, n0 + 48);
-}
-
-// Two whole chunks (token rows from xa, and 16 further) against two blocks (weight rows n0..):
-// C tile 0 (chunk 0, block 0), 1 (chunk 0, block 1), 2 (chunk 1, block 0), 3 (chunk 1, block 1);
-// A tiles 4, 5; B tiles 6, 7. Four loads feed four products, each weight tile serving two chunks.
-// Every C tile sums the same steps in the same order from zero as in blocks<NB>.
-void blocks_2x2(const uint16_t* xa, int64_t K, const Panel& p, float* y, int64_t ldy, int64_t n0, int64_t N) {
-  const int64_t steps = K / 32, rows = kTile;
-  const bool direct = true;
-  const uint16_t* xb = xa + kTile * K;
-  zero_accumulators<4>();
-  for (int64_t s = 0; s < steps; ++s) {
-    const uint16_t* b = p.base + s * p.step;
-    _tile_loadd(4, xa + s * 32, 2 * K);
-    _tile_loadd(6, b, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b + kTileElems, 64);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, xb + s * 32, 2 * K);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  alignas(64) float tmp[kTile * kTile];
-  UPD_STORE_C(0, 0, n0);
-  UPD_STORE_C(1, 0, n0 + 16);
-  UPD_STORE_C(2, kTile, n0);
-  UPD_STORE_C(3, kTile, n0 + 16);
-}
-
-// Every token chunk against the panel's NB blocks (kept in L1/L2 across the chunks): pairs of
-// whole chunks against pairs of blocks (blocks_2x2), the rest a chunk at a time.
-template <int NB>
-void panel(const uint16_t* xa, int64_t T, int64_t K, const Panel& p, float* y, int64_t ldy, int64_t n0, int64_t N) {
-  int64_t c = 0;
-  if constexpr (NB >= 2) {
-    for (; (c + 2) * kTile <= T; c += 2) {
-      const uint16_t* x = xa + c * kTile * K;
-      float* yc = y + c * kTile * ldy;
-      blocks_2x2(x, K, p, yc, ldy, n0, N);
-      if constexpr (NB == 4)
-        blocks_2x2(x, K, {p.base + 2 * kTileElems, p.step}, yc, ldy, n0 + 32, N);
-      if constexpr (NB == 3)
-        for (int64_t cc = 0; cc < 2; ++cc)
-          blocks<1>(x + cc * kTile * K, K, {p.base + 2 * kTileElems, p.step}, yc + cc * kTile * ldy, ldy, n0 + 32, N,
-                    kTile, true);
-    }
-  }
-  for (; c * kTile < T; ++c) {
-    const int64_t rows = std::min<int64_t>(kTile, T - c * kTile);
-    // T <= 16: the tiles are T rows high; past 16 a short last chunk computes padding rows.
-    const bool direct = T <= kTile || rows == kTile;
-    blocks<NB>(xa + c * kTile * K, K, p, y + c * kTile * ldy, ldy, n0, N, rows, direct);
-  }
-}
 
 }  // namespace
 
@@ -176,26 +92,10 @@ void gemv_panels_amx(const uint16_t* xa, int64_t T, int64_t K, const uint16_t* p
                      int64_t b_end, float* y, int64_t ldy) {
   if (T <= 0)
     return;
-  amx_configure_rows(std::min<int64_t>(T, kTile));
-  const int64_t blocks = (N + kTile - 1) / kTile;
-  for (int64_t b = b_begin; b < b_end;) {
-    const int64_t p = b / 4 * 4, nb = std::min<int64_t>(4, blocks - p), e = std::min(p + nb, b_end);
-    const Panel src{panels + p * kTile * K + (b - p) * kTileElems, nb * kTileElems};
-    switch (e - b) {
-      case 4:
-        panel<4>(xa, T, K, src, y, ldy, b * kTile, N);
-        break;
-      case 3:
-        panel<3>(xa, T, K, src, y, ldy, b * kTile, N);
-        break;
-      case 2:
-        panel<2>(xa, T, K, src, y, ldy, b * kTile, N);
-        break;
-      default:
-        panel<1>(xa, T, K, src, y, ldy, b * kTile, N);
-    }
-    b = e;
-  }
+  const int64_t rows = std::min<int64_t>(T, kTile);
+  amx_configure_rows(rows);
+  amx_panel::run(Bf16Panels{y, ldy, N, rows}, reinterpret_cast<const uint8_t*>(xa), 2 * K, T,
+                 reinterpret_cast<const uint8_t*>(panels), 2 * K, N, b_begin, b_end);
 }
 
 }  // namespace updraft::ops::cpu
