@@ -24,67 +24,61 @@ std::vector<SeqStep> context_step(SeqKv& kv, int64_t ctx, int64_t vocab) {
   return pre;
 }
 
-// The median forward of T rows (every row's logits, aux states when T > 1) and the profile of
-// that median forward.
+// T policy rows after ctx tokens of context, repeatable (the rows are dropped after each run):
+// the forward whose time and parts the anatomy reports, and the plain step (T = 1) that streams
+// the policy's weights through the caches between two drafter passes in a round.
+class PolicyRows {
+ public:
+  PolicyRows(const PolicyModel& m, int64_t ctx, int64_t T)
+      : m_(m),
+        ctx_(ctx),
+        T_(T),
+        cache_(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16) {
+    UPD_CHECK(cache_.reserve(kv_, ctx + T)) << "round anatomy: KV cache too small";
+    std::vector<SeqStep> pre = context_step(kv_, ctx, m.config().vocab_size);
+    m.forward(cache_, pre);
+  }
+  // Every row's logits, aux states when T > 1.
+  void run(ForwardProfile* profile = nullptr) {
+    std::vector<SeqStep> st(1);
+    st[0].kv = &kv_;
+    for (int64_t i = 0; i < T_; ++i) {
+      st[0].tokens.push_back(static_cast<int32_t>((i * 11 + 5) % m_.config().vocab_size));
+      st[0].logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    ForwardOptions fo;
+    fo.aux = T_ > 1;
+    fo.profile = profile;
+    m_.forward(cache_, st, fo);
+    cache_.truncate(kv_, ctx_);
+  }
+
+ private:
+  const PolicyModel& m_;
+  int64_t ctx_, T_;
+  KvCache cache_;
+  SeqKv kv_;
+};
+
+// The median forward of T rows and the profile of that median forward.
 struct Timed {
   double seconds = 0;
   ForwardProfile parts;
 };
 
 Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
-  KvCache cache(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16);
-  SeqKv kv;
-  UPD_CHECK(cache.reserve(kv, ctx + T)) << "round anatomy: KV cache too small";
-  std::vector<SeqStep> pre = context_step(kv, ctx, m.config().vocab_size);
-  pre[0].logit_rows = {static_cast<int32_t>(ctx - 1)};
-  m.forward(cache, pre);
+  PolicyRows rows(m, ctx, T);
   std::vector<Timed> runs;
   for (int r = 0; r < reps; ++r) {
-    std::vector<SeqStep> st(1);
-    st[0].kv = &kv;
-    for (int64_t i = 0; i < T; ++i) {
-      st[0].tokens.push_back(static_cast<int32_t>((i * 11 + 5) % m.config().vocab_size));
-      st[0].logit_rows.push_back(static_cast<int32_t>(i));
-    }
-    ForwardOptions fo;
-    fo.aux = T > 1;
     Timed t;
-    fo.profile = &t.parts;
     const double t0 = now_s();
-    m.forward(cache, st, fo);
+    rows.run(&t.parts);
     t.seconds = now_s() - t0;
     runs.push_back(t);
-    cache.truncate(kv, ctx);
   }
   std::sort(runs.begin(), runs.end(), [](const Timed& a, const Timed& b) { return a.seconds < b.seconds; });
   return runs[runs.size() / 2];
 }
-
-// A plain policy step after ctx tokens, repeatable (the step's row is dropped after each run):
-// what streams the policy's weights through the caches between two drafter passes in a round.
-class PolicyStep {
- public:
-  PolicyStep(const PolicyModel& m, int64_t ctx)
-      : m_(m), ctx_(ctx), cache_(m.kv_shape(), KvCache::blocks_for_bytes(m.kv_shape(), 16, int64_t{64} << 20), 16) {
-    UPD_CHECK(cache_.reserve(kv_, ctx + 1)) << "round anatomy: KV cache too small";
-    std::vector<SeqStep> pre = context_step(kv_, ctx, m.config().vocab_size);
-    m.forward(cache_, pre);
-  }
-  void run() {
-    std::vector<SeqStep> st(1);
-    st[0].kv = &kv_;
-    st[0].tokens = {5};
-    st[0].logit_rows = {0};
-    m_.forward(cache_, st);
-    cache_.truncate(kv_, ctx_);
-  }
-
- private:
-  const PolicyModel& m_;
-  int64_t ctx_;
-  KvCache cache_;
-  SeqKv kv_;
-};
 
 // The median drafter forward of `rows` rows with logits at the last (a draft step; with
 // `features`, the pass that absorbs a round's committed tokens: the policy's aux states through fc).
@@ -92,7 +86,7 @@ class PolicyStep {
 // verification in a round: the drafter's weights come back from the cache level the policy's
 // stream left them in.
 double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps, bool features,
-                    PolicyStep* after = nullptr) {
+                    PolicyRows* after = nullptr) {
   const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
   KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
   SeqKv kv;
@@ -172,7 +166,7 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
     const DraftModel& dm = r.draft != nullptr ? *r.draft : draft;
     const int64_t committed = r.tau > 0 ? std::max<int64_t>(1, std::lround(r.tau)) : s.steps + 1;
     const double absorb_warm = draft_step_s(dm, policy, ctx, committed, reps, true);
-    PolicyStep between(policy, ctx);
+    PolicyRows between(policy, ctx, 1);
     const double absorb = draft_step_s(dm, policy, ctx, committed, reps, true, &between);
     const double d = draft_step_s(dm, policy, ctx, s.top_k, reps, false);
     const double round = v.seconds + absorb + static_cast<double>(s.steps - 1) * d;

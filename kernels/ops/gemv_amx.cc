@@ -1,12 +1,13 @@
 // AMX BF16 linear kernel for row-major weights (those without panels; gemv_amx_panels.cc runs
 // the panels with the operands the other way round, to the same bits): the weights are the A
-// tiles (16 weight rows x 32 k, loaded straight from the row-major [N, K] matrix with its row stride), the activations
-// the B tile (16 k-pairs x 16 token rows, packed once per call in the VNNI pair layout), and each TDPBF16PS adds a 16 x
-// 16 block of y^T. A TDPBF16PS costs the same whether 1 or 16 token columns are live, so verifying up to 16 rows
-// streams each weight once at the cost of a decode step, with no weight repacking and no horizontal sums. Token columns
-// of the B tile beyond T are never read back; a column's sums depend only on its own activations, so every row of y is
-// computed by the same instructions in the same order whatever T is. Compiled with -mamx-tile -mamx-bf16 -mavx512bf16;
-// only called when cpu_has_amx_bf16().
+// tiles (16 weight rows x 32 k, loaded straight from the row-major [N, K] matrix with its row
+// stride), the activations the B tile (16 k-pairs x 16 token rows, packed once per call in the
+// VNNI pair layout), and each TDPBF16PS adds a 16 x 16 block of y^T. A TDPBF16PS costs the same
+// whether 1 or 16 token columns are live, so verifying up to 16 rows streams each weight once at
+// the cost of a decode step, with no weight repacking and no horizontal sums. Token columns of
+// the B tile beyond T are never read back; a column's sums depend only on its own activations, so
+// every row of y is computed by the same instructions in the same order whatever T is.
+// Compiled with -mamx-tile -mamx-bf16 -mavx512bf16; only called when cpu_has_amx_bf16().
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
