@@ -187,7 +187,19 @@ void DraftModel::save(const std::string& dir) const {
 }
 
 DraftModel DraftModel::rebind(const DraftTarget& target) const {
-  // stored_ holds the EAGLE-format tensors, so rebuild from the EAGLE form of the config.
+  // Only the embedding table changes (an RL update of the same policy): the prepared weights
+  // (packed panels, int8 rows) do not depend on it, so they are shared, not prepared again.
+  const bool same_shape = target.device == target_.device && target.act_dtype == target_.act_dtype &&
+                          target.hidden_size == target_.hidden_size && target.vocab_size == target_.vocab_size &&
+                          target.num_layers == target_.num_layers &&
+                          resolved_draft_weights(target.device) == weights_ && target.embedding.defined() &&
+                          target.embedding.shape() == target_.embedding.shape();
+  if (same_shape) {
+    DraftModel m = *this;
+    m.target_ = target;
+    return m;
+  }
+  // Otherwise rebuild from stored_, the EAGLE-format tensors, and the EAGLE form of the config.
   const DraftConfig cfg = DraftConfig::from_json_text(cfg_.to_eagle_json(target_.num_layers), "rebind");
   std::vector<std::string> names;
   for (const auto& [n, t] : stored_)

@@ -73,7 +73,9 @@ class DraftModel {
   void save(const std::string& dir) const;
   // The same weights serving another version of the policy (its embedding table, device and
   // activation dtype): what a worker does when RL replaces the policy under a drafter. Error
-  // when the new policy's sizes do not fit the draft.
+  // when the new policy's sizes do not fit the draft. When only the embedding table differs (same
+  // sizes, device, activation dtype and weight precision) the prepared weights are shared with
+  // this drafter, not prepared again; otherwise they are rebuilt from tensors().
   DraftModel rebind(const DraftTarget& target) const;
 
   const DraftConfig& config() const { return cfg_; }

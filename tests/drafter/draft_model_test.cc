@@ -127,6 +127,36 @@ TEST_P(DraftGolden, EagleFormatRoundTripGivesTheSameOutputs) {
   fs::remove_all(out);
 }
 
+// A policy update replaces the embedding table under the drafter: rebind must give what a fresh
+// load against the new table gives (the embedding enters every step's token rows), whether it
+// shares the prepared weights (same sizes, dtype and precision) or rebuilds them (another precision).
+TEST_P(DraftGolden, RebindToANewEmbeddingGivesAFreshLoadsOutputs) {
+  const DraftTarget t0 = policy_->draft_target();
+  const DraftModel m = DraftModel::load(dir_, t0);
+  DraftTarget t1 = t0;
+  std::vector<float> e = t0.embedding.to_f32_vector();
+  for (size_t i = 0; i < e.size(); ++i)
+    e[i] = -0.5f * e[i] + 0.01f * static_cast<float>(i % 7);
+  t1.embedding = Tensor::from_f32(e, t0.embedding.shape()).to_dtype(t0.embedding.dtype());
+  const TwoSteps before = run_two_steps(m, *ref_), rebound = run_two_steps(m.rebind(t1), *ref_),
+                 fresh = run_two_steps(DraftModel::load(dir_, t1), *ref_);
+  EXPECT_EQ(rebound.logits0, fresh.logits0);
+  EXPECT_EQ(rebound.logits1, fresh.logits1);
+  EXPECT_EQ(rebound.state1, fresh.state1);
+  EXPECT_NE(rebound.logits1, before.logits1);                  // the new table is what they read
+  EXPECT_EQ(run_two_steps(m, *ref_).logits1, before.logits1);  // the original is untouched
+
+  // Another weight precision in force (int8, the scalar loop where the CPU lacks the tiles): the
+  // weights are prepared again, in it.
+  set_draft_weights(DraftWeights::kInt8);
+  const DraftModel rebuilt = m.rebind(t1), fresh_int8 = DraftModel::load(dir_, t1);
+  set_draft_weights(DraftWeights::kAsStored);
+  EXPECT_EQ(rebuilt.weights(), DraftWeights::kInt8);
+  const TwoSteps r8 = run_two_steps(rebuilt, *ref_), f8 = run_two_steps(fresh_int8, *ref_);
+  EXPECT_EQ(r8.logits1, f8.logits1);
+  EXPECT_NE(r8.logits1, rebound.logits1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, DraftGolden, ::testing::Values("spec_default", "spec_variant"));
 
 // A copy of spec_default with one change, loaded against the policy fixture.
