@@ -27,6 +27,13 @@ double SpecStats::tau_at(int64_t depth) const {
   return t;
 }
 
+int64_t SpecStats::tried_depth(int64_t depth, int64_t min_tried) const {
+  int64_t d = 0;
+  while (d < depth && static_cast<size_t>(d) < tried_at.size() && tried_at[static_cast<size_t>(d)] >= min_tried)
+    ++d;
+  return d;
+}
+
 double SpecStats::alpha(size_t j) const {
   const int64_t prev = j == 0 ? rounds : (j - 1 < accepted_at.size() ? accepted_at[j - 1] : 0);
   const int64_t now = j < accepted_at.size() ? accepted_at[j] : 0;

@@ -43,6 +43,9 @@ struct SpecStats {
   double tau() const { return rounds == 0 ? 1.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(rounds); }
   // Estimated acceptance length of depth-`depth` rounds (see above); 1 when nothing was tried.
   double tau_at(int64_t depth) const;
+  // How many leading positions (up to `depth`) at least `min_tried` rounds tried: the depth to
+  // which tau_at measures rather than counts untried positions as never accepted.
+  int64_t tried_depth(int64_t depth, int64_t min_tried) const;
   // Acceptance of position j given positions < j were accepted (n-alpha for chains).
   double alpha(size_t j) const;
   // One round: `drafted_tokens` drafts in a tree of depth `depth` (0: the depth equals the

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "kernels/core/error.h"
 
 namespace updraft {
@@ -46,7 +48,13 @@ RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const 
   if (!ready())
     return Verdict::kWatching;
   watching_ = false;
-  double tau_new = watched_.tau_at(opt_.depth), tau_old = bar_.tau_at(opt_.depth);
+  // Live, both at the depth both measured: a drafter that the depth chooser keeps shallow (as
+  // after a domain switch) tried no deep positions, and tau_at would count them as rejected
+  // against a bar that tried them.
+  const int64_t min_tried = std::max<int64_t>(1, opt_.rounds / 4),
+                live_depth =
+                    std::min(watched_.tried_depth(opt_.depth, min_tried), bar_.tried_depth(opt_.depth, min_tried));
+  double tau_new = watched_.tau_at(live_depth), tau_old = bar_.tau_at(live_depth);
   const bool alarm = bar_.rounds > 0 && tau_new < (1.0 - opt_.margin) * tau_old;
   bool same = false;
   if (alarm && scorer_ && !samples_.empty()) {
