@@ -11,7 +11,8 @@
 namespace updraft {
 
 // Estimated chain acceptance of a drafter on captured completions, teacher-forced
-// (trainer/draft_train.h): what confirms a worker's rollback alarm on the same completions.
+// (trainer/draft_train.h; bf16 products where the CPU has AMX): what confirms a worker's rollback
+// alarm on the same completions.
 DrafterScorer teacher_forced_scorer();
 
 // Follows a weight link for `worker`: every version announced (and delivered: read in place or

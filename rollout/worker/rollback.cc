@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/core/error.h"
 
@@ -58,11 +59,17 @@ RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const 
   const bool alarm = bar_.rounds > 0 && tau_new < (1.0 - opt_.margin) * tau_old;
   bool same = false;
   if (alarm && scorer_ && !samples_.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     const std::vector<TttSample> data(samples_.begin(), samples_.end());
+    const double live_new = tau_new, live_old = tau_old;
     tau_new = scorer_(candidate, policy, data, opt_.depth);
     tau_old = scorer_(previous, policy, data, opt_.depth);
     same = true;
     ++confirmations_;
+    spdlog::info(
+        "rollback: live tau {:.2f} against the bar's {:.2f} (depth {}): confirmed on {} completions in {:.2f} s",
+        live_new, live_old, live_depth, data.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   last_new_ = tau_new;
   last_old_ = tau_old;

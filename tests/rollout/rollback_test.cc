@@ -87,5 +87,35 @@ TEST_F(RollbackLive, SameDepthComparesTheFullDepth) {
   EXPECT_EQ(scored_, 2);
 }
 
+// A confirmation scores the newest max_samples completions, oldest out.
+TEST(RollbackWatch, ConfirmsOnTheNewestCompletions) {
+  const PolicyModel policy = random_policy(testing_models::tiny_config(), 3, DType::F32);
+  const DraftModel d =
+      random_draft(testing_models::tiny_draft_config(policy.config(), policy.config().vocab_size),
+                   VocabMap::identity(policy.config().vocab_size), policy.draft_target(), 5, DType::F32);
+  RollbackOptions o;
+  o.rounds = 4;
+  o.max_samples = 3;
+  std::vector<int32_t> firsts;
+  RollbackWatch w(o, [&](const DraftModel&, const PolicyModel&, const std::vector<TttSample>& data, int64_t) {
+    firsts.clear();
+    for (const TttSample& s : data)
+      firsts.push_back(s.tokens[0]);
+    return 1.0;
+  });
+  for (int32_t i = 0; i < 5; ++i) {
+    TttSample s;
+    s.tokens = {i, 1, 2, 3};
+    s.prompt_length = 1;
+    w.add_sample(s);
+  }
+  w.add_rounds(rounds_of(16, 2, {2}));
+  w.swapped();
+  w.add_rounds(rounds_of(4, 2, {0}));
+  EXPECT_EQ(w.decide(d, d, policy), RollbackWatch::Verdict::kKeep);  // equal on the same completions
+  EXPECT_EQ(firsts, (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(w.confirmations(), 1);
+}
+
 }  // namespace
 }  // namespace updraft
