@@ -188,7 +188,8 @@ void DraftModel::save(const std::string& dir) const {
 
 DraftModel DraftModel::rebind(const DraftTarget& target) const {
   // Only the embedding table changes (an RL update of the same policy): the prepared weights
-  // (packed panels, int8 rows) do not depend on it, so they are shared, not prepared again.
+  // (packed panels, int8 rows) do not depend on it, so they are shared, not prepared again. (The
+  // CPU kernel that chose panel packing is set once at startup; cfg_ keeps its loaded format.)
   const bool same_shape = target.device == target_.device && target.act_dtype == target_.act_dtype &&
                           target.hidden_size == target_.hidden_size && target.vocab_size == target_.vocab_size &&
                           target.num_layers == target_.num_layers &&

@@ -56,7 +56,13 @@ RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const 
                 live_depth =
                     std::min(watched_.tried_depth(opt_.depth, min_tried), bar_.tried_depth(opt_.depth, min_tried));
   double tau_new = watched_.tau_at(live_depth), tau_old = bar_.tau_at(live_depth);
-  const bool alarm = bar_.rounds > 0 && tau_new < (1.0 - opt_.margin) * tau_old;
+  // Below the margin: on tau at the full depth; at a shallower one on the accepted drafts
+  // (tau - 1), since 1 + a1 alone ranges over [1, 2] and a margin on it would pass a large drop.
+  bool shallow = live_depth < opt_.depth;
+  const auto line = [&](double bar) {
+    return shallow ? 1.0 + (1.0 - opt_.margin) * (bar - 1.0) : (1.0 - opt_.margin) * bar;
+  };
+  const bool alarm = live_depth > 0 && tau_new < line(tau_old);
   bool same = false;
   if (alarm && scorer_ && !samples_.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -65,6 +71,7 @@ RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const 
     tau_new = scorer_(candidate, policy, data, opt_.depth);
     tau_old = scorer_(previous, policy, data, opt_.depth);
     same = true;
+    shallow = false;  // both scored at the full depth
     ++confirmations_;
     spdlog::info(
         "rollback: live tau {:.2f} against the bar's {:.2f} (depth {}): confirmed on {} completions in {:.2f} s",
@@ -73,11 +80,10 @@ RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const 
   }
   last_new_ = tau_new;
   last_old_ = tau_old;
-  const bool comparable = same || bar_.rounds > 0;
-  if (comparable && tau_new < (1.0 - opt_.margin) * tau_old) {
-    spdlog::warn("rollback: tau {:.2f} fell below {:.2f} (the previous drafter's {:.2f}, {})", tau_new,
-                 (1.0 - opt_.margin) * tau_old, tau_old,
-                 same ? "both estimated on the same completions" : "live, on different requests");
+  const bool comparable = same || live_depth > 0;
+  if (comparable && tau_new < line(tau_old)) {
+    spdlog::warn("rollback: tau {:.2f} fell below {:.2f} (the previous drafter's {:.2f}, {})", tau_new, line(tau_old),
+                 tau_old, same ? "both estimated on the same completions" : "live, on different requests");
     recent_.clear();
     recent_sum_ = bar_;  // the restored drafter's rounds stay the bar for its next successor
     recent_.push_back(bar_);

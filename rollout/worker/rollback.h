@@ -7,14 +7,16 @@
 // lengths (SpecStats::tau_at: rounds of any depth count, so adaptive speculation's shorter chains
 // do not bias it) over the positions both tried in at least a quarter of `rounds` rounds: a new
 // drafter kept at depth 1 is compared on its first position, not charged with deeper positions it
-// never tried (a bar with fewer rounds than that compares nothing). At or above (1 - margin) x the
-// bar's, the new drafter stays. Below, the alarm is confirmed on the same requests when a scorer
-// and recent captured completions are at hand: both drafters' acceptance estimated teacher-forced
-// on the same completions (a change of prompts moves live acceptance without any fault of the
-// drafter), and that decides. The live bar is the previous drafter's recent rounds, so a drafter
-// swapped in right after unusually hard requests meets a low bar; the trainer promotes only
-// candidates that beat its serving drafter on held-out records, which covers that gap; confirming
-// every swap would cost a decode of the completions.
+// never tried (a bar with fewer rounds than that compares nothing, and the new drafter stays). At
+// or above (1 - margin) x the bar's, the new drafter stays; at a depth short of the full one the
+// margin applies to the accepted drafts (tau - 1), as 1 + a1 alone would hide a large drop. Below,
+// the alarm is confirmed on the same requests when a scorer and recent captured completions are at
+// hand: both drafters' acceptance estimated teacher-forced on the same completions (a change of
+// prompts moves live acceptance without any fault of the drafter), and that decides. The live bar
+// is the previous drafter's recent rounds, so a drafter swapped in right after unusually hard
+// requests meets a low bar; the trainer promotes only candidates that beat its serving drafter on
+// held-out records, which covers that gap; confirming every swap would cost a decode of the
+// completions.
 //
 // The scorer is injected (the worker does not depend on the trainer): app/ gives one that runs
 // the trainer's teacher-forced evaluation.

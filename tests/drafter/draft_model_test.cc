@@ -148,9 +148,15 @@ TEST_P(DraftGolden, RebindToANewEmbeddingGivesAFreshLoadsOutputs) {
 
   // Another weight precision in force (int8, the scalar loop where the CPU lacks the tiles): the
   // weights are prepared again, in it.
-  set_draft_weights(DraftWeights::kInt8);
-  const DraftModel rebuilt = m.rebind(t1), fresh_int8 = DraftModel::load(dir_, t1);
-  set_draft_weights(DraftWeights::kAsStored);
+  struct Int8Scope {  // restored even when a build throws: the setting is process-wide
+    Int8Scope() { set_draft_weights(DraftWeights::kInt8); }
+    ~Int8Scope() { set_draft_weights(DraftWeights::kAsStored); }
+  };
+  auto build_int8 = [&] {
+    Int8Scope scope;
+    return std::make_pair(m.rebind(t1), DraftModel::load(dir_, t1));
+  };
+  const auto [rebuilt, fresh_int8] = build_int8();
   EXPECT_EQ(rebuilt.weights(), DraftWeights::kInt8);
   const TwoSteps r8 = run_two_steps(rebuilt, *ref_), f8 = run_two_steps(fresh_int8, *ref_);
   EXPECT_EQ(r8.logits1, f8.logits1);

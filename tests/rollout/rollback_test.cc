@@ -78,6 +78,27 @@ TEST_F(RollbackLive, AShallowSuccessorWorseOnItsPositionsIsConfirmed) {
   EXPECT_EQ(scored_, 4);
 }
 
+// At a shallow depth the margin applies to the accepted drafts: a first-position acceptance that
+// falls from 0.8 to 0.6 (25%) raises the alarm, where 1.6 against 1.8 would have passed; 0.7
+// (12.5%) does not.
+TEST_F(RollbackLive, AtAShallowDepthTheMarginIsOnTheAcceptedDrafts) {
+  const SpecStats bar = rounds_of(250, 3, {1, 1, 1, 1, 0});             // a1 = 0.8
+  EXPECT_EQ(verdict(bar, rounds_of(64, 1, {1, 1, 1, 0, 0}), 1.0, 2.0),  // a1 = 0.6
+            RollbackWatch::Verdict::kRollBack);
+  EXPECT_EQ(scored_, 2);
+  std::vector<int64_t> seven(10, 1);  // a1 = 0.7
+  seven[0] = seven[1] = seven[2] = 0;
+  EXPECT_EQ(verdict(bar, rounds_of(70, 1, seven)), RollbackWatch::Verdict::kKeep);
+  EXPECT_EQ(scored_, 2);
+}
+
+// A bar of fewer rounds than a quarter of the watch compares nothing: the new drafter stays,
+// unscored.
+TEST_F(RollbackLive, ABarTooShortComparesNothing) {
+  EXPECT_EQ(verdict(rounds_of(8, 4, {4}), rounds_of(64, 4, {0})), RollbackWatch::Verdict::kKeep);
+  EXPECT_EQ(scored_, 0);
+}
+
 // Both at the full depth: the comparison is the full-depth tau, as before.
 TEST_F(RollbackLive, SameDepthComparesTheFullDepth) {
   const SpecStats bar = rounds_of(256, 4, {4});
