@@ -20,6 +20,7 @@
 #include "kernels/io/hf_config.h"
 #include "kernels/io/safetensors.h"
 #include "rollout/policy_model.h"
+#include "tests/drafter/test_drafts.h"
 #include "tests/fixture_util.h"
 
 namespace updraft {
@@ -148,12 +149,8 @@ TEST_P(DraftGolden, RebindToANewEmbeddingGivesAFreshLoadsOutputs) {
 
   // Another weight precision in force (int8, the scalar loop where the CPU lacks the tiles): the
   // weights are prepared again, in it.
-  struct Int8Scope {  // restored even when a build throws: the setting is process-wide
-    Int8Scope() { set_draft_weights(DraftWeights::kInt8); }
-    ~Int8Scope() { set_draft_weights(DraftWeights::kAsStored); }
-  };
   auto build_int8 = [&] {
-    Int8Scope scope;
+    const testing_models::DraftWeightsScope scope(DraftWeights::kInt8);
     return std::make_pair(m.rebind(t1), DraftModel::load(dir_, t1));
   };
   const auto [rebuilt, fresh_int8] = build_int8();

@@ -24,4 +24,17 @@ inline DraftConfig tiny_draft_config(const PolicyConfig& p, int64_t vd) {
   return c;
 }
 
+// Drafters built while it lives use `w` (the process-wide setting, restored on exit, also when a
+// build throws).
+class DraftWeightsScope {
+ public:
+  explicit DraftWeightsScope(DraftWeights w) : saved_(draft_weights()) { set_draft_weights(w); }
+  ~DraftWeightsScope() { set_draft_weights(saved_); }
+  DraftWeightsScope(const DraftWeightsScope&) = delete;
+  DraftWeightsScope& operator=(const DraftWeightsScope&) = delete;
+
+ private:
+  DraftWeights saved_;
+};
+
 }  // namespace updraft::testing_models

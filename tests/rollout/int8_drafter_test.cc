@@ -9,15 +9,7 @@
 namespace updraft {
 namespace {
 
-// Drafters built while it lives use `w`.
-class DraftWeightsScope {
- public:
-  explicit DraftWeightsScope(DraftWeights w) : saved_(draft_weights()) { set_draft_weights(w); }
-  ~DraftWeightsScope() { set_draft_weights(saved_); }
-
- private:
-  DraftWeights saved_;
-};
+using testing_models::DraftWeightsScope;
 
 using Int8Drafter = testing_spec::SpecFixture;
 
