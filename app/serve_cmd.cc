@@ -95,6 +95,10 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->capture_default_str();
   cmd.add_option("--rollback-rounds", a.rollback_rounds, "speculation rounds watched after a drafter swap")
       ->capture_default_str();
+  cmd.add_option("--rollback-wait", a.rollback_wait_seconds,
+                 "seconds a rollback confirmation runs beside the engine before the engine waits for it")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd.add_option("--max-inflight-prompts", a.max_inflight_prompts,
                  "prompts in flight beyond which requests get 503 (a larger request gets 413)")
       ->capture_default_str();
@@ -179,6 +183,7 @@ int run_serve(const ServeArgs& a) {
   wo.record_max_tokens = a.record_max_tokens;
   wo.rollback_margin = a.rollback_margin;
   wo.rollback_rounds = a.rollback_rounds;
+  wo.rollback_wait_seconds = a.rollback_wait_seconds;
   wo.scorer = teacher_forced_scorer();
   std::atomic<RolloutService*> dashboard{nullptr};
   wo.on_window = [&dashboard](const WindowReport& w) {

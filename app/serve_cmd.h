@@ -37,6 +37,7 @@ struct ServeArgs {
   bool prefix_reuse = true;            // rollout/engine/prefix_reuse.h
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
+  double rollback_wait_seconds = 10;  // WorkerOptions::rollback_wait_seconds
   int64_t max_inflight_prompts = 4096;
   // Records.
   std::string send;

@@ -44,55 +44,70 @@ void RollbackWatch::add_sample(TttSample s) {
     samples_.pop_front();
 }
 
-RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const DraftModel& previous,
-                                             const PolicyModel& policy) {
+RollbackWatch::Verdict RollbackWatch::judge_live() {
   if (!ready())
     return Verdict::kWatching;
   watching_ = false;
   // Live, both at the depth both measured: a drafter that the depth chooser keeps shallow (as
   // after a domain switch) tried no deep positions, and tau_at would count them as rejected
   // against a bar that tried them.
-  const int64_t min_tried = std::max<int64_t>(1, opt_.rounds / 4),
-                live_depth =
-                    std::min(watched_.tried_depth(opt_.depth, min_tried), bar_.tried_depth(opt_.depth, min_tried));
-  double tau_new = watched_.tau_at(live_depth), tau_old = bar_.tau_at(live_depth);
+  const int64_t min_tried = std::max<int64_t>(1, opt_.rounds / 4);
+  live_depth_ = std::min(watched_.tried_depth(opt_.depth, min_tried), bar_.tried_depth(opt_.depth, min_tried));
+  live_new_ = watched_.tau_at(live_depth_);
+  live_old_ = bar_.tau_at(live_depth_);
+  const bool alarm = live_depth_ > 0 && live_new_ < line(live_old_, live_depth_);
+  if (alarm && scorer_ && !samples_.empty())
+    return Verdict::kConfirm;
+  return conclude(live_new_, live_old_, live_depth_, false);
+}
+
+double RollbackWatch::line(double bar, int64_t depth) const {
   // Below the margin: on tau at the full depth; at a shallower one on the accepted drafts
   // (tau - 1), since 1 + a1 alone ranges over [1, 2] and a margin on it would pass a large drop.
-  bool shallow = live_depth < opt_.depth;
-  const auto line = [&](double bar) {
-    return shallow ? 1.0 + (1.0 - opt_.margin) * (bar - 1.0) : (1.0 - opt_.margin) * bar;
-  };
-  const bool alarm = live_depth > 0 && tau_new < line(tau_old);
-  bool same = false;
-  if (alarm && scorer_ && !samples_.empty()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<TttSample> data(samples_.begin(), samples_.end());
-    const double live_new = tau_new, live_old = tau_old;
-    tau_new = scorer_(candidate, policy, data, opt_.depth);
-    tau_old = scorer_(previous, policy, data, opt_.depth);
-    same = true;
-    shallow = false;  // both scored at the full depth
-    ++confirmations_;
-    spdlog::info(
-        "rollback: live tau {:.2f} against the bar's {:.2f} (depth {}): confirmed on {} completions in {:.2f} s",
-        live_new, live_old, live_depth, data.size(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+  return depth < opt_.depth ? 1.0 + (1.0 - opt_.margin) * (bar - 1.0) : (1.0 - opt_.margin) * bar;
+}
+
+std::vector<TttSample> RollbackWatch::confirmation_samples() const {
+  return std::vector<TttSample>(samples_.begin(), samples_.end());
+}
+
+RollbackWatch::Verdict RollbackWatch::judge_confirmed(double tau_new, double tau_old, size_t samples, double seconds) {
+  ++confirmations_;
+  spdlog::info("rollback: live tau {:.2f} against the bar's {:.2f} (depth {}): confirmed on {} completions in {:.2f} s",
+               live_new_, live_old_, live_depth_, samples, seconds);
+  return conclude(tau_new, tau_old, opt_.depth, true);  // both scored at the full depth
+}
+
+RollbackWatch::Verdict RollbackWatch::conclude(double tau_new, double tau_old, int64_t depth, bool same) {
   last_new_ = tau_new;
   last_old_ = tau_old;
-  const bool comparable = same || live_depth > 0;
-  if (comparable && tau_new < line(tau_old)) {
-    spdlog::warn("rollback: tau {:.2f} fell below {:.2f} (the previous drafter's {:.2f}, {})", tau_new, line(tau_old),
-                 tau_old, same ? "both estimated on the same completions" : "live, on different requests");
+  if (depth == 0)
+    return Verdict::kKeep;  // nothing comparable
+  if (tau_new < line(tau_old, depth)) {
+    spdlog::warn("rollback: tau {:.2f} fell below {:.2f} (the previous drafter's {:.2f}, {})", tau_new,
+                 line(tau_old, depth), tau_old,
+                 same ? "both estimated on the same completions" : "live, on different requests");
     recent_.clear();
     recent_sum_ = bar_;  // the restored drafter's rounds stay the bar for its next successor
     recent_.push_back(bar_);
     return Verdict::kRollBack;
   }
-  if (comparable)
-    spdlog::info("rollback: new drafter kept: tau {:.2f} vs {:.2f} ({})", tau_new, tau_old,
-                 same ? "same completions" : "live");
+  spdlog::info("rollback: new drafter kept: tau {:.2f} vs {:.2f} ({})", tau_new, tau_old,
+               same ? "same completions" : "live");
   return Verdict::kKeep;
+}
+
+RollbackWatch::Verdict RollbackWatch::decide(const DraftModel& candidate, const DraftModel& previous,
+                                             const PolicyModel& policy) {
+  const Verdict live = judge_live();
+  if (live != Verdict::kConfirm)
+    return live;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<TttSample> data = confirmation_samples();
+  const double tau_new = scorer_(candidate, policy, data, opt_.depth);
+  const double tau_old = scorer_(previous, policy, data, opt_.depth);
+  return judge_confirmed(tau_new, tau_old, data.size(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace updraft

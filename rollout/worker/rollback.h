@@ -21,7 +21,8 @@
 // The scorer is injected (the worker does not depend on the trainer): app/ gives one that runs
 // the trainer's teacher-forced evaluation.
 //
-// Thread safety: none; the worker's engine thread owns it.
+// Thread safety: none; the worker's engine thread owns it. The worker runs a confirmation on a
+// thread of its own (rollout/worker/confirmation.h) and hands its estimates back.
 #pragma once
 
 #include <cstdint>
@@ -44,14 +45,15 @@ struct RollbackOptions {
   double margin = 0.2;
   int64_t rounds = 64;
   int64_t depth = 4;           // the full speculation depth (tau_at)
-  // Recent captured completions kept for a confirmation, which runs on the engine thread: both
-  // drafters teacher-forced over them (16 cost 0.8 s on one thread of the 2-core Xeon, 32 1.4 s).
+  // Recent captured completions kept for a confirmation: both drafters teacher-forced over them
+  // (16 cost 0.8 s on one thread of the 2-core Xeon, 32 1.4 s).
   size_t max_samples = 16;
 };
 
 class RollbackWatch {
  public:
-  enum class Verdict { kWatching, kKeep, kRollBack };
+  // kConfirm: the live comparison raised an alarm that recent completions can confirm.
+  enum class Verdict { kWatching, kKeep, kRollBack, kConfirm };
 
   RollbackWatch(const RollbackOptions& options, DrafterScorer scorer);
 
@@ -61,25 +63,43 @@ class RollbackWatch {
   void add_rounds(const SpecStats& step);
   // Whether alarms are confirmed on recent completions (a scorer was given): add_sample wants them.
   bool confirms() const { return static_cast<bool>(scorer_); }
+  const DrafterScorer& scorer() const { return scorer_; }
+  int64_t depth() const { return opt_.depth; }
   // A recent captured completion of the serving policy (kept for confirmations).
   void add_sample(TttSample s);
   void policy_changed() { samples_.clear(); }
   bool ready() const { return watching_ && watched_.rounds >= opt_.rounds; }
-  // When ready(): the verdict on `candidate` against `previous` (both serving `policy`).
+
+  // When ready(), in two parts so that a confirmation can run elsewhere: judge_live() ends the
+  // watch with kKeep or kRollBack, or kConfirm; then the scorer's estimates for the new and the
+  // previous drafter on confirmation_samples() go to judge_confirmed(), which decides.
+  Verdict judge_live();
+  std::vector<TttSample> confirmation_samples() const;
+  Verdict judge_confirmed(double tau_new, double tau_old, size_t samples, double seconds);
+  // After kConfirm, when the confirmation could not run: the live comparison decides.
+  Verdict judge_unconfirmed() { return conclude(live_new_, live_old_, live_depth_, false); }
+  // Ends a watch without a verdict (there is no previous drafter to compare with).
+  void end_watch() { watching_ = false; }
+  // Both parts on the calling thread: the verdict on `candidate` against `previous` (both serving
+  // `policy`), never kConfirm.
   Verdict decide(const DraftModel& candidate, const DraftModel& previous, const PolicyModel& policy);
+
   int64_t confirmations() const { return confirmations_; }
   double last_new_tau() const { return last_new_; }
   double last_old_tau() const { return last_old_; }
 
  private:
+  double line(double bar, int64_t depth) const;  // the least tau that keeps a new drafter
+  Verdict conclude(double tau_new, double tau_old, int64_t depth, bool same);
+
   RollbackOptions opt_;
   DrafterScorer scorer_;
   std::deque<SpecStats> recent_;  // per step, the serving drafter's latest rounds
   SpecStats recent_sum_, bar_, watched_;
   bool watching_ = false;
   std::deque<TttSample> samples_;
-  int64_t confirmations_ = 0;
-  double last_new_ = 0, last_old_ = 0;
+  int64_t confirmations_ = 0, live_depth_ = 0;
+  double last_new_ = 0, last_old_ = 0, live_new_ = 0, live_old_ = 0;
 };
 
 }  // namespace updraft

@@ -190,6 +190,11 @@ bool Worker::wait_serving(bool drafter, uint64_t version, std::chrono::milliseco
   }) && !stopping_;
 }
 
+bool Worker::wait_rollback_verdict(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return state_cv_.wait_for(lock, timeout, [&] { return stopping_ || !rollback_undecided_; }) && !stopping_;
+}
+
 void Worker::pause(PauseMode mode) {
   std::unique_lock<std::mutex> lock(mu_);
   paused_ = true;
@@ -225,6 +230,10 @@ void Worker::stop() {
   }
   if (thread_.joinable())
     thread_.join();
+  if (confirmation_) {  // the engine thread has gone: no verdict to apply
+    confirmation_->hurry();
+    confirmation_.reset();
+  }
 }
 
 Worker::Load Worker::load() const {

@@ -56,6 +56,7 @@
 #include "messaging/record_sender.h"
 #include "rollout/engine/engine.h"
 #include "rollout/spec/adaptive.h"
+#include "rollout/worker/confirmation.h"
 #include "rollout/worker/recorder.h"
 #include "rollout/worker/rollback.h"
 #include "rollout/worker/versions.h"
@@ -144,6 +145,9 @@ struct WorkerOptions {
   double rollback_margin = 0.2;
   int64_t rollback_rounds = 64;
   DrafterScorer scorer;  // confirms a rollback alarm on the same completions (optional)
+  // A confirmation runs beside the engine (rollout/worker/confirmation.h) while the new drafter
+  // serves; once it has run this long the engine thread waits for its verdict.
+  double rollback_wait_seconds = 10;
   int threads = 0;       // OpenMP threads of the engine thread (0: the process default)
   double window_seconds = 1.0;
   std::function<void(const WindowReport&)> on_window;  // engine thread
@@ -218,6 +222,9 @@ class Worker {
   // Waits until the serving policy (or drafter) version is at least `version`; false on timeout
   // or stop.
   bool wait_serving(bool drafter, uint64_t version, std::chrono::milliseconds timeout);
+  // Waits until the rollback watch of the serving drafter has decided (its confirmation included,
+  // when it takes one); true at once when nothing is being watched.
+  bool wait_rollback_verdict(std::chrono::milliseconds timeout);
 
   // Stepping stops until resume(); returns once no step is running and the mode has taken
   // effect. kInPlace: requests keep their KV; kAbort: every request in flight ends now (finish
@@ -282,6 +289,9 @@ class Worker {
   void fail_all(GenMode mode, const std::string& why);
   uint64_t enqueue(GenRequest req, CompletionCallback on_done, const SubmitOptions& opts);  // mu_ held
   void watch_rollback();
+  void start_confirmation(const DrafterVersion& previous);
+  void collect_confirmation();
+  void apply_rollback_verdict(RollbackWatch::Verdict v, const DrafterVersion& previous);
   void close_window();
   void do_flush();
   void pause_action(PauseMode mode);
@@ -306,6 +316,7 @@ class Worker {
   bool window_policy_swapped_ = false, window_drafter_swapped_ = false;
   bool drafter_retry_when_idle_ = false, full_retry_when_idle_ = false;
   bool pending_watch_ = false;  // a drafter replaced another one: watch it once it serves
+  uint64_t confirming_new_ = 0, confirming_old_ = 0;  // the drafter versions confirmation_ compares
   uint64_t serving_requests_ = 0;  // serving requests admitted (probe_every)
   bool shutting_ = false;
 
@@ -325,7 +336,11 @@ class Worker {
   WorkerMetrics metrics_;
   Load load_;
   uint64_t serving_policy_version_ = 0, serving_drafter_version_ = 0;  // what the serving engine runs
+  // A watch is ready to decide or its confirmation runs (wait_rollback_verdict).
+  bool rollback_undecided_ = false;
   std::thread thread_;
+  // Engine thread only; last, so that it is joined before the members its callback uses go.
+  std::unique_ptr<BackgroundConfirmation> confirmation_;
 };
 
 }  // namespace updraft

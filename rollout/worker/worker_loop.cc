@@ -91,6 +91,7 @@ void Worker::loop() {
     if (stopping && !shutting_)
       begin_shutdown();
     apply_versions();
+    collect_confirmation();
     if (stopping) {
       for (Inbox& x : in)
         finish_unadmitted(x, CompletionStatus::kShuttingDown, "shutting down");

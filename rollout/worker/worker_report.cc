@@ -109,6 +109,7 @@ void Worker::publish_state() {  // mu_ held
   load_.block_size = s.engine->cache().block_size();
   serving_policy_version_ = s.policy_version;
   serving_drafter_version_ = s.drafter.version;
+  rollback_undecided_ = rollback_.ready() || confirmation_ != nullptr;
   const EngineStats& st = s.engine->stats();
   metrics_.steps = st.steps;
   metrics_.preemptions = st.preemptions;

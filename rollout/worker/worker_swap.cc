@@ -2,6 +2,7 @@
 // in between steps, and the rollback watch decides on a new drafter.
 #include <spdlog/spdlog.h>
 
+#include "kernels/core/cpu_team.h"
 #include "kernels/core/error.h"
 #include "rollout/worker/worker.h"
 
@@ -92,15 +93,67 @@ void Worker::sync_drafter() {
 }
 
 void Worker::watch_rollback() {
-  if (!rollback_.ready())
-    return;
-  ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  if (confirmation_ || !rollback_.ready())
+    return;  // one confirmation at a time: a watch that closes meanwhile waits for it
+  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
   const DrafterVersion prev = versions_.previous();
   if (!prev.model || !s.drafter.model) {
+    rollback_.end_watch();
     versions_.confirm();
     return;
   }
-  const RollbackWatch::Verdict v = rollback_.decide(*s.drafter.model, *prev.model, *s.policy);
+  const RollbackWatch::Verdict v = rollback_.judge_live();
+  if (v == RollbackWatch::Verdict::kConfirm)
+    start_confirmation(prev);
+  else
+    apply_rollback_verdict(v, prev);
+}
+
+void Worker::start_confirmation(const DrafterVersion& previous) {
+  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  confirming_new_ = s.drafter.version;
+  confirming_old_ = previous.version;
+  confirmation_ =
+      std::make_unique<BackgroundConfirmation>(rollback_.scorer(), s.drafter.model, previous.model, s.policy,
+                                               rollback_.confirmation_samples(), rollback_.depth(), [this] {
+                                                 std::lock_guard<std::mutex> lock(mu_);
+                                                 wake_ = true;  // an idle engine thread applies the verdict
+                                                 cv_.notify_all();
+                                               });
+}
+
+void Worker::collect_confirmation() {
+  if (!confirmation_)
+    return;
+  if (!confirmation_->done()) {
+    if (confirmation_->age_seconds() < options_.rollback_wait_seconds)
+      return;
+    spdlog::warn("worker {}: the rollback confirmation of drafter v{} has run {:.1f} s; the engine waits for it",
+                 options_.id, confirming_new_, confirmation_->age_seconds());
+    confirmation_->hurry();
+    release_cpu_team();  // this thread's team sleeps meanwhile
+  }
+  const BackgroundConfirmation::Result r = confirmation_->wait();
+  confirmation_.reset();
+  const DrafterVersion prev = versions_.previous();
+  const uint64_t serving = engines_[static_cast<int>(GenMode::kServing)].drafter.version;
+  if (serving != confirming_new_ || prev.version != confirming_old_ || !prev.model) {
+    spdlog::info("worker {}: the rollback confirmation of drafter v{} no longer applies (v{} serves)", options_.id,
+                 confirming_new_, serving);
+    return;
+  }
+  RollbackWatch::Verdict v = RollbackWatch::Verdict::kKeep;
+  if (r.error.empty()) {
+    v = rollback_.judge_confirmed(r.tau_new, r.tau_old, r.samples, r.seconds);
+  } else {
+    spdlog::error("worker {}: the rollback confirmation failed ({}); the live comparison decides", options_.id,
+                  r.error);
+    v = rollback_.judge_unconfirmed();
+  }
+  apply_rollback_verdict(v, prev);
+}
+
+void Worker::apply_rollback_verdict(RollbackWatch::Verdict v, const DrafterVersion& previous) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.rollback_confirmations = rollback_.confirmations();
@@ -109,7 +162,8 @@ void Worker::watch_rollback() {
     versions_.confirm();
     return;
   }
-  spdlog::warn("worker {}: rolling drafter v{} back to v{}", options_.id, s.drafter.version, prev.version);
+  const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
+  spdlog::warn("worker {}: rolling drafter v{} back to v{}", options_.id, s.drafter.version, previous.version);
   versions_.roll_back();
   sync_drafter();
   std::lock_guard<std::mutex> lock(mu_);

@@ -186,6 +186,7 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   ASSERT_TRUE(w->offer_drafter(s.publish_draft(fresh_draft(*s.policy, 9), 3).dir));
   ASSERT_TRUE(w->wait_serving(true, 3, 10s));
   w->generate(greedy_requests(s.ps), GenMode::kServing);
+  ASSERT_TRUE(w->wait_rollback_verdict(60s)) << "the confirmation runs beside the engine";
   EXPECT_EQ(w->metrics().rollbacks, 1);
   EXPECT_EQ(w->metrics().rollback_confirmations, 1);
   EXPECT_EQ(w->drafter_version(), 1u);
@@ -201,6 +202,7 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
     hot[i].params.seed = 100 + i;
   }
   w->generate(hot, GenMode::kServing);
+  ASSERT_TRUE(w->wait_rollback_verdict(60s));
   const WorkerMetrics m = w->metrics();
   ASSERT_GE(m.by_version.at({1, 4}).spec.rounds, 20) << "the watch must have closed";
   ASSERT_LT(m.by_version.at({1, 4}).spec.tau_at(4), 0.9 * bar.spec.tau()) << "the live bar must be crossed";
