@@ -124,6 +124,35 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
   ops::set_cpu_bf16_kernel(saved);
 }
 
+// The drafter's proposal at every draft step (drafter/proposer.cc): the top k of log_softmax
+// over the built-in drafter's 1024-token draft vocabulary, for R rows; one fused op against
+// log_softmax then topk, as the proposer ran them until session 26.
+void proposal_section(int reps) {
+  const int64_t C = 1024;
+  std::printf("\ndraft proposal, top k of log_softmax over %ld columns (microseconds per call, 200 calls per sample)\n",
+              C);
+  std::printf("%-4s %-4s %10s %12s %8s\n", "R", "k", "fused", "two ops", "ratio");
+  for (const int64_t R : {1, 4, 16})
+    for (const int64_t k : {1, 8}) {
+      Tensor x = random_tensor({R, C}, DType::F32, 5), lp = Tensor::empty({R, C}, DType::F32),
+             v = Tensor::empty({R, k}, DType::F32), i = Tensor::empty({R, k}, DType::I32);
+      const auto per_call = [&](auto f) {
+        return median_seconds(reps,
+                              [&] {
+                                for (int n = 0; n < 200; ++n)
+                                  f();
+                              }) /
+               200 * 1e6;
+      };
+      const double fused = per_call([&] { ops::top_log_softmax(x, k, v, i); });
+      const double two = per_call([&] {
+        ops::log_softmax(x, lp);
+        ops::topk(lp, k, v, i);
+      });
+      std::printf("%-4ld %-4ld %10.2f %12.2f %7.2fx\n", R, k, fused, two, two / fused);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,6 +231,7 @@ int main(int argc, char** argv) {
                   100 * gflops / m.fma_gflops);
     }
   }
+  proposal_section(quick ? 5 : 15);
   policy_shapes_section(m, {"the built-in policy", 8, 448, 1216, 448, 224, 1964}, quick ? 5 : 15);
   if (!quick)
     policy_shapes_section(m, {"the benchmarks' 383 MiB policy", 12, 1024, 2816, 1024, 256, 32000}, 5);

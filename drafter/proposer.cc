@@ -8,12 +8,10 @@ namespace updraft {
 
 void top_draft_tokens(const DraftModel& model, const Tensor& logits, int64_t k, std::vector<int32_t>& tokens,
                       std::vector<float>& logprobs) {
-  const int64_t R = logits.size(0), Vd = logits.size(1);
+  const int64_t R = logits.size(0);
   const Device d = logits.device();
-  Tensor lp = Tensor::empty({R, Vd}, DType::F32, d), val = Tensor::empty({R, k}, DType::F32, d),
-         idx = Tensor::empty({R, k}, DType::I32, d);
-  ops::log_softmax(logits, lp);
-  ops::topk(lp, k, val, idx);
+  Tensor val = Tensor::empty({R, k}, DType::F32, d), idx = Tensor::empty({R, k}, DType::I32, d);
+  ops::top_log_softmax(logits, k, val, idx);
   logprobs = val.to_f32_vector();
   tokens = idx.to(Device::CPU).to_i32_vector();
   for (int32_t& t : tokens)

@@ -45,6 +45,8 @@ namespace cpu {
 // out[i] = softmax(x * scale)[i] over one row of C (out may be x): the CPU softmax's vector exp
 // and lane sums; entries of x at -inf get exactly 0.
 void softmax_row_scaled(const float* x, float scale, float* out, int64_t C);
+// ops::top_log_softmax on the CPU: one pass over each row after its max and sum.
+void top_log_softmax(const Tensor& x, int64_t k, Tensor& values, Tensor& indices);
 // Visible key indices of query i (of T) under `mask`, in increasing order (tree: bool [T, T]).
 void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_t i, std::vector<int64_t>& out);
 }  // namespace cpu

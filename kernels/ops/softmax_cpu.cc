@@ -91,4 +91,37 @@ __attribute__((target_clones("avx512f", "default"))) void softmax_row_scaled(con
   write_probs(out, C, m, s, out);
 }
 
+// The k best of log_softmax's values for the row, x[i] - lse computed as the log path computes
+// them, kept sorted as topk orders them (value descending, ties to the lower index): a forward
+// scan inserts a value only ahead of smaller ones, so an equal later index stays behind.
+__attribute__((target_clones("avx512f", "default"))) void top_log_softmax(const Tensor& x, int64_t k, Tensor& values,
+                                                                          Tensor& indices) {
+  const int64_t R = x.size(0), C = x.size(1);
+  const float* xp = x.data<float>();
+  float* vo = values.data<float>();
+  int32_t* io = indices.data<int32_t>();
+#pragma omp parallel for schedule(static) if (R * C > (1 << 15))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * C;
+    float* v = vo + r * k;
+    int32_t* id = io + r * k;
+    float m = 0.f, s = 0.f;
+    row_stats(xr, C, m, s);
+    const float lse = m + std::log(s);
+    int64_t n = 0;  // filled so far
+    for (int64_t i = 0; i < C; ++i) {
+      const float lp = xr[i] - lse;
+      if (n == k && !(lp > v[k - 1]))
+        continue;
+      int64_t j = n < k ? n++ : k - 1;
+      for (; j > 0 && lp > v[j - 1]; --j) {
+        v[j] = v[j - 1];
+        id[j] = id[j - 1];
+      }
+      v[j] = lp;
+      id[j] = static_cast<int32_t>(i);
+    }
+  }
+}
+
 }  // namespace updraft::ops::cpu

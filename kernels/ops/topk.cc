@@ -13,6 +13,16 @@ void check_x(const char* op, const Tensor& x) {
     check_dtype(op, "x", x, {DType::F32, DType::BF16});
 }
 
+void check_topk(const char* op, const Tensor& x, int64_t k, const Tensor& values, const Tensor& indices) {
+  check_same_device(op, {&x, &values, &indices});
+  check_x(op, x);
+  UPD_CHECK(k >= 1 && k <= x.size(1)) << op << ": k=" << k << " outside [1, " << x.size(1) << "]";
+  check_shape(op, "values", values, {x.size(0), k});
+  check_shape(op, "indices", indices, {x.size(0), k});
+  check_dtype(op, "values", values, {DType::F32});
+  check_dtype(op, "indices", indices, {DType::I32});
+}
+
 }  // namespace
 
 void argmax(const Tensor& x, Tensor out) {
@@ -24,14 +34,19 @@ void argmax(const Tensor& x, Tensor out) {
 }
 
 void topk(const Tensor& x, int64_t k, Tensor values, Tensor indices) {
-  check_same_device("topk", {&x, &values, &indices});
-  check_x("topk", x);
-  UPD_CHECK(k >= 1 && k <= x.size(1)) << "topk: k=" << k << " outside [1, " << x.size(1) << "]";
-  check_shape("topk", "values", values, {x.size(0), k});
-  check_shape("topk", "indices", indices, {x.size(0), k});
-  check_dtype("topk", "values", values, {DType::F32});
-  check_dtype("topk", "indices", indices, {DType::I32});
+  check_topk("topk", x, k, values, indices);
   UPD_DISPATCH(x.device(), topk, x, k, values, indices);
+}
+
+void top_log_softmax(const Tensor& x, int64_t k, Tensor values, Tensor indices) {
+  check_topk("top_log_softmax", x, k, values, indices);
+  if (x.is_cpu()) {
+    cpu::top_log_softmax(x, k, values, indices);
+    return;
+  }
+  Tensor lp = Tensor::empty(x.shape(), DType::F32, x.device());
+  UPD_DISPATCH(x.device(), softmax, x, lp, true);
+  UPD_DISPATCH(x.device(), topk, lp, k, values, indices);
 }
 
 }  // namespace updraft::ops

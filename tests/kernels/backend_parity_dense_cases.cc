@@ -1,6 +1,7 @@
 // Backend parity cases (backend_parity.h): matrix products, linear layers, norms, rope and
 // pointwise ops; embedding lookup, top-k, sampling and cross entropy.
 #include <array>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,44 @@ void append_lookup_and_loss_cases(std::vector<OpCase>& c) {
              }
            }
          }});
+
+  // The drafter's proposal: bitwise log_softmax then topk on the same backend, and the reference's
+  // order. Row 1 has masked entries, row 2 a single finite one (its other ranks are -inf, lower
+  // indices first), and C is not a multiple of 16.
+  for (int64_t k : {1, 4, 64})
+    c.push_back({"top_log_softmax_" + std::to_string(k), false, [=](const Backend& b) {
+                   const int64_t R = 3, C = 1000;
+                   const float ninf = -std::numeric_limits<float>::infinity();
+                   auto xv = rand_vec(R * C, 130 + k, -8, 8);
+                   xv[5] = xv[9] = 30.f;  // an exact tie at the top: lower index first
+                   for (int64_t i = 0; i < C; i += 3)
+                     xv[C + i] = ninf;
+                   for (int64_t i = 0; i < C; ++i)
+                     xv[2 * C + i] = i == 17 ? 1.f : ninf;
+                   Tensor x = make(xv, {R, C}, b, b.act), lp = Tensor::empty({R, C}, DType::F32, b.device);
+                   const auto empty = [&](DType dt) { return Tensor::empty({R, k}, dt, b.device); };
+                   Tensor vals = empty(DType::F32), idx = empty(DType::I32), v2 = empty(DType::F32),
+                          i2 = empty(DType::I32);
+                   ops::top_log_softmax(x, k, vals, idx);
+                   ops::log_softmax(x, lp);
+                   ops::topk(lp, k, v2, i2);
+                   const auto gi = idx.to_i32_vector();
+                   EXPECT_EQ(gi, i2.to_i32_vector());
+                   EXPECT_EQ(vals.to_f32_vector(), v2.to_f32_vector());
+                   const Vec want = ref::softmax(rounded(xv, b.act), R, C, true);
+                   const auto gv = fetch(vals);
+                   for (int64_t r = 0; r < R; ++r) {
+                     const auto order = ref::topk(want.data() + r * C, C, k);
+                     for (int64_t j = 0; j < k; ++j) {
+                       EXPECT_EQ(gi[r * k + j], order[j]) << "row " << r << " rank " << j;
+                       const double w = want[r * C + order[j]];
+                       if (std::isinf(w))
+                         EXPECT_EQ(gv[r * k + j], w);
+                       else
+                         EXPECT_NEAR(gv[r * k + j], w, atol(b) + rtol(b) * std::abs(w));
+                     }
+                   }
+                 }});
 
   c.push_back({"sampling", false, sampling_case});
 
