@@ -16,9 +16,10 @@ DrafterScorer teacher_forced_scorer() {
     const train::InMemoryDataset data(samples);
     train::TttOptions to;
     to.steps = std::max<int64_t>(1, depth);
-    // bf16 products where the CPU has AMX, as the trainer's own evaluation: a confirmation runs on
-    // the worker's engine thread, and f32 products made it 3.9x slower (5.6 s for both drafters on
-    // 32 completions, one thread) for estimates equal to within 0.001.
+    // bf16 products where the CPU has AMX, as the trainer's own evaluation: f32 products made a
+    // confirmation 3.9x slower (5.6 s for both drafters on 32 completions, one thread) for
+    // estimates equal to within 0.001. It runs on a thread of its own at idle priority
+    // (rollout/worker/confirmation.h), where the engine's idle time is all it gets.
     to.matmul = train::auto_ttt_matmul();
     return train::estimated_chain_tau(
         train::evaluate_drafter(train::TrainableDraft(drafter, policy.draft_target()), data, to));

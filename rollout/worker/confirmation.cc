@@ -20,7 +20,29 @@ bool set_policy(pthread_t t, int policy, const char* what) {
   return rc == 0;
 }
 
+// Whether a thread may take idle priority and give it back: without CAP_SYS_NICE, Linux lets a
+// thread leave SCHED_IDLE only as far as RLIMIT_NICE allows (nice 0 needs a limit of 20; the
+// default is 0). Tried once, on a thread of its own.
+bool probe_idle_round_trip() {
+  bool ok = false;
+  std::thread([&] {
+    sched_param p{};
+    ok = pthread_setschedparam(pthread_self(), SCHED_IDLE, &p) == 0 &&
+         pthread_setschedparam(pthread_self(), SCHED_OTHER, &p) == 0;
+  }).join();
+  if (!ok)
+    spdlog::warn(
+        "rollback confirmation: this process may not leave idle priority once taken (RLIMIT_NICE, "
+        "CAP_SYS_NICE); confirmations run at normal priority and the worker waits for them");
+  return ok;
+}
+
 }  // namespace
+
+bool BackgroundConfirmation::idle_priority() {
+  static const bool ok = probe_idle_round_trip();
+  return ok;
+}
 
 BackgroundConfirmation::BackgroundConfirmation(DrafterScorer scorer, std::shared_ptr<const DraftModel> candidate,
                                                std::shared_ptr<const DraftModel> previous,
@@ -39,7 +61,8 @@ BackgroundConfirmation::BackgroundConfirmation(DrafterScorer scorer, std::shared
   });
   // Set here, not by the thread itself, so that a hurry() right after cannot come first; the
   // thread starts scoring once it is set.
-  set_policy(thread_.native_handle(), SCHED_IDLE, "idle");
+  if (idle_priority())
+    idle_ = set_policy(thread_.native_handle(), SCHED_IDLE, "idle");
   start_.count_down();
 }
 
@@ -53,8 +76,8 @@ double BackgroundConfirmation::age_seconds() const {
 }
 
 void BackgroundConfirmation::hurry() {
-  if (!done())
-    set_policy(thread_.native_handle(), SCHED_OTHER, "normal");
+  if (idle_ && !done())
+    idle_ = !set_policy(thread_.native_handle(), SCHED_OTHER, "normal");
 }
 
 BackgroundConfirmation::Result BackgroundConfirmation::wait() {
@@ -71,6 +94,8 @@ void BackgroundConfirmation::run(const DrafterScorer& scorer, int64_t depth) {
     result_.tau_old = scorer(*previous_, *policy_, samples_, depth);
   } catch (const std::exception& e) {
     result_.error = e.what();
+  } catch (...) {
+    result_.error = "an unknown exception";
   }
   result_.seconds = age_seconds();
   done_.store(true, std::memory_order_release);

@@ -8,7 +8,11 @@
 // from the engine's thread team, whose barriers then wait on a descheduled thread: the built-in
 // policy decoded 4-7x slower beside a scorer at normal priority, and at its usual speed (within
 // the run-to-run noise) beside one at idle priority (docs/benchmarks.md, session 26). hurry()
-// puts it back at normal priority, for an owner that has decided to wait for it.
+// puts it back at normal priority, for an owner that has decided to wait for it. Where the
+// process may not leave idle priority once taken (no CAP_SYS_NICE and RLIMIT_NICE below 20, as
+// for most unprivileged users), a thread at idle priority could never be hurried, so
+// confirmations run at normal priority there (idle_priority() is false) and the owner should
+// wait for them at once.
 //
 // Errors: a scorer that throws ends the confirmation; Result::error holds its message.
 // Thread safety: one owner thread calls every method; `on_done` runs on the confirmation's
@@ -45,6 +49,9 @@ class BackgroundConfirmation {
   BackgroundConfirmation(const BackgroundConfirmation&) = delete;
   BackgroundConfirmation& operator=(const BackgroundConfirmation&) = delete;
 
+  // Whether this process may take idle priority and give it back (probed once).
+  static bool idle_priority();
+
   bool done() const { return done_.load(std::memory_order_acquire); }
   double age_seconds() const;
   // Normal priority from now (logged when the system refuses).
@@ -61,6 +68,7 @@ class BackgroundConfirmation {
   std::function<void()> on_done_;
   std::chrono::steady_clock::time_point started_;
   std::atomic<bool> done_{false};
+  bool idle_ = false;  // runs at idle priority (owner thread)
   std::latch start_{1};
   Result result_;
   std::thread thread_;

@@ -223,7 +223,8 @@ class Worker {
   // or stop.
   bool wait_serving(bool drafter, uint64_t version, std::chrono::milliseconds timeout);
   // Waits until the rollback watch of the serving drafter has decided (its confirmation included,
-  // when it takes one); true at once when nothing is being watched.
+  // when it takes one); true at once when no watch has collected its rounds (none, or still
+  // collecting).
   bool wait_rollback_verdict(std::chrono::milliseconds timeout);
 
   // Stepping stops until resume(); returns once no step is running and the mode has taken
@@ -290,7 +291,8 @@ class Worker {
   uint64_t enqueue(GenRequest req, CompletionCallback on_done, const SubmitOptions& opts);  // mu_ held
   void watch_rollback();
   void start_confirmation(const DrafterVersion& previous);
-  void collect_confirmation();
+  // Applies a finished confirmation's verdict; waits for it when `now` or past rollback_wait_seconds.
+  void collect_confirmation(bool now = false);
   void apply_rollback_verdict(RollbackWatch::Verdict v, const DrafterVersion& previous);
   void close_window();
   void do_flush();

@@ -74,7 +74,12 @@ void Worker::loop() {
       release_cpu_team();
       lock.lock();
     }
-    cv_.wait(lock, ready);
+    if (confirmation_) {  // woken when it is done, or at its deadline (collect_confirmation)
+      const double left = std::max(0.0, options_.rollback_wait_seconds - confirmation_->age_seconds());
+      cv_.wait_for(lock, std::chrono::duration<double>(left), ready);
+    } else {
+      cv_.wait(lock, ready);
+    }
     const uint64_t pause_ticket = pause_requests_;
     const PauseMode pause_mode = pause_mode_;
     const bool pause_now = pause_served_ < pause_requests_;
@@ -90,8 +95,9 @@ void Worker::loop() {
 
     if (stopping && !shutting_)
       begin_shutdown();
-    apply_versions();
     collect_confirmation();
+    watch_rollback();  // a watch that closed while a confirmation ran
+    apply_versions();
     if (stopping) {
       for (Inbox& x : in)
         finish_unadmitted(x, CompletionStatus::kShuttingDown, "shutting down");

@@ -36,7 +36,9 @@ void Worker::apply_versions() {
     std::lock_guard<std::mutex> lock(mu_);
     ++metrics_.policy_swaps;
   }
-  if (options_.speculate && versions_.drafter_staged()) {
+  // A staged drafter waits for a confirmation in flight: installed now, it would take the drafter
+  // under confirmation as its predecessor and bar, and the verdict would be dropped.
+  if (options_.speculate && versions_.drafter_staged() && !confirmation_) {
     const DrafterVersion before = versions_.drafter();
     versions_.install_drafter();
     if (before.model)
@@ -113,19 +115,22 @@ void Worker::start_confirmation(const DrafterVersion& previous) {
   const ModeEngine& s = engines_[static_cast<int>(GenMode::kServing)];
   confirming_new_ = s.drafter.version;
   confirming_old_ = previous.version;
+  auto wake = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;  // an idle engine thread applies the verdict
+    cv_.notify_all();
+  };
   confirmation_ =
       std::make_unique<BackgroundConfirmation>(rollback_.scorer(), s.drafter.model, previous.model, s.policy,
-                                               rollback_.confirmation_samples(), rollback_.depth(), [this] {
-                                                 std::lock_guard<std::mutex> lock(mu_);
-                                                 wake_ = true;  // an idle engine thread applies the verdict
-                                                 cv_.notify_all();
-                                               });
+                                               rollback_.confirmation_samples(), rollback_.depth(), std::move(wake));
+  if (!BackgroundConfirmation::idle_priority())
+    collect_confirmation(true);  // at normal priority it would slow the engine down several times
 }
 
-void Worker::collect_confirmation() {
+void Worker::collect_confirmation(bool now) {
   if (!confirmation_)
     return;
-  if (!confirmation_->done()) {
+  if (!confirmation_->done() && !now) {
     if (confirmation_->age_seconds() < options_.rollback_wait_seconds)
       return;
     spdlog::warn("worker {}: the rollback confirmation of drafter v{} has run {:.1f} s; the engine waits for it",

@@ -29,6 +29,7 @@ struct WorkerFixture {
     o.rollback_rounds = rollback_rounds;
     o.rollback_margin = 0.1;
     o.scorer = teacher_forced_scorer();
+    o.rollback_wait_seconds = 1;  // an idle-priority confirmation starved by a busy machine (ctest -j)
     o.probe_every = 0;  // without adaptive speculation every round is at the full settings anyway
     return o;
   }
