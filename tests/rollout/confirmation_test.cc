@@ -96,103 +96,114 @@ DrafterScorer gated(std::shared_future<void> gate, std::atomic<int>* calls) {
   };
 }
 
-struct Captured {
-  messaging::ZmqContext ctx;
-  std::shared_ptr<messaging::RecordSender> sender = [this] {
+// A published policy, a drafter trained on it (v1) and a record sender (captures need one),
+// shared by the worker's confirmation tests.
+class WorkerConfirmation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    s_ = new WorkerFixture;
+    const auto samples = capture(*s_->policy, rollouts(*s_->policy, prompts(24, 1)), 1);
+    trained_ = new std::shared_ptr<const DraftModel>(
+        std::make_shared<const DraftModel>(trained_draft(*s_->policy, samples, 300)));
+  }
+  static void TearDownTestSuite() {
+    delete trained_;
+    delete s_;
+  }
+
+  // A worker serving v1 (one batch: the bar), then the damaged drafter `v`, which raises a live
+  // alarm in its first batch.
+  std::unique_ptr<Worker> swapped_to_a_damaged_drafter(const WorkerOptions& o, uint64_t v) {
+    auto w = std::make_unique<Worker>(o, s_->policy, 1, *trained_, 1, sender_);
+    w->generate(greedy_requests(s_->ps), GenMode::kServing);
+    EXPECT_TRUE(w->offer_drafter(s_->publish_draft(fresh_draft(*s_->policy, 9), v).dir));
+    EXPECT_TRUE(w->wait_serving(true, v, 10s));
+    return w;
+  }
+  BatchReport serve(Worker& w) { return w.generate(greedy_requests(s_->ps), GenMode::kServing); }
+
+  static WorkerFixture* s_;
+  static std::shared_ptr<const DraftModel>* trained_;
+  messaging::ZmqContext ctx_;
+  std::shared_ptr<messaging::RecordSender> sender_ = [this] {
     messaging::SenderOptions o;
-    o.endpoint = "inproc://nobody-listens";  // records queue up; capture needs a sender
-    o.zmq_context = ctx.get();
+    o.endpoint = "inproc://nobody-listens";  // records queue up
+    o.zmq_context = ctx_.get();
     return std::make_shared<messaging::RecordSender>(o);
   }();
 };
+WorkerFixture* WorkerConfirmation::s_ = nullptr;
+std::shared_ptr<const DraftModel>* WorkerConfirmation::trained_ = nullptr;
 
-// A worker serving a trained v1 (one batch: the bar), then the damaged drafter `v`, which raises
-// a live alarm in its first batch.
-std::unique_ptr<Worker> swapped_to_a_damaged_drafter(WorkerFixture& s, const WorkerOptions& o,
-                                                     const std::shared_ptr<const DraftModel>& trained,
-                                                     const Captured& c, uint64_t v) {
-  auto w = std::make_unique<Worker>(o, s.policy, 1, trained, 1, c.sender);
-  w->generate(greedy_requests(s.ps), GenMode::kServing);
-  EXPECT_TRUE(w->offer_drafter(s.publish_draft(fresh_draft(*s.policy, 9), v).dir));
-  EXPECT_TRUE(w->wait_serving(true, v, 10s));
-  return w;
+// While a damaged drafter's confirmation is held back, the worker goes on serving with it (two
+// batches complete, every completion from the new drafter), no verdict is out, and a newer
+// drafter offered meanwhile waits; released, the idle worker applies the verdict (rolled back),
+// then takes the newer drafter.
+TEST_F(WorkerConfirmation, TheNewDrafterServesWhileItsConfirmationRuns) {
+  if (!BackgroundConfirmation::idle_priority())
+    GTEST_SKIP() << "this process may not leave idle priority: the engine waits for confirmations";
+  std::promise<void> gate;
+  std::atomic<int> calls{0};
+  std::atomic<bool> opened{false};
+  WorkerOptions o = s_->options(20);
+  o.scorer = gated(gate.get_future().share(), &calls);
+  o.rollback_wait_seconds = 600;
+  auto w = swapped_to_a_damaged_drafter(o, 2);
+  std::thread watchdog([&] {  // a confirmation that blocks the engine fails the test, not hangs it
+    for (int i = 0; i < 600 && !opened; ++i)
+      std::this_thread::sleep_for(100ms);
+    if (!opened.exchange(true))
+      gate.set_value();
+  });
+  for (int batch = 0; batch < 2; ++batch)
+    for (const Completion& c : serve(*w).completions)
+      EXPECT_EQ(c.drafter_version, 2u);
+  EXPECT_EQ(calls.load(), 1) << "the confirmation is under way";
+  EXPECT_FALSE(w->wait_rollback_verdict(50ms));
+  EXPECT_EQ(w->metrics().rollbacks, 0);
+  ASSERT_TRUE(w->offer_drafter(s_->publish_draft(fresh_draft(*s_->policy, 11), 3).dir));
+  EXPECT_FALSE(w->wait_serving(true, 3, 300ms)) << "a staged drafter waits for the verdict";
+  EXPECT_FALSE(opened.exchange(true)) << "the engine waited for the confirmation";
+  gate.set_value();
+  watchdog.join();
+  ASSERT_TRUE(w->wait_serving(true, 3, 60s)) << "an idle worker is woken by its confirmation";
+  EXPECT_EQ(w->metrics().rollbacks, 1);
+  EXPECT_EQ(w->metrics().rollback_confirmations, 1);
 }
 
-// A damaged drafter raises a live alarm. While its confirmation is held back, the worker goes on
-// serving with it (two batches complete, every completion from the new drafter), no verdict is
-// out, and a newer drafter offered meanwhile waits; released, the idle worker applies the verdict
-// (rolled back), then takes the newer drafter. With a deadline of 0 s the engine waits for the
-// confirmation instead: the next batch is served by the restored drafter. A scorer that throws
-// leaves the verdict to the live comparison.
-TEST(Worker, ServesTheNewDrafterWhileItsConfirmationRuns) {
-  WorkerFixture s;
-  const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(24, 1)), 1);
-  const auto trained = std::make_shared<const DraftModel>(trained_draft(*s.policy, samples, 300));
-  const Captured cap;
-  // Where the process may not leave idle priority, the engine waits for every confirmation (as
-  // with a deadline of 0 s, below).
-  if (BackgroundConfirmation::idle_priority()) {
-    SCOPED_TRACE("held back");
-    std::promise<void> gate;
-    std::atomic<int> calls{0};
-    std::atomic<bool> opened{false};
-    WorkerOptions o = s.options(20);
-    o.scorer = gated(gate.get_future().share(), &calls);
-    o.rollback_wait_seconds = 600;
-    auto w = swapped_to_a_damaged_drafter(s, o, trained, cap, 2);
-    std::thread watchdog([&] {  // a confirmation that blocks the engine fails the test, not hangs it
-      for (int i = 0; i < 600 && !opened; ++i)
-        std::this_thread::sleep_for(100ms);
-      if (!opened.exchange(true))
-        gate.set_value();
-    });
-    for (int batch = 0; batch < 2; ++batch)
-      for (const Completion& c : w->generate(greedy_requests(s.ps), GenMode::kServing).completions)
-        EXPECT_EQ(c.drafter_version, 2u);
-    EXPECT_EQ(calls.load(), 1) << "the confirmation is under way";
-    EXPECT_FALSE(w->wait_rollback_verdict(50ms));
-    EXPECT_EQ(w->metrics().rollbacks, 0);
-    ASSERT_TRUE(w->offer_drafter(s.publish_draft(fresh_draft(*s.policy, 11), 3).dir));
-    EXPECT_FALSE(w->wait_serving(true, 3, 300ms)) << "a staged drafter waits for the verdict";
-    EXPECT_FALSE(opened.exchange(true)) << "the engine waited for the confirmation";
+// With a deadline of 0 s the engine waits for the confirmation: the next batch is served by the
+// restored drafter (as everywhere when the process may not leave idle priority).
+TEST_F(WorkerConfirmation, PastItsDeadlineTheEngineWaitsForTheVerdict) {
+  std::promise<void> gate;
+  std::atomic<int> calls{0};
+  WorkerOptions o = s_->options(20);
+  o.scorer = gated(gate.get_future().share(), &calls);
+  o.rollback_wait_seconds = 0;
+  auto w = swapped_to_a_damaged_drafter(o, 4);
+  std::thread release([&] {
+    std::this_thread::sleep_for(200ms);
     gate.set_value();
-    watchdog.join();
-    ASSERT_TRUE(w->wait_serving(true, 3, 60s)) << "an idle worker is woken by its confirmation";
-    EXPECT_EQ(w->metrics().rollbacks, 1);
-    EXPECT_EQ(w->metrics().rollback_confirmations, 1);
-  }
-  {
-    SCOPED_TRACE("deadline 0 s");
-    std::promise<void> gate;
-    std::atomic<int> calls{0};
-    WorkerOptions o = s.options(20);
-    o.scorer = gated(gate.get_future().share(), &calls);
-    o.rollback_wait_seconds = 0;
-    auto w = swapped_to_a_damaged_drafter(s, o, trained, cap, 4);
-    std::thread release([&] {
-      std::this_thread::sleep_for(200ms);
-      gate.set_value();
-    });
-    w->generate(greedy_requests(s.ps), GenMode::kServing);  // the watch closes early in it
-    const BatchReport next = w->generate(greedy_requests(s.ps), GenMode::kServing);
-    release.join();
-    for (const Completion& c : next.completions)
-      EXPECT_EQ(c.drafter_version, 1u) << "the engine waited for the verdict";
-    EXPECT_EQ(w->metrics().rollbacks, 1);
-  }
-  {
-    SCOPED_TRACE("the scorer throws");
-    WorkerOptions o = s.options(20);
-    o.scorer = [](const DraftModel&, const PolicyModel&, const std::vector<TttSample>&, int64_t) -> double {
-      throw Error("out of memory");
-    };
-    auto w = swapped_to_a_damaged_drafter(s, o, trained, cap, 5);
-    w->generate(greedy_requests(s.ps), GenMode::kServing);
-    ASSERT_TRUE(w->wait_rollback_verdict(60s));
-    EXPECT_EQ(w->metrics().rollbacks, 1) << "the live alarm decides";
-    EXPECT_EQ(w->metrics().rollback_confirmations, 0);
-    EXPECT_EQ(w->drafter_version(), 1u);
-  }
+  });
+  serve(*w);  // the watch closes early in it
+  const BatchReport next = serve(*w);
+  release.join();
+  for (const Completion& c : next.completions)
+    EXPECT_EQ(c.drafter_version, 1u) << "the engine waited for the verdict";
+  EXPECT_EQ(w->metrics().rollbacks, 1);
+}
+
+// A scorer that throws leaves the verdict to the live comparison (an alarm: rolled back).
+TEST_F(WorkerConfirmation, AFailedConfirmationLeavesTheLiveAlarmToDecide) {
+  WorkerOptions o = s_->options(20);
+  o.scorer = [](const DraftModel&, const PolicyModel&, const std::vector<TttSample>&, int64_t) -> double {
+    throw Error("out of memory");
+  };
+  auto w = swapped_to_a_damaged_drafter(o, 5);
+  serve(*w);
+  ASSERT_TRUE(w->wait_rollback_verdict(60s));
+  EXPECT_EQ(w->metrics().rollbacks, 1);
+  EXPECT_EQ(w->metrics().rollback_confirmations, 0);
+  EXPECT_EQ(w->drafter_version(), 1u);
 }
 
 }  // namespace
