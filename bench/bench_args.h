@@ -1,7 +1,8 @@
-// Small command-line helpers shared by the benchmark programs.
+// Small helpers shared by the benchmark programs: command-line lists, the clock, medians.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,19 @@ inline std::vector<int64_t> parse_int_list(const std::string& list) {
     at = end + 1;
   }
   return out;
+}
+
+// Seconds on the steady clock.
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median of `v` (the upper one of an even count); 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty())
+    return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace updraft::bench

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/worker_role.h"
+#include "bench/bench_args.h"
 #include "rollout/capture/capture.h"
 #include "rollout/engine/engine.h"
 #include "rollout/tokenizer.h"
@@ -29,14 +30,8 @@
 namespace updraft {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
+using bench::now_s;
 
 struct Setup {
   std::shared_ptr<const PolicyModel> policy;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/bench_policy.h"
 #include "bench/machine_probe.h"
 #include "kernels/core/cpu_team.h"
@@ -30,9 +31,7 @@ using namespace updraft;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::now_s;
 
 struct Row {
   int64_t batch;

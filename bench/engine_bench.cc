@@ -44,12 +44,8 @@ using namespace updraft;
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
+using bench::now_s;
 
 // One mode: a persistent engine (and its chooser for adaptive).
 struct Mode {

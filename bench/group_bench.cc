@@ -4,14 +4,11 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/bench_args.h"
 #include "rollout/engine/engine.h"
 
 namespace updraft::bench {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 enum class Arm { kPlain, kEagle, kSuffix, kMerged };
 constexpr Arm kArms[] = {Arm::kPlain, Arm::kEagle, Arm::kSuffix, Arm::kMerged};

@@ -17,16 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/machine_probe.h"
 #include "kernels/ops.h"
 
 using namespace updraft;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
   Tensor t = Tensor::empty(s, DType::F32);
@@ -43,9 +40,9 @@ double median_seconds(int reps, F&& f) {
   f();  // warm-up
   std::vector<double> ts;
   for (int i = 0; i < reps; ++i) {
-    const double t0 = now();
+    const double t0 = bench::now_s();
     f();
-    ts.push_back(now() - t0);
+    ts.push_back(bench::now_s() - t0);
   }
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];

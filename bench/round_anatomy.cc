@@ -5,15 +5,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bench/bench_args.h"
 #include "kernels/core/error.h"
 #include "kernels/ops/gemm.h"
 
 namespace updraft::bench {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One step that feeds `ctx` fixed pseudo-random tokens of context into kv.
 std::vector<SeqStep> context_step(SeqKv& kv, int64_t ctx, int64_t vocab) {

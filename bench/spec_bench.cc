@@ -52,9 +52,8 @@ using namespace updraft;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::median;
+using bench::now_s;
 
 struct Run {
   double tokens_per_s = 0, seconds = 0;
@@ -122,11 +121,6 @@ Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSetting
   r.tokens_per_s = static_cast<double>(generated) / r.seconds;
   r.forwards = e.decode_forward_parts();
   return r;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
