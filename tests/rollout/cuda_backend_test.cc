@@ -1,0 +1,86 @@
+// The CUDA backend end to end against the same references as the CPU: the drafter against the
+// speculators package's forward (tests/fixtures/drafter), and greedy speculation token-identical
+// to plain decoding. The policy against transformers is in hf_reference_test.cc (HfReference.*OnCuda)
+// and every op in kernels/backend_parity_test.cc. Each test is skipped without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/core/device.h"
+#include "kernels/io/safetensors.h"
+#include "tests/drafter/draft_golden.h"
+#include "tests/fixture_util.h"
+#include "tests/rollout/spec_fixture.h"
+
+namespace updraft {
+namespace {
+
+using fixture_util::expect_close;
+using testing_drafts::run_two_steps;
+using testing_drafts::TwoSteps;
+
+class CudaDraftGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fixture_util::source_path("tests/fixtures/drafter/" + GetParam());
+    ref_ = std::make_unique<SafetensorsFile>(SafetensorsFile::open(dir_ + "/reference.safetensors"));
+  }
+  std::string dir_;
+  std::unique_ptr<SafetensorsFile> ref_;
+};
+
+// The same two steps on the CUDA backend (bf16 activations and weights), held to the bf16
+// tolerance (fixture_util::bf16_tol). Skipped without a usable GPU.
+TEST_P(CudaDraftGolden, MatchesTheSpeculatorsForward) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  const PolicyModel gpu =
+      PolicyModel::load(fixture_util::source_path("tests/fixtures/policy/llama"), {.device = Device::CUDA});
+  const DraftModel m = DraftModel::load(dir_, gpu.draft_target());
+  ASSERT_EQ(m.device(), Device::CUDA);
+  const TwoSteps got = run_two_steps(m, *ref_);
+  const bool normed = GetParam() == "spec_variant";
+  const auto check = [&](const std::vector<float>& g, const std::string& name, const std::string& what) {
+    const auto want = ref_->get(name).to_f32_vector();
+    expect_close(g, want, what, fixture_util::bf16_tol(want));
+  };
+  check(got.state0, normed ? "step0_feedback" : "step0_prenorm", "step-0 state");
+  check(got.logits0, "step0_logits", "step-0 logits");
+  check(got.logits1, "step1_logits", "step-1 logits");
+  if (!normed)
+    check(got.state1, "step1_prenorm", "step-1 state");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDraftGolden, ::testing::Values("spec_default", "spec_variant"));
+
+using CudaSpecEngine = testing_spec::SpecFixture;
+
+// The identity on the CUDA backend (bf16 activations, cuBLAS products): a verification pass over
+// k rows must give each row the logits a one-row decode step gives it. Chain and tree, one
+// sequence and a batch. Skipped without a usable GPU.
+TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16, {.device = Device::CUDA}));
+  draft_ = std::make_unique<DraftModel>(random_draft(testing_models::tiny_draft_config(cfg_, 12),
+                                                     spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4,
+                                                     DType::BF16));
+  ASSERT_EQ(draft_->device(), Device::CUDA);
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 24; ++i)
+    reqs.push_back(req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 13, cfg_.vocab_size), 0.f, 6 + (i * 11) % 23, 0));
+  const auto plain = run(reqs, 24, nullptr);
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
+    for (int64_t batch : {1, 24}) {
+      SpecStats st;
+      const auto spec = run(reqs, batch, &s, AcceptRule::Exact, &st);
+      ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
+          spec, plain, "cuda, batch " + std::to_string(batch) + ", top_k " + std::to_string(s.top_k)));
+      EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
+    }
+}
+
+}  // namespace
+}  // namespace updraft

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Packs the CUDA checks for a GPU host that has the NVIDIA driver and the CUDA 13 runtime
+# libraries (libcudart, libcublas, libcublasLt) but none of this project's other dependencies:
+# the test binaries and the CLI from a CUDA build, stripped, with every shared library they load
+# except the C library, the C++ runtime and CUDA's own, into one gzip'd tarball.
+#
+#   tools/gpu_bundle.sh [BUILD_DIR] [OUT.tar.gz]     (defaults: build, gpu-bundle.tar.gz)
+#
+# Run the checks there with tools/gpu_check.sh OUT.tar.gz LOG_DIR from a checkout of the same
+# commit (the tests read tests/fixtures).
+set -euo pipefail
+build=${1:-build}
+out=${2:-gpu-bundle.tar.gz}
+bins=(tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft)
+
+grep -q 'UPDRAFT_WITH_CUDA=1' "$build/build.ninja" 2>/dev/null ||
+  { echo "gpu_bundle: $build is not a CUDA build (configure with -DUPDRAFT_CUDA=ON)" >&2; exit 1; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+for b in "${bins[@]}"; do
+  [[ -x $build/$b ]] || { echo "gpu_bundle: $build/$b is missing: build it first" >&2; exit 1; }
+  strip -o "$stage/bin/$(basename "$b")" "$build/$b"
+done
+# Libraries the GPU host provides itself: glibc's, the compiler runtime's and CUDA's.
+host_libs='^(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'
+for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+  if ! basename "$lib" | grep -Eq "$host_libs"; then cp -L "$lib" "$stage/lib/"; fi
+done
+git -C "$(dirname "$0")/.." rev-parse HEAD > "$stage/COMMIT"
+tar czf "$out" -C "$stage" .
+echo "gpu_bundle: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/bin" | tr '\n' ' ')+ $(ls "$stage/lib" | wc -l) libraries"
