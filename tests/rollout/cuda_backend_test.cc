@@ -4,6 +4,7 @@
 // and every op in kernels/backend_parity_test.cc. Each test is skipped without a usable GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,26 +60,43 @@ using CudaSpecEngine = testing_spec::SpecFixture;
 
 // The identity on the CUDA backend (bf16 activations, cuBLAS products): a verification pass over
 // k rows must give each row the logits a one-row decode step gives it. Chain and tree, one
-// sequence and a batch. Skipped without a usable GPU.
+// sequence and a batch, over the CPU speculation test's requests (stop tokens and length limits
+// inside rounds). The drafter must also be as useful there as on the CPU: a drafter fed wrong
+// features on CUDA would stay lossless but stop being accepted, so the accepted drafts must come
+// to at least half the CPU's on the same weights. Skipped without a usable GPU.
 TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   if (!cuda_available())
     GTEST_SKIP() << "no usable CUDA device on this machine";
+  std::vector<GenRequest> reqs;
+  for (int i = 0; i < 64; ++i) {
+    GenRequest r = req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
+    if (i % 3 == 0)
+      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
+    reqs.push_back(r);
+  }
+  const std::vector<SpecSettings> settings = {{4, 1, 5}, {3, 3, 8}};
+  std::vector<int64_t> cpu_accepted;
+  for (const SpecSettings& s : settings) {
+    SpecStats st;
+    run(reqs, 64, &s, AcceptRule::Exact, &st);
+    cpu_accepted.push_back(st.accepted);
+  }
   model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16, {.device = Device::CUDA}));
   draft_ = std::make_unique<DraftModel>(random_draft(testing_models::tiny_draft_config(cfg_, 12),
                                                      spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4,
                                                      DType::BF16));
   ASSERT_EQ(draft_->device(), Device::CUDA);
-  std::vector<GenRequest> reqs;
-  for (int i = 0; i < 24; ++i)
-    reqs.push_back(req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 13, cfg_.vocab_size), 0.f, 6 + (i * 11) % 23, 0));
-  const auto plain = run(reqs, 24, nullptr);
-  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}})
-    for (int64_t batch : {1, 24}) {
+  const auto plain = run(reqs, 64, nullptr);
+  for (size_t k = 0; k < settings.size(); ++k)
+    for (int64_t batch : {1, 64}) {
       SpecStats st;
-      const auto spec = run(reqs, batch, &s, AcceptRule::Exact, &st);
-      ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
-          spec, plain, "cuda, batch " + std::to_string(batch) + ", top_k " + std::to_string(s.top_k)));
-      EXPECT_GT(st.accepted, 20) << "too few acceptances to exercise the commit path (batch " << batch << ")";
+      const auto spec = run(reqs, batch, &settings[k], AcceptRule::Exact, &st);
+      const std::string where = "cuda, batch " + std::to_string(batch) + ", top_k " + std::to_string(settings[k].top_k);
+      ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(spec, plain, where));
+      std::printf("%s: %lld drafts accepted (the CPU: %lld)\n", where.c_str(), static_cast<long long>(st.accepted),
+                  static_cast<long long>(cpu_accepted[k]));
+      EXPECT_GT(st.accepted, 20) << where;
+      EXPECT_GE(2 * st.accepted, cpu_accepted[k]) << where;
     }
 }
 
