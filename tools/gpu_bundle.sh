@@ -2,15 +2,15 @@
 # Packs the CUDA checks for a GPU host that has the NVIDIA driver and the CUDA 13 runtime
 # libraries (libcudart, libcublas, libcublasLt) but none of this project's other dependencies:
 # the test binaries and the CLI from a CUDA build, stripped, with every shared library they load
-# except the C library, the C++ runtime and CUDA's own, into one gzip'd tarball.
+# except the C library, the C++ runtime and CUDA's own, into one xz-compressed tarball.
 #
-#   tools/gpu_bundle.sh [BUILD_DIR] [OUT.tar.gz]     (defaults: build, gpu-bundle.tar.gz)
+#   tools/gpu_bundle.sh [BUILD_DIR] [OUT.tar.xz]     (defaults: build, gpu-bundle.tar.xz)
 #
-# Run the checks there with tools/gpu_check.sh OUT.tar.gz LOG_DIR from a checkout of the same
+# Run the checks there with tools/gpu_check.sh OUT.tar.xz LOG_DIR from a checkout of the same
 # commit (the tests read tests/fixtures).
 set -euo pipefail
 build=${1:-build}
-out=${2:-gpu-bundle.tar.gz}
+out=${2:-gpu-bundle.tar.xz}
 bins=(tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft)
 
 grep -q 'UPDRAFT_WITH_CUDA=1' "$build/build.ninja" 2>/dev/null ||
@@ -28,5 +28,5 @@ for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort 
   if ! basename "$lib" | grep -Eq "$host_libs"; then cp -L "$lib" "$stage/lib/"; fi
 done
 git -C "$(dirname "$0")/.." rev-parse HEAD > "$stage/COMMIT"
-tar czf "$out" -C "$stage" .
+tar cf - -C "$stage" . | xz -6 -T2 > "$out"
 echo "gpu_bundle: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/bin" | tr '\n' ' ')+ $(ls "$stage/lib" | wc -l) libraries"

@@ -2,19 +2,19 @@
 # The CUDA checks on a GPU host, from a bundle that tools/gpu_bundle.sh made of a CUDA build of
 # this commit. Run from the checkout's root (the tests read tests/fixtures):
 #
-#   tools/gpu_check.sh BUNDLE.tar.gz LOG_DIR
+#   tools/gpu_check.sh BUNDLE.tar.xz LOG_DIR
 #
 # Runs every test that exercises the CUDA backend (op parity against the CPU references, the
 # optimizer, the policy against transformers, the drafter against speculators, greedy
 # speculation against plain decoding), then `updraft generate` on the policy fixture on both
-# devices. Each binary's output goes to LOG_DIR/<name>.log and a JUnit XML beside it; the exit
+# devices, and, where models/small is in the checkout, its decoding speed on the GPU. Each binary's output goes to LOG_DIR/<name>.log and a JUnit XML beside it; the exit
 # status is the number of failed steps.
 set -u
 bundle=$1
 logs=$2
 mkdir -p "$logs"
 root=$(mktemp -d)
-tar xzf "$bundle" -C "$root" || { echo "gpu_check: cannot unpack $bundle" >&2; exit 100; }
+tar xJf "$bundle" -C "$root" || { echo "gpu_check: cannot unpack $bundle" >&2; exit 100; }
 [[ $(cat "$root/COMMIT") == $(git rev-parse HEAD 2>/dev/null || cat "$root/COMMIT") ]] ||
   echo "gpu_check: warning: the bundle was built at $(cat "$root/COMMIT"), this checkout is elsewhere"
 # CUDA's runtime libraries: the toolkit's, else those of a Python wheel (nvidia-cublas and kin).
@@ -58,6 +58,18 @@ if [[ -n $(ids generate_cuda) && $(ids generate_cuda) == "$(ids generate_cuda_sp
 else
   echo "== FAILED: speculative and plain decoding on CUDA differ (or did not run)"
   failed=$((failed + 1))
+fi
+# Decoding speed on the built-in policy (not a check: the CUDA backend is untuned).
+if [[ -f models/small/model.safetensors ]]; then
+  for batch in 1 16; do
+    prompts=()
+    for i in $(seq "$batch"); do prompts+=(--prompt-ids "1,$((i + 4)),9,13"); done
+    for dev in cuda cpu; do
+      run "speed_${dev}_b$batch" "$root/bin/updraft" generate --model models/small --device "$dev" "${prompts[@]}" \
+        --max-new-tokens 128 --ignore-eos
+      echo "   $(grep -o '[0-9.]* generated tokens/s, [0-9]* steps' "$logs/speed_${dev}_b$batch.log")"
+    done
+  done
 fi
 echo "gpu_check: $failed failed step(s); logs in $logs"
 exit "$failed"

@@ -1,7 +1,8 @@
 // The CUDA backend end to end against the same references as the CPU: the drafter against the
-// speculators package's forward (tests/fixtures/drafter), and greedy speculation token-identical
-// to plain decoding. The policy against transformers is in hf_reference_test.cc (HfReference.*OnCuda)
-// and every op in kernels/backend_parity_test.cc. Each test is skipped without a usable GPU.
+// speculators package's forward (tests/fixtures/drafter), greedy speculation token-identical
+// to plain decoding, and sampled speculation following the policy's distribution (chi-square). The policy against
+// transformers is in hf_reference_test.cc (HfReference.*OnCuda) and every op in kernels/backend_parity_test.cc. Each
+// test is skipped without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "kernels/io/safetensors.h"
 #include "tests/drafter/draft_golden.h"
 #include "tests/fixture_util.h"
+#include "tests/rollout/chi2.h"
 #include "tests/rollout/spec_fixture.h"
 
 namespace updraft {
@@ -56,7 +58,17 @@ TEST_P(CudaDraftGolden, MatchesTheSpeculatorsForward) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaDraftGolden, ::testing::Values("spec_default", "spec_variant"));
 
-using CudaSpecEngine = testing_spec::SpecFixture;
+// The speculation fixture's policy and drafter, rebuilt from the same seeds on the GPU by to_cuda().
+class CudaSpecEngine : public testing_spec::SpecFixture {
+ protected:
+  void to_cuda() {
+    model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16, {.device = Device::CUDA}));
+    draft_ = std::make_unique<DraftModel>(random_draft(testing_models::tiny_draft_config(cfg_, 12),
+                                                       spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4,
+                                                       DType::BF16));
+    ASSERT_EQ(draft_->device(), Device::CUDA);
+  }
+};
 
 // The identity on the CUDA backend (bf16 activations, cuBLAS products): a verification pass over
 // k rows must give each row the logits a one-row decode step gives it. Chain and tree, one
@@ -81,11 +93,7 @@ TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
     run(reqs, 64, &s, AcceptRule::Exact, &st);
     cpu_accepted.push_back(st.accepted);
   }
-  model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 21, DType::BF16, {.device = Device::CUDA}));
-  draft_ = std::make_unique<DraftModel>(random_draft(testing_models::tiny_draft_config(cfg_, 12),
-                                                     spread_vocab(12, cfg_.vocab_size), model_->draft_target(), 4,
-                                                     DType::BF16));
-  ASSERT_EQ(draft_->device(), Device::CUDA);
+  ASSERT_NO_FATAL_FAILURE(to_cuda());
   const auto plain = run(reqs, 64, nullptr);
   for (size_t k = 0; k < settings.size(); ++k)
     for (int64_t batch : {1, 64}) {
@@ -98,6 +106,41 @@ TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
       EXPECT_GT(st.accepted, 20) << where;
       EXPECT_GE(2 * st.accepted, cpu_accepted[k]) << where;
     }
+}
+
+// Sampled speculation on CUDA (the verifier's rejection sampling over probabilities the GPU
+// computed): 12000 seeded two-token samples, tree and chain, fit the CUDA policy's own joint
+// distribution of the first two tokens; plain decoding fits it too, and the biased control
+// (no residual after a rejection) must not. Skipped without a usable GPU.
+TEST_F(CudaSpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  ASSERT_NO_FATAL_FAILURE(to_cuda());
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
+  const int64_t N = 12000, V = cfg_.vocab_size;
+  const float temp = 1.3f;
+  const auto joint = testing_spec::exact_pairs(*model_, prompt, temp, 0, 1.f);
+  auto fit = [&](const SpecSettings* s, AcceptRule rule, uint64_t seed0, SpecStats* st) {
+    std::vector<GenRequest> reqs;
+    for (int64_t i = 0; i < N; ++i)
+      reqs.push_back(req(prompt, temp, 2, seed0 + static_cast<uint64_t>(i)));
+    std::vector<int64_t> counts(static_cast<size_t>(V * V), 0);
+    for (const auto& r : run(reqs, 64, s, rule, st))
+      ++counts[r.tokens[0] * V + r.tokens[1]];
+    return testing_chi2::chi2_fit(counts, joint, N);
+  };
+  const SpecSettings tree{3, 3, 8}, chain{4, 1, 5};
+  SpecStats st, cst;
+  const auto [stat, df] = fit(&tree, AcceptRule::Exact, 1'000'000, &st);
+  EXPECT_LT(stat, testing_chi2::chi2_critical(df)) << "tree samples do not fit the policy";
+  EXPECT_GT(st.accepted, N / 10) << "too few acceptances for the test to mean anything";
+  const auto [cstat, cdf] = fit(&chain, AcceptRule::Exact, 4'000'000, &cst);
+  EXPECT_LT(cstat, testing_chi2::chi2_critical(cdf)) << "chain samples do not fit the policy";
+  EXPECT_GT(cst.accepted, N / 100) << "too few chain acceptances for the test to mean anything";
+  const auto [pstat, pdf] = fit(nullptr, AcceptRule::Exact, 2'000'000, nullptr);
+  EXPECT_LT(pstat, testing_chi2::chi2_critical(pdf)) << "plain samples do not fit: the reference is wrong";
+  const auto [bstat, bdf] = fit(&tree, AcceptRule::NoResidual, 3'000'000, nullptr);
+  EXPECT_GT(bstat, testing_chi2::chi2_critical(bdf)) << "the biased control passed: the test has no power";
 }
 
 }  // namespace
