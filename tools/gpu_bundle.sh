@@ -6,6 +6,9 @@
 #
 #   tools/gpu_bundle.sh [BUILD_DIR] [OUT.tar.xz]     (defaults: build, gpu-bundle.tar.xz)
 #
+# BASELINE=path/to/updraft (optional): an updraft binary of an earlier commit, carried as
+# bin/updraft_baseline so that the decoding speeds are measured side by side in one run.
+#
 # Run the checks there with tools/gpu_check.sh OUT.tar.xz LOG_DIR from a checkout of the same
 # commit (the tests read tests/fixtures).
 set -euo pipefail
@@ -22,6 +25,7 @@ for b in "${bins[@]}"; do
   [[ -x $build/$b ]] || { echo "gpu_bundle: $build/$b is missing: build it first" >&2; exit 1; }
   strip -o "$stage/bin/$(basename "$b")" "$build/$b"
 done
+if [[ -n ${BASELINE:-} ]]; then strip -o "$stage/bin/updraft_baseline" "$BASELINE"; fi
 # Libraries the GPU host provides itself: glibc's, the compiler runtime's and CUDA's.
 host_libs='^(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do

@@ -59,15 +59,24 @@ else
   echo "== FAILED: speculative and plain decoding on CUDA differ (or did not run)"
   failed=$((failed + 1))
 fi
-# Decoding speed on the built-in policy (not a check: the CUDA backend is untuned).
+# Decoding speed on the built-in policy (not a check: the CUDA backend is untuned), three
+# interleaved runs of each binary: this commit's on both devices, and on CUDA the bundle's
+# baseline where it carries one.
 if [[ -f models/small/model.safetensors ]]; then
+  bins=(updraft)
+  [[ -x $root/bin/updraft_baseline ]] && bins+=(updraft_baseline)
   for batch in 1 16; do
     prompts=()
     for i in $(seq "$batch"); do prompts+=(--prompt-ids "1,$((i + 4)),9,13"); done
-    for dev in cuda cpu; do
-      run "speed_${dev}_b$batch" "$root/bin/updraft" generate --model models/small --device "$dev" "${prompts[@]}" \
-        --max-new-tokens 128 --ignore-eos
-      echo "   $(grep -o '[0-9.]* generated tokens/s, [0-9]* steps' "$logs/speed_${dev}_b$batch.log")"
+    for rep in 1 2 3; do
+      for b in "${bins[@]}" cpu; do
+        dev=cuda bin=$b
+        [[ $b == cpu ]] && dev=cpu bin=updraft
+        name="speed_${b}_b${batch}_$rep"
+        "$root/bin/$bin" generate --model models/small --device "$dev" "${prompts[@]}" --max-new-tokens 128 \
+          --ignore-eos > "$logs/$name.log" 2>&1
+        echo "$name ($dev): $(grep -o '[0-9.]* generated tokens/s, [0-9]* steps' "$logs/$name.log")"
+      done
     done
   done
 fi

@@ -21,7 +21,8 @@ bool cuda_compiled();
 
 void* device_alloc(Device d, size_t bytes);    // throws Error on failure; bytes may be 0
 void device_free(Device d, void* p) noexcept;  // p may be null
-// Copies bytes between any two devices; returns when the copy is complete.
+// Copies bytes between any two devices; returns when the copy is complete, except from device to
+// device: that copy is ordered on the current stream before any later work there.
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
 // Sets bytes to zero.
 void device_zero(void* p, Device d, size_t bytes);
