@@ -47,6 +47,8 @@ void DemoRun::generate(int64_t s, const std::vector<GenRequest>& reqs, StepRecor
   for (size_t k = 0; k < rec.accepted_by.size(); ++k)
     rec.accepted_by[k] = online.spec.accepted_by[k];
   rec.gen_online_s = online.seconds;
+  rec.stall_steps_online = online.stall_steps;
+  rec.stall_s_online = online.stall_seconds;
   rec.gen_frozen_s = frozen.seconds;
   rec.gen_plain_s = plain.seconds;
   rec.rollout_cpu_s = online.cpu_seconds;
@@ -145,11 +147,13 @@ StepRecord DemoRun::rl_step(int64_t s) {
   spdlog::info(
       "demo: step {}/{} [{}]  policy v{}  reward {:.3f}  tau online {:.2f} (drafter v{}, {:.0f}% speculative, depth "
       "{:.1f}) vs frozen {:.2f}  tokens/s online {:.0f} frozen {:.0f} plain {:.0f}  speedup gen {:.2f}x step {:.2f}x  "
-      "[update {:.1f} s, capture {:.1f} s, trainer {:.1f} s, {:.1f} CPU-s per rollout CPU-s]{}",
+      "[update {:.1f} s, capture {:.1f} s, trainer {:.1f} s, {:.1f} CPU-s per rollout CPU-s; online stalls {} steps, "
+      "{:.2f} s]{}",
       s + 1, o_.steps, rec.domain, rec.policy_version, rec.reward, rec.tau_online, rec.drafter_version,
       100 * rec.spec_share, rec.mean_depth, rec.tau_frozen, rec.tps_online, rec.tps_frozen, rec.tps_plain,
       rec.gen_speedup(), rec.step_speedup(), rec.update_s, rec.capture_s, rec.trainer_slot_s,
-      rec.rollout_cpu_s > 0 ? rec.trainer_cpu_s / rec.rollout_cpu_s : 0.0, promo);
+      rec.rollout_cpu_s > 0 ? rec.trainer_cpu_s / rec.rollout_cpu_s : 0.0, rec.stall_steps_online, rec.stall_s_online,
+      promo);
   return rec;
 }
 

@@ -30,6 +30,18 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
     parts[worker_of(i)].push_back(reqs[i]);
   std::vector<std::exception_ptr> errors(W);
   release_cpu_team();  // this thread only waits now: its CPU team must not slow the workers'
+  auto stalls = [&](int64_t& steps, double& seconds) {
+    steps = 0;
+    seconds = 0;
+    for (const auto& w : workers) {
+      const WorkerMetrics m = w->metrics();
+      steps += m.adaptive_model.stall_steps;
+      seconds += m.adaptive_model.stall_seconds;
+    }
+  };
+  int64_t stall_steps0 = 0;
+  double stall_seconds0 = 0;
+  stalls(stall_steps0, stall_seconds0);
   const auto t0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;
@@ -46,6 +58,9 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
     t.join();
   ph.seconds = since(t0);
   ph.cpu_seconds = process_cpu_seconds() - cpu0;
+  stalls(ph.stall_steps, ph.stall_seconds);
+  ph.stall_steps -= stall_steps0;
+  ph.stall_seconds -= stall_seconds0;
   for (auto& e : errors)
     if (e)
       std::rethrow_exception(e);

@@ -22,6 +22,10 @@ struct Phase {
   double seconds = 0;
   double cpu_seconds = 0;  // the process's CPU time over the phase (all threads)
   uint64_t drafter_version = 0;
+  // The serving engines' depth choosers over the phase, summed over the workers: steps over twice
+  // their cell's settled cost and the seconds they took beyond it (rollout/spec/adaptive.h).
+  int64_t stall_steps = 0;
+  double stall_seconds = 0;
 };
 
 // Request i goes to worker (i / group) % W: a group's siblings (consecutive requests) to one

@@ -90,6 +90,7 @@ nlohmann::json step_json(const StepRecord& s) {
           {"tau_online", s.tau_online},
           {"tau_frozen", s.tau_frozen},
           {"online_rounds", s.rounds_online},
+          {"online_stalls", {{"steps", s.stall_steps_online}, {"seconds_over_cost", s.stall_s_online}}},
           {"online_accepted_by_source",
            {{"drafter", s.accepted_by[0]}, {"group", s.accepted_by[1]}, {"history", s.accepted_by[2]}}},
           {"tokens_per_s", {{"online", s.tps_online}, {"frozen", s.tps_frozen}, {"plain", s.tps_plain}}},

@@ -34,6 +34,10 @@ struct StepRecord {
   double grad_norm = 0, nll = 0;
   std::array<int64_t, 3> accepted_by{};  // the online run's accepted drafts: drafter, group, history
   int64_t rounds_online = 0;             // and its speculation rounds
+  // The online run's stalled steps and the seconds they took beyond their depth's settled cost
+  // (summed over the workers, which run in parallel: compare with gen_online_s x workers).
+  int64_t stall_steps_online = 0;
+  double stall_s_online = 0;
   double gen_speedup() const { return tps_plain > 0 ? tps_online / tps_plain : 0.0; }
   // (plain generation + update) / (online generation + capture + update), per generated token.
   double step_speedup() const;

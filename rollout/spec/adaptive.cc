@@ -254,9 +254,14 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // kStallRun, a real change, counts as at most kOutlier times it, so the estimate follows.
   const bool settled = c.samples >= opt_.min_samples;
   bool stall = false;
+  observed_seconds_ += s.seconds;
   if (!backlog && settled) {
     c.stalls = per_seq > kStall * c.cost ? c.stalls + 1 : 0;
     stall = c.stalls > 0 && c.stalls < kStallRun;
+    if (c.stalls > 0) {
+      ++stall_steps_;
+      stall_seconds_ += s.seconds - c.cost * static_cast<double>(s.batch);
+    }
   }
   if (!backlog && !stall) {
     const double x = settled ? std::min(per_seq, kOutlier * c.cost) : per_seq;
@@ -309,6 +314,9 @@ AdaptiveDepth::Snapshot AdaptiveDepth::snapshot() const {
     s.reach.push_back(den_[j] > 0 ? reach(j) : -1.0);
   s.steps = steps_;
   s.explore_steps = explore_steps_;
+  s.stall_steps = stall_steps_;
+  s.stall_seconds = stall_seconds_;
+  s.observed_seconds = observed_seconds_;
   s.prediction_error = error_;
   s.last_depth = last_depth_;
   s.last_batch = last_batch_;

@@ -128,6 +128,11 @@ class AdaptiveDepth final : public DepthChooser {
     std::array<int64_t, kBuckets> current{};        // depth each bucket runs at
     std::vector<double> reach;                      // [j]: estimated (with the prior), -1 unmeasured
     int64_t steps = 0, explore_steps = 0;
+    // Stalls: observed steps over kStall times their cell's settled cost (a backlog's excepted),
+    // and the seconds those steps took beyond that cost, against the seconds of every observed
+    // step: how much of a run the host's or the OS's stalls took.
+    int64_t stall_steps = 0;
+    double stall_seconds = 0, observed_seconds = 0;
     double prediction_error = 0;  // EMA of |predicted - measured| / measured tokens/s per sequence
     int64_t last_depth = 0, last_batch = 0;
     bool last_explored = false;
@@ -165,7 +170,8 @@ class AdaptiveDepth final : public DepthChooser {
   static constexpr int64_t kStallRun = 3;            // ...unless this many come in a row (the cost changed)
   static constexpr double kOutlier = 3.0;            // such a step counts as at most this x the cell's cost
   int64_t new_drafter_rounds_ = kMeasureNewDrafter;  // rounds since the last drafter change
-  int64_t steps_ = 0, explore_steps_ = 0, since_explore_ = 0;
+  int64_t steps_ = 0, explore_steps_ = 0, since_explore_ = 0, stall_steps_ = 0;
+  double stall_seconds_ = 0, observed_seconds_ = 0;
   double error_ = 0, last_pred_ = 0;
   int64_t last_depth_ = 0, last_batch_ = 0;
   bool last_explored_ = false;

@@ -256,7 +256,14 @@ TEST(AdaptiveDepth, OneStalledStepDoesNotPriceTheBestDepthOut) {
   ASSERT_EQ(a.choose(1), D);
   StepSample stall = env.run(1, D);
   stall.seconds *= 5;
+  const double observed0 = a.snapshot().observed_seconds;
+  ASSERT_EQ(a.snapshot().stall_steps, 0);
   a.observe(stall);
+  // Counted as a stall, with the time it took beyond its cell's cost (about 4/5 of it).
+  EXPECT_EQ(a.snapshot().stall_steps, 1);
+  EXPECT_GT(a.snapshot().stall_seconds, 0.7 * stall.seconds);
+  EXPECT_LT(a.snapshot().stall_seconds, 0.85 * stall.seconds);
+  EXPECT_DOUBLE_EQ(a.snapshot().observed_seconds, observed0 + stall.seconds);
   for (int i = 0; i < 50; ++i)
     a.observe(env.run(1, a.choose(1)));
   EXPECT_EQ(a.choose(1), D) << "a single stall moved the choice off the best depth for good";
@@ -266,6 +273,7 @@ TEST(AdaptiveDepth, OneStalledStepDoesNotPriceTheBestDepthOut) {
   for (int i = 0; i < 20; ++i)
     a.observe(env.run(1, a.choose(1)));
   EXPECT_LT(a.choose(1), D) << "a lasting change of cost was taken for stalls";
+  EXPECT_GE(a.snapshot().stall_steps, 1 + 3) << "the change's first steps count as stalls until it is followed";
 }
 
 TEST(AdaptiveDepth, TreesChooseBetweenTheFullSettingsAndPlainAndFixedDepthIsObeyed) {
