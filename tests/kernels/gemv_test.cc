@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/core/device.h"
 #include "kernels/ops.h"
 #include "kernels/ops/gemv_cpu.h"
 #include "tests/kernels/rand_vec.h"
@@ -189,6 +190,34 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
           for (int64_t n = 0; n < N; ++n)
             ASSERT_EQ(got[static_cast<size_t>(t * N + n)], solo[static_cast<size_t>(t)][static_cast<size_t>(n)])
                 << ops::cpu_bf16_kernel_name(kernel) << " K=" << K << " T=" << T << " t=" << t << " n=" << n;
+      }
+    }
+  }
+}
+
+// On CUDA, linear over 1 to 16 bf16 rows (decode and verification steps) runs one kernel whose
+// rows do not depend on each other: a row's bits are the same whatever the row count, with the
+// built-in policy's K (16-byte loads) and a ragged K (one element at a time). Skipped without a GPU.
+TEST(Gemv, CudaLinearRowsAreBitwiseTheSameUpTo16Rows) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  for (int64_t K : {448, 77}) {
+    const int64_t N = 150, Tmax = 16;
+    const Tensor x = Tensor::from_f32(rand_vec(Tmax * K, 9 + K), {Tmax, K}).to_dtype(DType::BF16).to(Device::CUDA);
+    const Tensor w = Tensor::from_f32(rand_vec(N * K, 10), {N, K}).to_dtype(DType::BF16).to(Device::CUDA);
+    for (DType out : {DType::BF16, DType::F32}) {
+      Tensor all = Tensor::empty({Tmax, N}, out, Device::CUDA);
+      ops::linear(x, w, nullptr, all);
+      const auto want = all.to_f32_vector();
+      for (int64_t T : {1, 3, 5, 8, 9}) {
+        for (int64_t t0 = 0; t0 + T <= Tmax; t0 += T) {
+          Tensor y = Tensor::empty({T, N}, out, Device::CUDA);
+          ops::linear(x.rows(t0, t0 + T), w, nullptr, y);
+          const auto got = y.to_f32_vector();
+          for (int64_t i = 0; i < T * N; ++i)
+            ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(t0 * N + i)])
+                << "K=" << K << " T=" << T << " row " << t0 + i / N;
+        }
       }
     }
   }
