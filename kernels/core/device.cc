@@ -5,7 +5,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/core/error.h"
 
@@ -80,11 +82,18 @@ void raw_free(Device d, void* p) noexcept {
 // of a small model allocates hundreds of temporaries of a few KiB (freeing each made a batch-1
 // step of the built-in policy take 3.2 ms on an H200). Sizes are rounded to 8 classes per power
 // of two (<= 12.5% waste; 512 bytes at least on a GPU); at most kMaxIdle bytes per device wait
-// for reuse. Device blocks are reused in stream order, which is safe because all our work runs on
-// one stream per device.
+// for reuse, beyond which blocks are returned.
+//
+// A device block is reused only by the thread that freed it. Each thread queues its work on its
+// own stream (kernels/cuda/context.cu), and work queued before the free on that stream runs
+// before anything queued after the reuse; another thread's stream is not ordered with it, and a
+// kernel still queued there could read the block after its new owner wrote it. A thread's idle
+// device blocks are returned when it exits (cudaFree waits for the device). Host blocks have no
+// queued work: any thread reuses them.
 class BlockCache {
  public:
   static constexpr size_t kMinHost = size_t{256} << 10, kMinDevice = 512, kMaxIdle = size_t{1} << 30;
+  using Pool = std::multimap<size_t, void*>;  // size class -> idle block
 
   static size_t size_class(Device d, size_t bytes) {
     if (d == Device::CPU && bytes < kMinHost)
@@ -103,13 +112,16 @@ class BlockCache {
       return raw_alloc(d, bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = idle_.find(cls);
-      if (it != idle_.end()) {
-        void* p = it->second;
-        idle_.erase(it);
-        idle_bytes_ -= cls;
-        live_[p] = cls;
-        return p;
+      auto pool = idle_.find(owner(d));
+      if (pool != idle_.end()) {
+        auto it = pool->second.find(cls);
+        if (it != pool->second.end()) {
+          void* p = it->second;
+          pool->second.erase(it);
+          idle_bytes_ -= cls;
+          live_[p] = cls;
+          return p;
+        }
       }
     }
     void* p = raw_alloc(d, cls);
@@ -124,38 +136,43 @@ class BlockCache {
     return p;
   }
 
-  void free(Device d, void* p) noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = live_.find(p);
-      if (it != live_.end()) {
-        const size_t cls = it->second;
-        live_.erase(it);
-        if (idle_bytes_ + cls <= kMaxIdle) {
-          idle_.emplace(cls, p);
-          idle_bytes_ += cls;
-          return;
-        }
-      }
-    }
-    raw_free(d, p);
-  }
+  void free(Device d, void* p) noexcept;
 
+  // Returns every idle block (all threads'), or those `thread` freed.
   void release_idle(Device d) noexcept {
-    std::multimap<size_t, void*> idle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      idle.swap(idle_);
-      idle_bytes_ = 0;
-    }
-    for (auto& [cls, p] : idle)
-      raw_free(d, p);
+    release(d, [](const std::thread::id&) { return true; });
+  }
+  void release_thread(Device d, std::thread::id thread) noexcept {
+    release(d, [&](const std::thread::id& t) { return t == thread; });
   }
 
  private:
+  static std::thread::id owner(Device d) { return d == Device::CPU ? std::thread::id{} : std::this_thread::get_id(); }
+
+  template <typename Which>
+  void release(Device d, Which which) noexcept {
+    std::vector<void*> gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto pool = idle_.begin(); pool != idle_.end();) {
+        if (!which(pool->first)) {
+          ++pool;
+          continue;
+        }
+        for (auto& [cls, p] : pool->second) {
+          idle_bytes_ -= cls;
+          gone.push_back(p);
+        }
+        pool = idle_.erase(pool);
+      }
+    }
+    for (void* p : gone)
+      raw_free(d, p);
+  }
+
   std::mutex mu_;
   std::unordered_map<void*, size_t> live_;
-  std::multimap<size_t, void*> idle_;
+  std::map<std::thread::id, Pool> idle_;  // by the thread that freed the blocks (host: one pool)
   size_t idle_bytes_ = 0;
 };
 
@@ -163,6 +180,35 @@ class BlockCache {
 BlockCache& block_cache(Device d) {
   static BlockCache* caches = new BlockCache[2];
   return caches[d == Device::CPU ? 0 : 1];
+}
+
+// Returns the thread's idle device blocks when it exits (registered by its first device free).
+struct ReleaseAtThreadExit {
+  ~ReleaseAtThreadExit() { block_cache(Device::CUDA).release_thread(Device::CUDA, std::this_thread::get_id()); }
+};
+
+void BlockCache::free(Device d, void* p) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(p);
+    if (it != live_.end()) {
+      const size_t cls = it->second;
+      live_.erase(it);
+      if (idle_bytes_ + cls <= kMaxIdle) {
+        idle_[owner(d)].emplace(cls, p);
+        idle_bytes_ += cls;
+        p = nullptr;
+      }
+    }
+  }
+  if (p == nullptr) {
+    if (d != Device::CPU) {
+      thread_local ReleaseAtThreadExit hook;  // constructed once per thread, destroyed at its exit
+      (void)hook;
+    }
+    return;
+  }
+  raw_free(d, p);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <thread>
 
 namespace updraft {
 namespace {
@@ -85,6 +86,31 @@ TEST(Device, CudaWithoutGpuIsAnError) {
   if (cuda_available())
     GTEST_SKIP() << "a GPU is present";
   EXPECT_THROW(Tensor::empty({4}, DType::F32, Device::CUDA), Error);
+}
+
+// Device blocks are recycled per thread (kernels/core/device.cc): a block one thread freed may
+// still be read by work queued on that thread's stream, so another thread must not get it, while
+// the thread itself gets it back. Host blocks go to any thread. The GPU case is skipped without one.
+void expect_reuse(Device d, size_t bytes, bool across_threads) {
+  void* a = device_alloc(d, bytes);
+  device_free(d, a);
+  void* other = nullptr;
+  std::thread([&] { other = device_alloc(d, bytes); }).join();
+  EXPECT_EQ(other == a, across_threads) << device_name(d);
+  device_free(d, other);  // freed here, so this thread's now
+  void* again = device_alloc(d, bytes);
+  EXPECT_TRUE(again == a || again == other) << device_name(d) << ": this thread's idle block was not reused";
+  device_free(d, again);
+}
+
+TEST(Device, HostBlocksAreReusedByAnyThread) {
+  expect_reuse(Device::CPU, size_t{1} << 20, true);
+}
+
+TEST(Device, CudaBlocksAreReusedOnlyByTheThreadThatFreedThem) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  expect_reuse(Device::CUDA, 4096, false);
 }
 
 }  // namespace
