@@ -14,7 +14,7 @@
 set -euo pipefail
 build=${1:-build}
 out=${2:-gpu-bundle.tar.xz}
-bins=(tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft)
+bins=(tests/kernels_core_test tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft)
 
 grep -q 'UPDRAFT_WITH_CUDA=1' "$build/build.ninja" 2>/dev/null ||
   { echo "gpu_bundle: $build is not a CUDA build (configure with -DUPDRAFT_CUDA=ON)" >&2; exit 1; }
@@ -28,6 +28,10 @@ done
 if [[ -n ${BASELINE:-} ]]; then strip -o "$stage/bin/updraft_baseline" "$BASELINE"; fi
 # Libraries the GPU host provides itself: glibc's, the compiler runtime's and CUDA's.
 host_libs='^(libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'
+if for b in "$stage"/bin/*; do ldd "$b"; done | grep 'not found'; then
+  echo "gpu_bundle: a library above is missing here" >&2
+  exit 1
+fi
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   if ! basename "$lib" | grep -Eq "$host_libs"; then cp -L "$lib" "$stage/lib/"; fi
 done

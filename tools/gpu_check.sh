@@ -14,6 +14,7 @@ bundle=$1
 logs=$2
 mkdir -p "$logs"
 root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
 tar xJf "$bundle" -C "$root" || { echo "gpu_check: cannot unpack $bundle" >&2; exit 100; }
 [[ $(cat "$root/COMMIT") == $(git rev-parse HEAD 2>/dev/null || cat "$root/COMMIT") ]] ||
   echo "gpu_check: warning: the bundle was built at $(cat "$root/COMMIT"), this checkout is elsewhere"
@@ -22,6 +23,7 @@ cuda_dirs=$(find /usr/local/cuda*/ -name 'libcublasLt.so.13*' -printf '%h\n' 2>/
 [[ -n $cuda_dirs ]] || cuda_dirs=$(find /opt /usr/lib -name 'libcublasLt.so.13*' -printf '%h\n' 2>/dev/null | sort -u | head -1)
 cudart_dir=$(find "$cuda_dirs" /usr/local/cuda*/ /opt /usr/lib -name 'libcudart.so.13*' -printf '%h\n' 2>/dev/null | head -1)
 echo "gpu_check: CUDA libraries from $cuda_dirs and $cudart_dir"
+[[ -n $cuda_dirs && -n $cudart_dir ]] || { echo "gpu_check: no CUDA 13 runtime (libcublasLt, libcudart) found" >&2; exit 100; }
 export LD_LIBRARY_PATH="$root/lib:$cuda_dirs:$cudart_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 export UPDRAFT_SOURCE_DIR=$PWD  # the fixtures, from this checkout
@@ -40,8 +42,13 @@ run() {  # NAME COMMAND...: run, log, count a failure
   grep -E '^\[==========\] [0-9]+ tests? from .* ran|^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' \
     "$logs/$name.log" | head -40
 }
-for t in kernels_ops_test optim_test rollout_hf_test cuda_backend_test; do
-  run "$t" "$root/bin/$t" --gtest_filter='*cuda*:*Cuda*' --gtest_output="xml:$logs/$t.xml"
+# On a GPU host a skipped CUDA test means the device was not usable: a failure here.
+for t in kernels_core_test kernels_ops_test optim_test rollout_hf_test cuda_backend_test; do
+  run "$t" "$root/bin/$t" --gtest_filter='*cuda*:*Cuda*-Device.CudaWithoutGpuIsAnError' --gtest_output="xml:$logs/$t.xml"
+  if grep -q '^\[  SKIPPED \]' "$logs/$t.log"; then
+    echo "   FAILED: CUDA tests were skipped"
+    failed=$((failed + 1))
+  fi
 done
 # The CLI end to end: greedy tokens on each device, plain and speculative (the fixture drafter).
 # CPU and CUDA need not agree token for token (bf16 activations on CUDA, f32 on the CPU); plain

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <thread>
@@ -59,8 +60,9 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   ph.seconds = since(t0);
   ph.cpu_seconds = process_cpu_seconds() - cpu0;
   stalls(ph.stall_steps, ph.stall_seconds);
-  ph.stall_steps -= stall_steps0;
-  ph.stall_seconds -= stall_seconds0;
+  // A worker that replaced its chooser during the phase (an engine rebuilt) restarts its counts.
+  ph.stall_steps = std::max<int64_t>(0, ph.stall_steps - stall_steps0);
+  ph.stall_seconds = std::max(0.0, ph.stall_seconds - stall_seconds0);
   for (auto& e : errors)
     if (e)
       std::rethrow_exception(e);

@@ -81,15 +81,20 @@ void raw_free(Device d, void* p) noexcept {
 // small: cudaMalloc is a driver call and cudaFree synchronises the whole device, and a decode step
 // of a small model allocates hundreds of temporaries of a few KiB (freeing each made a batch-1
 // step of the built-in policy take 3.2 ms on an H200). Sizes are rounded to 8 classes per power
-// of two (<= 12.5% waste; 512 bytes at least on a GPU); at most kMaxIdle bytes per device wait
-// for reuse, beyond which blocks are returned.
+// of two (<= 12.5% waste; 512 bytes at least on a GPU). At most kMaxIdle bytes per device wait
+// for reuse. A host block past the budget is returned; a device free that would go past it first
+// returns every idle device block (of all threads), so that blocks nobody will reuse (a dropped
+// model's weights, another thread's) cannot keep the budget full and send every later free to
+// cudaFree and its device-wide wait.
 //
 // A device block is reused only by the thread that freed it. Each thread queues its work on its
 // own stream (kernels/cuda/context.cu), and work queued before the free on that stream runs
 // before anything queued after the reuse; another thread's stream is not ordered with it, and a
 // kernel still queued there could read the block after its new owner wrote it. A thread's idle
-// device blocks are returned when it exits (cudaFree waits for the device). Host blocks have no
-// queued work: any thread reuses them.
+// device blocks are returned when it exits (cudaFree waits for the device). This rests on a
+// contract for device_free's callers: a thread frees a device tensor only once no other thread's
+// queued work still uses it (a worker's step ends by copying its logits to the host, which waits
+// for its stream). Host blocks have no queued work: any thread reuses them.
 class BlockCache {
  public:
   static constexpr size_t kMinHost = size_t{256} << 10, kMinDevice = 512, kMaxIdle = size_t{1} << 30;
@@ -188,18 +193,29 @@ struct ReleaseAtThreadExit {
 };
 
 void BlockCache::free(Device d, void* p) noexcept {
+  size_t cls = 0;
+  // Files p as idle if the budget allows (mu_ held).
+  auto keep = [&] {
+    if (idle_bytes_ + cls > kMaxIdle)
+      return false;
+    idle_[owner(d)].emplace(cls, p);
+    idle_bytes_ += cls;
+    p = nullptr;
+    return true;
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(p);
     if (it != live_.end()) {
-      const size_t cls = it->second;
+      cls = it->second;
       live_.erase(it);
-      if (idle_bytes_ + cls <= kMaxIdle) {
-        idle_[owner(d)].emplace(cls, p);
-        idle_bytes_ += cls;
-        p = nullptr;
-      }
+      keep();
     }
+  }
+  if (p != nullptr && d != Device::CPU && cls != 0 && cls <= kMaxIdle) {  // over: return every idle block first
+    release_idle(d);
+    std::lock_guard<std::mutex> lock(mu_);
+    keep();
   }
   if (p == nullptr) {
     if (d != Device::CPU) {

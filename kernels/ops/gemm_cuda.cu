@@ -104,9 +104,10 @@ constexpr int kRowsWarps = 8;  // warps per block, one output column each
 
 // y[t, n] = sum_k x[t, k] w[n, k] for t < rows <= kRowsMax: one warp per output column reads the
 // weight row once for every row of x, with f32 partial sums in registers. Lane l takes the
-// elements l * 8 + 256 i (Vec: 16-byte loads, K % 8 == 0 and aligned rows) or l + 32 i, adds
-// them in order, and the warp sums its lanes by a fixed butterfly: each row's result comes from
-// the same instructions in the same order whatever `rows` is, so a decode step and a
+// elements l * 8 + j + 256 i (j = 0..7) and adds them in that order, loaded 16 bytes at a time
+// where K % 8 == 0 and the rows are aligned (Vec), else one by one in the same order; the warp
+// then sums its lanes by a fixed butterfly. So each row's result comes from the same arithmetic
+// in the same order whatever `rows` is and however the rows are aligned: a decode step and a
 // verification pass give a row the same bits (what greedy speculation's token identity rests on).
 template <typename Y, bool Vec>
 __global__ void __launch_bounds__(kRowsWarps * 32)
@@ -137,12 +138,14 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
       }
     }
   } else {
-    for (int64_t k = lane; k < K; k += 32) {
-      const float wk = to_f32(wn[k]);
+    for (int64_t k0 = int64_t{lane} * 8; k0 < K; k0 += 256) {
+      for (int j = 0; j < 8 && k0 + j < K; ++j) {
+        const float wk = to_f32(wn[k0 + j]);
 #pragma unroll
-      for (int r = 0; r < kRowsMax; ++r)
-        if (r < rows)
-          acc[r] = fmaf(wk, to_f32(x[r * K + k]), acc[r]);
+        for (int r = 0; r < kRowsMax; ++r)
+          if (r < rows)
+            acc[r] = fmaf(wk, to_f32(x[r * K + k0 + j]), acc[r]);
+      }
     }
   }
 #pragma unroll
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
 // dense row-major); false otherwise.
 bool linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
-  if (x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || T > kRowsMax || T == 0 || K == 0)
+  if (x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || T > kRowsMax || T == 0 || K == 0 || N == 0)
     return false;
   const bool vec =
       K % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.raw()) % 16 == 0;

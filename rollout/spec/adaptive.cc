@@ -258,7 +258,7 @@ void AdaptiveDepth::observe(const StepSample& s) {
   if (!backlog && settled) {
     c.stalls = per_seq > kStall * c.cost ? c.stalls + 1 : 0;
     stall = c.stalls > 0 && c.stalls < kStallRun;
-    if (c.stalls > 0) {
+    if (c.stalls > 0) {  // the first steps of a lasting change of cost count too, until the cost follows
       ++stall_steps_;
       stall_seconds_ += s.seconds - c.cost * static_cast<double>(s.batch);
     }

@@ -113,6 +113,7 @@ TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
         for (size_t i = 0; i < plain.size(); ++i) {
           ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", " << where;
           ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i << ", " << where;
+          ASSERT_EQ(spec[i].logprobs.size(), plain[i].logprobs.size()) << "request " << i << ", " << where;
           for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
             ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 0.05) << "request " << i << ", " << where;
         }
