@@ -216,6 +216,16 @@ DraftModel DraftModel::rebind(const DraftTarget& target) const {
       target, "rebind");
 }
 
+bool DraftModel::shares_prepared_weights(const DraftModel& o) const {
+  auto same = [](const ops::LinearWeight& a, const ops::LinearWeight& b) {
+    if (a.q8 != nullptr || b.q8 != nullptr)
+      return a.q8 == b.q8;
+    return a.w.defined() && b.w.defined() && a.w.raw() == b.w.raw();
+  };
+  return inv_freq_.raw() == o.inv_freq_.raw() && same(fc_, o.fc_) && same(lm_head_, o.lm_head_) &&
+         same(layer_.attn.q, o.layer_.attn.q) && same(layer_.mlp.down, o.layer_.mlp.down);
+}
+
 DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden) const {
   const int64_t H = cfg_.hidden_size, Ht = cfg_.target_hidden_size, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
                 HD = cfg_.head_dim;

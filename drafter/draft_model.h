@@ -77,6 +77,9 @@ class DraftModel {
   // sizes, device, activation dtype and weight precision) the prepared weights are shared with
   // this drafter, not prepared again; otherwise they are rebuilt from tensors().
   DraftModel rebind(const DraftTarget& target) const;
+  // Whether this drafter's prepared weights and tables are the same memory as o's (what rebind
+  // shares; a build makes its own, even where its weights alias the stored tensors).
+  bool shares_prepared_weights(const DraftModel& o) const;
 
   const DraftConfig& config() const { return cfg_; }
   // The precision its linear layers were prepared in: kAsStored or kInt8 (draft_weights() when it

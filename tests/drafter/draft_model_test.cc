@@ -111,7 +111,10 @@ TEST_P(DraftGolden, RebindToANewEmbeddingGivesAFreshLoadsOutputs) {
   for (size_t i = 0; i < e.size(); ++i)
     e[i] = -0.5f * e[i] + 0.01f * static_cast<float>(i % 7);
   t1.embedding = Tensor::from_f32(e, t0.embedding.shape()).to_dtype(t0.embedding.dtype());
-  const TwoSteps before = run_two_steps(m, *ref_), rebound = run_two_steps(m.rebind(t1), *ref_),
+  const DraftModel shared = m.rebind(t1);
+  EXPECT_TRUE(shared.shares_prepared_weights(m)) << "same sizes and precision: the weights must be shared";
+  EXPECT_FALSE(DraftModel::load(dir_, t1).shares_prepared_weights(m));
+  const TwoSteps before = run_two_steps(m, *ref_), rebound = run_two_steps(shared, *ref_),
                  fresh = run_two_steps(DraftModel::load(dir_, t1), *ref_);
   EXPECT_EQ(rebound.logits0, fresh.logits0);
   EXPECT_EQ(rebound.logits1, fresh.logits1);
@@ -127,6 +130,7 @@ TEST_P(DraftGolden, RebindToANewEmbeddingGivesAFreshLoadsOutputs) {
   };
   const auto [rebuilt, fresh_int8] = build_int8();
   EXPECT_EQ(rebuilt.weights(), DraftWeights::kInt8);
+  EXPECT_FALSE(rebuilt.shares_prepared_weights(m)) << "another precision: the weights must be prepared again";
   const TwoSteps r8 = run_two_steps(rebuilt, *ref_), f8 = run_two_steps(fresh_int8, *ref_);
   EXPECT_EQ(r8.logits1, f8.logits1);
   EXPECT_NE(r8.logits1, rebound.logits1);
