@@ -85,13 +85,7 @@ class CudaSpecEngine : public testing_spec::SpecFixture {
 TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   if (!cuda_available())
     GTEST_SKIP() << "no usable CUDA device on this machine";
-  std::vector<GenRequest> reqs;
-  for (int i = 0; i < 64; ++i) {
-    GenRequest r = req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
-    if (i % 3 == 0)
-      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
-    reqs.push_back(r);
-  }
+  const std::vector<GenRequest> reqs = greedy_requests();
   const std::vector<SpecSettings> settings = {{4, 1, 5}, {3, 3, 8}};
   std::vector<int64_t> cpu_accepted;
   for (const SpecSettings& s : settings) {

@@ -86,13 +86,7 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalWithEveryProductOnAmxPanels) {
 }
 
 TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
-  std::vector<GenRequest> reqs;
-  for (int i = 0; i < 64; ++i) {
-    GenRequest r = req(testing_spec::pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
-    if (i % 3 == 0)
-      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
-    reqs.push_back(r);
-  }
+  const std::vector<GenRequest> reqs = greedy_requests();
   const auto plain = run(reqs, 64, nullptr);
   int stops = 0;
   for (const auto& r : plain)

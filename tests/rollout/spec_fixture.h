@@ -37,6 +37,18 @@ class SpecFixture : public ::testing::Test {
   static GenRequest req(std::vector<int32_t> prompt, float temp, int64_t max_new, uint64_t seed) {
     return testing_models::seeded_request(std::move(prompt), temp, max_new, seed);
   }
+  // The greedy identity tests' 64 requests: prompts of 2-18 tokens, 6-34 new tokens, every third
+  // with a stop token, so that stops and length limits fall inside rounds.
+  std::vector<GenRequest> greedy_requests() const {
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 64; ++i) {
+      GenRequest r = req(pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
+      if (i % 3 == 0)
+        r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
+      reqs.push_back(r);
+    }
+    return reqs;
+  }
   std::vector<GenResult> run(const std::vector<GenRequest>& reqs, int64_t batch, const SpecSettings* spec,
                              AcceptRule rule = AcceptRule::Exact, SpecStats* stats = nullptr) {
     EngineOptions o;
