@@ -47,9 +47,18 @@ struct DraftTree {
   std::vector<int32_t> tokens, parent, depth;
   std::vector<float> score;
   std::vector<DraftSource> source;  // per node, or empty: every node from the drafter
+  // Per node, bit k set when source k proposed it (a node several sources proposed keeps the
+  // first in `source`), or empty: each node proposed by its `source` alone.
+  std::vector<uint8_t> proposers;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   DraftSource source_of(int64_t i) const {
     return source.empty() ? DraftSource::kEagle : source[static_cast<size_t>(i)];
+  }
+  // Whether a suffix index (group or history) proposed node i, alone or beside the drafter.
+  bool from_suffix(int64_t i) const {
+    return proposers.empty()
+               ? source_of(i) != DraftSource::kEagle
+               : (proposers[static_cast<size_t>(i)] & ~(1u << static_cast<int>(DraftSource::kEagle))) != 0;
   }
   Tensor mask() const;  // bool [n, n]
   std::vector<int32_t> children(int32_t node) const;

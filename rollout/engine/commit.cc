@@ -69,7 +69,8 @@ void record_input_logprobs(Seq& s, const EntryRows& at, const Tensor& host_logit
   }
 }
 
-// A verified round's counts, in total and by source (request.h SpecRound).
+}  // namespace
+
 SpecRound round_of(const DraftTree& tree, const Verdict& v) {
   SpecRound r;
   r.drafted = static_cast<int32_t>(tree.size() - 1);
@@ -81,17 +82,17 @@ SpecRound round_of(const DraftTree& tree, const Verdict& v) {
     if (k == static_cast<size_t>(DraftSource::kEagle))
       r.eagle_depth = std::max(r.eagle_depth, tree.depth[static_cast<size_t>(i)]);
   }
-  bool run = true;
+  bool eagle = true, suffix = true;
   for (int32_t n : v.nodes) {
     const DraftSource src = tree.source_of(n);
     ++r.accepted_by[static_cast<size_t>(src)];
-    run = run && src == DraftSource::kEagle;
-    r.eagle_run += run ? 1 : 0;
+    eagle = eagle && src == DraftSource::kEagle;
+    suffix = suffix && tree.from_suffix(n);
+    r.eagle_run += eagle ? 1 : 0;
+    r.suffix_run += suffix ? 1 : 0;
   }
   return r;
 }
-
-}  // namespace
 
 std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, KvCache& cache,
                                      const CommitOptions& opts, EngineStats& stats) {
@@ -132,6 +133,7 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
         stats.probe_spec.add_sources(r.drafted_by, r.accepted_by);
       }
       s.last_tree = tree;
+      c.round = true;
     }
     if (decode && tree.size() == 1)
       ++s.result.plain_steps;

@@ -21,6 +21,7 @@ struct Committed {
   std::vector<int32_t> teacher_rows;  // per emitted token: its distribution's logit row
   std::vector<int32_t> tokens;        // emitted this step (streaming)
   std::vector<float> logprobs;
+  bool round = false;  // a speculation round was verified: GenResult::rounds ends with it
 };
 
 struct CommitOptions {
@@ -28,6 +29,9 @@ struct CommitOptions {
   AcceptRule accept_rule = AcceptRule::Exact;
   int64_t vocab = 0;
 };
+
+// A verified round's counts, in total and by source (SpecRound).
+SpecRound round_of(const DraftTree& tree, const Verdict& v);
 
 std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, KvCache& cache,
                                      const CommitOptions& opts, EngineStats& stats);

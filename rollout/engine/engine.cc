@@ -144,9 +144,11 @@ std::vector<GenResult> Engine::step() {
   const StepPlan plan = scheduler_.schedule(admission_open_, index);
   if (plan.entries.empty())
     return finish(index);
-  const int64_t depth = choose_depth(plan);
+  const bool grafted = wants_suffix(plan);
+  const int64_t depth = choose_depth(plan, grafted);
   const Drafted drafted = draft(plan, depth);
-  const bool grafted = graft_suffix(plan);
+  if (grafted)
+    graft_suffix(plan);
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;
@@ -167,7 +169,7 @@ std::vector<GenResult> Engine::step() {
     suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
   const double seconds = seconds_since(t0);
-  account(plan, committed, run, depth, drafted, seconds);
+  account(plan, committed, run, depth, drafted, seconds, grafted);
   observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
@@ -175,7 +177,7 @@ std::vector<GenResult> Engine::step() {
   return finish(index);
 }
 
-int64_t Engine::choose_depth(const StepPlan& plan) {
+int64_t Engine::choose_depth(const StepPlan& plan, bool suffix) {
   bool any = false;
   int64_t backlog = 0;  // pairs beyond what one step commits (at most a full tree's rows)
   for (const StepEntry& e : plan.entries)
@@ -185,7 +187,7 @@ int64_t Engine::choose_depth(const StepPlan& plan) {
     }
   if (drafter_ == nullptr || !any)
     return 0;
-  return chooser_ != nullptr ? chooser_->choose(plan.decoding, backlog) : opts_.spec.steps;
+  return chooser_ != nullptr ? chooser_->choose(plan.decoding, backlog, suffix) : opts_.spec.steps;
 }
 
 Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
@@ -256,8 +258,8 @@ void Engine::stream(const StepPlan& plan, const std::vector<Committed>& committe
   }
 }
 
-void Engine::account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
-                     int64_t depth, const Drafted& drafted, double seconds) {
+void Engine::account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
+                     const Drafted& drafted, double seconds, bool grafted) {
   ++stats_.steps;
   stats_.step_seconds += seconds;
   stats_.prompt_tokens += plan.prefill_tokens;
@@ -294,9 +296,18 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
     ss.cold = cold_step();
-    for (size_t e = 0; e < plan.entries.size(); ++e)
-      if (plan.entries[e].prefill == 0)
-        ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
+    ss.grafted = grafted;
+    for (size_t e = 0; e < plan.entries.size(); ++e) {
+      const Seq& s = *plan.entries[e].seq;
+      if (plan.entries[e].prefill != 0)
+        continue;
+      ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
+      if (grafted && grafts(s)) {
+        const SpecRound none;
+        const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
+        ss.runs.push_back({r.eagle_depth, r.eagle_run, r.suffix_run});
+      }
+    }
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
       if (r.drafted_by[0] > 0)

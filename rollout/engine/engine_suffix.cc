@@ -1,4 +1,4 @@
-// Engine::graft_suffix and observe_suffix: suffix drafts in a step (rollout/engine/engine.h,
+// Engine::wants_suffix, graft_suffix and observe_suffix: suffix drafts in a step (rollout/engine/engine.h,
 // rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
 #include <algorithm>
 #include <chrono>
@@ -8,14 +8,16 @@
 
 namespace updraft {
 
-bool Engine::graft_suffix(const StepPlan& plan) {
-  if (!suffix_.options().on() || plan.decoding == 0 || (suffix_gate_ && !suffix_gate_->choose(plan.decoding)))
-    return false;
+bool Engine::wants_suffix(const StepPlan& plan) {
+  return suffix_.options().on() && plan.decoding > 0 && (!suffix_gate_ || suffix_gate_->choose(plan.decoding));
+}
+
+void Engine::graft_suffix(const StepPlan& plan) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> context;
   for (const StepEntry& e : plan.entries) {
     Seq& s = *e.seq;
-    if (e.prefill > 0 || !s.req.speculate || s.req.probe)
+    if (e.prefill > 0 || !grafts(s))
       continue;
     if (s.tree.tokens.empty())
       s.tree = DraftTree::single(s.pending_token());
@@ -28,7 +30,6 @@ bool Engine::graft_suffix(const StepPlan& plan) {
     stats_.suffix_nodes += suffix_.graft(s.id, context, s.req.params.max_new_tokens - s.out_len(), s.tree);
   }
   stats_.suffix_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return true;
 }
 
 void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,

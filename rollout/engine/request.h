@@ -71,10 +71,12 @@ struct GenRequest {
 // depth of the tree they came from; the same by source (DraftSource). The drafter's own share:
 // its drafts, how many accepted tokens in a row came from it (the path's prefix of drafter
 // nodes), and the depth of its part of the tree (what adaptive depth learns the drafter from).
+// suffix_run: the path's prefix of nodes a suffix index proposed, alone or beside the drafter
+// (what the suffix drafts would have given at another depth: rollout/spec/adaptive.h).
 struct SpecRound {
   int32_t drafted = 0, accepted = 0, depth = 0;
   std::array<int32_t, kDraftSources> drafted_by{}, accepted_by{};
-  int32_t eagle_run = 0, eagle_depth = 0;
+  int32_t eagle_run = 0, eagle_depth = 0, suffix_run = 0;
 };
 
 struct GenResult {

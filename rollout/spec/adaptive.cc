@@ -49,18 +49,35 @@ double AdaptiveDepth::reach(size_t j) const {
   return (num_[j] + kPriorRounds * prior) / (den_[j] + kPriorRounds);
 }
 
-double AdaptiveDepth::extra(int b, size_t d) const {
-  const auto& row = cells_[static_cast<size_t>(b)];
-  if (row[d].extra_samples > 0)
-    return row[d].extra;
+// E[max(0, s - a_d)] for the drafter's run a_d at depth d (header: the model), with a_d known to
+// be at least D: P(a_d <= k) = 1 - reach_k / reach_{D-1} below d (reach_j is the share of rounds
+// whose run reaches j + 1; reach_{-1} = 1), 1 from d on.
+double AdaptiveDepth::extra_at(const StepSample::Runs& r, int64_t d) const {
+  const int64_t D = r.depth, a = r.eagle, s = r.suffix;
+  if (d <= D || a < D)
+    return static_cast<double>(std::max<int64_t>(0, s - std::min(a, d)));
+  const double at_D = D == 0 ? 1.0 : reach(static_cast<size_t>(D - 1));
   double sum = 0;
-  int n = 0;
-  for (const Cell& c : row)
-    if (c.extra_samples > 0) {
-      sum += c.extra;
-      ++n;
-    }
-  return n > 0 ? sum / n : 0.0;
+  for (int64_t k = D; k < s; ++k)
+    sum += k < d && at_D > 0 ? 1 - std::min(1.0, reach(static_cast<size_t>(k)) / at_D) : 1.0;
+  return sum;
+}
+
+// Every grafting step teaches extra at every depth of its bucket (the header's counterfactual).
+void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
+  if (!s.grafted)
+    return;
+  for (size_t d = 0; d < depths_.size(); ++d) {
+    double sum = 0;
+    for (const StepSample::Runs& r : s.runs)
+      sum += extra_at(r, depths_[d]);
+    Cell& c = cells_[static_cast<size_t>(b)][d];
+    // Suffix drafts' tokens come in bursts (none for most steps, many when a repeat matches): a
+    // mean over the last ~50 grafting steps, not the cost's short EMA.
+    const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples + 1));
+    c.extra = (1 - w) * c.extra + w * sum / static_cast<double>(s.batch);
+    ++c.extra_samples;
+  }
 }
 
 double AdaptiveDepth::forward_at(double rows) const {
@@ -141,9 +158,9 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
   return 1.0 + 0.1 * static_cast<double>(depths_[d]);
 }
 
-double AdaptiveDepth::predicted(int b, int64_t depth) const {
+double AdaptiveDepth::predicted(int b, int64_t depth, bool suffix) const {
   const size_t d = index_of(depth);
-  double per_round = 1.0 + extra(b, d);
+  double per_round = 1.0 + (suffix ? cells_[static_cast<size_t>(b)][d].extra : 0.0);
   for (size_t j = 0; j < static_cast<size_t>(depth); ++j)
     per_round += reach(j);
   const auto& row = cells_[static_cast<size_t>(b)];
@@ -151,7 +168,7 @@ double AdaptiveDepth::predicted(int b, int64_t depth) const {
   return per_round / (ratio(b, d) * (plain > 0 ? plain : 1.0));
 }
 
-int64_t AdaptiveDepth::explore_candidate(int b) const {
+int64_t AdaptiveDepth::explore_candidate(int b, bool suffix) const {
   // A drafter not measured yet (since its swap) is measured at the full depth first: its
   // acceptance is what every speculative prediction rests on.
   if (new_drafter_rounds_ < kMeasureNewDrafter && current_[static_cast<size_t>(b)] != full_.steps)
@@ -169,7 +186,7 @@ int64_t AdaptiveDepth::explore_candidate(int b) const {
     // (the curves alone misjudge small batches, where a forward's cost barely grows with rows).
     const int64_t cur = current_[static_cast<size_t>(b)];
     const bool curves = d > 0 && curve_ratio(b, depths_[d]) > 0;
-    if (curves && predicted(b, depths_[d]) < opt_.explore_floor * predicted(b, cur))
+    if (curves && predicted(b, depths_[d], suffix) < opt_.explore_floor * predicted(b, cur, suffix))
       continue;
     if (best < 0) {
       best = static_cast<int64_t>(d);
@@ -182,7 +199,7 @@ int64_t AdaptiveDepth::explore_candidate(int b) const {
   return best < 0 ? -1 : depths_[static_cast<size_t>(best)];
 }
 
-int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog) {
+int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, bool suffix) {
   ++steps_;
   ++since_explore_;
   last_batch_ = batch;
@@ -192,9 +209,9 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog) {
   if (depth < 0) {
     int64_t& cur = current_[static_cast<size_t>(b)];
     int64_t best = cur;
-    double best_tps = predicted(b, cur);
+    double best_tps = predicted(b, cur, suffix);
     for (int64_t d : depths_) {
-      const double tps = predicted(b, d);
+      const double tps = predicted(b, d, suffix);
       if (tps > best_tps * (1.0 + opt_.hysteresis)) {
         best = d;
         best_tps = tps;
@@ -206,10 +223,10 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog) {
     // reads the same weights); beyond that, and beyond two steps' worth of pairs, it is a cost.
     const bool cheap = backlog <= std::max<int64_t>(kCheapBacklog, 2 * std::max<int64_t>(1, batch) * (full_.steps + 1));
     // Speculating now first absorbs the backlog (paid once, but only worth it for a clear gain).
-    if (!cheap && depth > 0 && predicted(b, depth) < (1.0 + opt_.backlog_margin) * predicted(b, 0))
+    if (!cheap && depth > 0 && predicted(b, depth, suffix) < (1.0 + opt_.backlog_margin) * predicted(b, 0, suffix))
       depth = 0;
     if (cheap && opt_.explore_share > 0 && static_cast<double>(since_explore_) * opt_.explore_share >= 1.0) {
-      const int64_t e = explore_candidate(b);
+      const int64_t e = explore_candidate(b, suffix);
       if (e >= 0) {
         depth = e;
         last_explored_ = true;
@@ -219,7 +236,7 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog) {
     }
   }
   last_depth_ = depth;
-  last_pred_ = predicted(b, depth);
+  last_pred_ = predicted(b, depth, suffix);
   return depth;
 }
 
@@ -242,13 +259,8 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // cost belongs to no one depth.
   const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
+  learn_extra(s, b);
   Cell& c = cells_[static_cast<size_t>(b)][d];
-  // Suffix drafts' tokens come in bursts (none for most steps, many when a repeat matches): a mean
-  // over the last ~50 steps, not the cost's short EMA.
-  const double extra = s.extra_tokens / static_cast<double>(s.batch);
-  const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples + 1));
-  c.extra = (1 - w) * c.extra + w * extra;
-  ++c.extra_samples;
   // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
   // measured): a lone step over kStall times the settled estimate is left out; a run of
   // kStallRun, a real change, counts as at most kOutlier times it, so the estimate follows.

@@ -11,12 +11,19 @@
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
 // tries), with kPriorRounds pseudo-rounds at reach_{j-1} (1 for j = 0) among them, so that a few
 // unlucky first rounds cannot rule the deeper depths out: a depth not chosen measures nothing
-// past its own positions; extra(b, d) the tokens per sequence per step that suffix drafts added
-// beyond the drafter's run at that depth (a mean over about the last 50 steps of
-// StepSample::extra_tokens, which come in bursts; unmeasured: the mean of the bucket's measured
-// depths, else 0; the drafter and the suffix drafts overlap, so a drafter that adds little over
-// them is not paid for), and cost(b, d) the step's seconds per decoding sequence (prefill rows'
-// share of the forward left out). Only ratios matter within a
+// past its own positions; extra(b, d) the tokens per sequence per step that suffix drafts add
+// beyond the drafter's run at depth d, counted only for steps that graft them (a mean over about
+// the last 50 grafting steps, as they come in bursts; the drafter and the suffix drafts overlap,
+// so a drafter that adds little over them is not paid for), and cost(b, d) the step's seconds per
+// decoding sequence (prefill rows' share of the forward left out). Every grafting step teaches
+// extra at every depth, not only at its own (a depth not chosen would otherwise keep what it
+// measured long ago, say before a domain switch made the history useful, and never be chosen
+// again): a round's accepted path is the longer of the drafter's run a and the run s of nodes a
+// suffix index proposed (a suffix candidate's ancestors are suffix nodes too), and at depth d the
+// drafter's chain is this round's cut at d, so the round would have added max(0, s - min(a, d))
+// beyond the drafter there; exact under greedy verification for d up to the round's depth D, and
+// for deeper d when the drafter stopped short of D; when it ran to D, the expectation over the
+// estimated reach of the positions beyond. Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
 // (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
 // and does not count unless three come in a row, when they count as at most 3x: one stall must
@@ -34,7 +41,8 @@
 // with a weight of a couple of rounds (beside the prior's pseudo-rounds, which pull it up
 // toward the shallower positions' estimates).
 //
-// Choice. The depth with the highest prediction, with hysteresis: the bucket's current depth is
+// Choice. The depth with the highest prediction (extra counted when the step grafts suffix drafts,
+// which the suffix gate decides first), with hysteresis: the bucket's current depth is
 // kept unless another predicts more than (1 + hysteresis) times its throughput. When the drafter
 // would first have to absorb a backlog (sequences that decoded plainly until now; their pairs
 // cost one drafter pass over every position), the step speculates only if that predicts at least
@@ -73,6 +81,14 @@ struct StepSample {
   // Tokens the decoding sequences emitted beyond one each and the drafter's accepted run: what
   // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences.
   double extra_tokens = 0;
+  // Whether the step grafted suffix drafts and, if so, per decoding sequence that looked them up,
+  // its round's drafter depth, and its accepted path's prefix of drafter nodes and of nodes a
+  // suffix index proposed (SpecRound::eagle_depth, eagle_run, suffix_run; all 0 without a round).
+  bool grafted = false;
+  struct Runs {
+    int32_t depth = 0, eagle = 0, suffix = 0;
+  };
+  std::vector<Runs> runs;
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
@@ -86,8 +102,9 @@ class DepthChooser {
  public:
   virtual ~DepthChooser() = default;
   // For a step with `batch` decoding sequences, `backlog` committed pairs of which the drafter
-  // would absorb first if the step speculated (beyond the previous step's).
-  virtual int64_t choose(int64_t batch, int64_t backlog) = 0;
+  // would absorb first if the step speculated (beyond the previous step's), that grafts suffix
+  // drafts or not.
+  virtual int64_t choose(int64_t batch, int64_t backlog, bool suffix) = 0;
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
 };
@@ -111,7 +128,7 @@ class AdaptiveDepth final : public DepthChooser {
   AdaptiveDepth(const SpecSettings& full, const AdaptiveOptions& options = {});
 
   static int bucket(int64_t batch);
-  int64_t choose(int64_t batch, int64_t backlog = 0) override;
+  int64_t choose(int64_t batch, int64_t backlog = 0, bool suffix = false) override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
 
@@ -119,7 +136,7 @@ class AdaptiveDepth final : public DepthChooser {
     double cost = 0;  // seconds per decoding sequence per step; 0: never measured
     int64_t stalls = 0;  // steps in a row over kStall x cost
     int64_t samples = 0, last_step = -1;
-    double extra = 0;  // suffix drafts' tokens per sequence per step (EMA)
+    double extra = 0;  // suffix drafts' tokens per sequence per grafting step (EMA)
     int64_t extra_samples = 0;
   };
   struct Snapshot {
@@ -138,9 +155,9 @@ class AdaptiveDepth final : public DepthChooser {
     bool last_explored = false;
   };
   Snapshot snapshot() const;
-  // Predicted tokens/s per decoding sequence at `depth` in `bucket`, relative within the bucket
-  // until its plain cost is measured.
-  double predicted(int bucket, int64_t depth) const;
+  // Predicted tokens/s per decoding sequence at `depth` in `bucket`, with suffix drafts or not,
+  // relative within the bucket until its plain cost is measured.
+  double predicted(int bucket, int64_t depth, bool suffix = false) const;
 
  private:
   size_t index_of(int64_t depth) const;
@@ -149,8 +166,9 @@ class AdaptiveDepth final : public DepthChooser {
   double forward_at(double rows) const;            // F; 0 when nothing is measured
   double draft_level_at(int b) const;              // E; 0 when nothing is measured
   double reach(size_t j) const;
-  double extra(int b, size_t d) const;
-  int64_t explore_candidate(int b) const;
+  double extra_at(const StepSample::Runs& r, int64_t depth) const;  // one round's, at another depth
+  int64_t explore_candidate(int b, bool suffix) const;
+  void learn_extra(const StepSample& s, int b);
   void learn_curves(const StepSample& s, bool backlog);
 
   SpecSettings full_;

@@ -51,6 +51,7 @@ void order_children_by_score(DraftTree& t) {
     r.depth.push_back(t.depth[o]);
     r.score.push_back(t.score[o]);
     r.source.push_back(t.source[o]);
+    r.proposers.push_back(t.proposers[o]);
   }
   t = std::move(r);
 }
@@ -99,6 +100,9 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
   UPD_CHECK(tree.size() >= 1) << "graft: the tree has no root";
   if (tree.source.empty())
     tree.source.assign(tree.tokens.size(), DraftSource::kEagle);
+  if (tree.proposers.empty())
+    for (DraftSource s : tree.source)
+      tree.proposers.push_back(static_cast<uint8_t>(1u << static_cast<int>(s)));
   struct Ref {
     size_t t, i;
   };
@@ -127,8 +131,11 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
       tree.depth.push_back(tree.depth[static_cast<size_t>(par)] + 1);
       tree.score.push_back(static_cast<float>(std::log(sc.c.path_prob)));
       tree.source.push_back(sc.source);
+      tree.proposers.push_back(0);
       ++added;
     }
+    if (n >= 0)
+      tree.proposers[static_cast<size_t>(n)] |= static_cast<uint8_t>(1u << static_cast<int>(sc.source));
     node[r.t][r.i] = n;
   }
   if (added > 0)

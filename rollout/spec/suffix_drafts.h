@@ -13,16 +13,18 @@
 //    out. A completion of policy generation g weighs version_weight^g (set_policy advances g), so
 //    the newest policy's text dominates what it can match.
 //
-// Grafting. Each round, the candidates of both indexes for the sequence's context (prompt +
-// output, its last token the tree's root) are merged into its draft tree (the drafter's, or the
-// root alone): each index's lookup gives at most min(max_nodes, spec_factor x match length) nodes
-// (none for a match shorter than min_match); all candidates in order of descending path probability (ties: group before
-// history, then each index's selection order), a candidate whose token its parent node already has as a child is
-// deduplicated into that child (it keeps its first source and score), a new one is appended (score: log path
-// probability), until max_nodes new nodes. A candidate whose parent did not make it is dropped. The nodes are then
-// renumbered breadth-first with every node's children by descending score (ties: drafter first), the order sampling
-// verification tries them in. The result is still a DraftTree (parents before children), so the verifier treats every
-// node as a deterministic proposal and the round stays lossless whatever the sources.
+// Grafting. Each round, the candidates of both indexes for the sequence's context (prompt + output,
+// its last token the tree's root) are merged into its draft tree (the drafter's, or the root
+// alone): each index's lookup gives at most min(max_nodes, spec_factor x match length) nodes (none
+// for a match shorter than min_match); all candidates in order of descending path probability
+// (ties: group before history, then each index's selection order), a candidate whose token its
+// parent node already has as a child is deduplicated into that child (it keeps its first source and
+// score; DraftTree::proposers records every source), a new one is appended (score: log path
+// probability), until max_nodes new nodes. A candidate whose parent did not make it is dropped. The
+// nodes are then renumbered breadth-first with every node's children by descending score (ties:
+// drafter first), the order sampling verification tries them in. The result is still a DraftTree
+// (parents before children), so the verifier treats every node as a deterministic proposal and the
+// round stays lossless whatever the sources.
 //
 // Thread safety: none; the engine's thread owns it.
 #pragma once

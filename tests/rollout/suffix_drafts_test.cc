@@ -1,6 +1,6 @@
 // Suffix drafts (rollout/spec/suffix_drafts.h) and merged trees in the engine:
 //  - grafting: order by path probability, deduplication into existing children (the first source
-//    kept), the budget, dropped parents;
+//    kept, every proposer recorded), the budget, dropped parents; a round's drafter and suffix runs;
 //  - the indexes: a sibling ahead drafts for the one behind, the history takes completed requests
 //    only and weighs the newest policy's most, groups go with their last member;
 //  - the engine, temperature 0: tokens, finish reasons and logprobs identical to plain decoding with
@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "rollout/capture/record_convert.h"
+#include "rollout/engine/commit.h"
 #include "rollout/engine/engine.h"
 #include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
@@ -59,6 +60,25 @@ TEST(SuffixGraft, MergesByProbabilityDeduplicatesAndKeepsTheBudget) {
   EXPECT_EQ(a.source_of(3), DraftSource::kGroup);
   EXPECT_EQ(a.source_of(4), DraftSource::kEagle);
   EXPECT_NEAR(a.score[3], std::log(0.8), 1e-6);
+  // Every source that proposed a node is kept: 3 came from the drafter and the group.
+  const auto bit = [](DraftSource s) { return static_cast<uint8_t>(1u << static_cast<int>(s)); };
+  EXPECT_EQ(a.proposers,
+            (std::vector<uint8_t>{bit(DraftSource::kEagle), bit(DraftSource::kEagle) | bit(DraftSource::kGroup),
+                                  bit(DraftSource::kHistory), bit(DraftSource::kGroup), bit(DraftSource::kEagle),
+                                  bit(DraftSource::kHistory)}));
+  EXPECT_TRUE(a.from_suffix(1));
+  EXPECT_FALSE(a.from_suffix(4));
+  // A round's runs: the accepted path's prefix of drafter nodes, and of nodes a suffix index proposed.
+  Verdict v;
+  v.nodes = {1, 3};  // 3 -> 5: the group's path, its first node shared with the drafter
+  SpecRound r = round_of(a, v);
+  EXPECT_EQ(r.eagle_run, 1);
+  EXPECT_EQ(r.suffix_run, 2);
+  EXPECT_EQ(r.eagle_depth, 2);
+  v.nodes = {1, 4};  // 3 -> 4: the drafter's chain
+  r = round_of(a, v);
+  EXPECT_EQ(r.eagle_run, 2);
+  EXPECT_EQ(r.suffix_run, 1);
   // With a budget of 1, 5's child 6 has no parent in the tree and is dropped; so is 2.
   DraftTree b = t;
   EXPECT_EQ(graft_candidates(b, found, 1), 1);
