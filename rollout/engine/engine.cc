@@ -145,10 +145,12 @@ std::vector<GenResult> Engine::step() {
   if (plan.entries.empty())
     return finish(index);
   const bool grafted = wants_suffix(plan);
-  const int64_t depth = choose_depth(plan, grafted);
+  std::vector<SuffixFound> found;
+  const int suffix = grafted ? look_up_suffix(plan, found) : DepthChooser::kNoSuffix;
+  const int64_t depth = choose_depth(plan, suffix);
   const Drafted drafted = draft(plan, depth);
   if (grafted)
-    graft_suffix(plan);
+    graft_suffix(plan, found);
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;
@@ -169,7 +171,7 @@ std::vector<GenResult> Engine::step() {
     suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
   const double seconds = seconds_since(t0);
-  account(plan, committed, run, depth, drafted, seconds, grafted);
+  account(plan, committed, run, depth, drafted, seconds, suffix);
   observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
@@ -177,7 +179,7 @@ std::vector<GenResult> Engine::step() {
   return finish(index);
 }
 
-int64_t Engine::choose_depth(const StepPlan& plan, bool suffix) {
+int64_t Engine::choose_depth(const StepPlan& plan, int suffix) {
   bool any = false;
   int64_t backlog = 0;  // pairs beyond what one step commits (at most a full tree's rows)
   for (const StepEntry& e : plan.entries)
@@ -259,7 +261,7 @@ void Engine::stream(const StepPlan& plan, const std::vector<Committed>& committe
 }
 
 void Engine::account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
-                     const Drafted& drafted, double seconds, bool grafted) {
+                     const Drafted& drafted, double seconds, int suffix) {
   ++stats_.steps;
   stats_.step_seconds += seconds;
   stats_.prompt_tokens += plan.prefill_tokens;
@@ -296,13 +298,13 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
     ss.cold = cold_step();
-    ss.grafted = grafted;
+    ss.suffix = suffix;
     for (size_t e = 0; e < plan.entries.size(); ++e) {
       const Seq& s = *plan.entries[e].seq;
       if (plan.entries[e].prefill != 0)
         continue;
       ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
-      if (grafted && grafts(s)) {
+      if (suffix != DepthChooser::kNoSuffix && grafts(s)) {
         const SpecRound none;
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
         ss.runs.push_back({r.eagle_depth, r.eagle_run, r.suffix_run});

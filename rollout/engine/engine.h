@@ -158,17 +158,20 @@ class Engine {
     int64_t absorbed = 0;  // pairs the drafter absorbed
     std::vector<Seq*> proposers;
   };
-  int64_t choose_depth(const StepPlan& plan, bool suffix);
+  int64_t choose_depth(const StepPlan& plan, int suffix);
   Drafted draft(const StepPlan& plan, int64_t depth);
   bool wants_suffix(const StepPlan& plan);  // whether the step grafts suffix drafts (the gate's choice)
+  // The suffix indexes' candidates for each entry that grafts (found, by entry), and the step's
+  // suffix class (DepthChooser).
+  int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);
   static bool grafts(const Seq& s) { return s.req.speculate && !s.req.probe; }  // a decoding one, when the step does
-  void graft_suffix(const StepPlan& plan);
+  void graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found);
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
                       double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
   void stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step);
   void account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
-               const Drafted& drafted, double seconds, bool grafted);
+               const Drafted& drafted, double seconds, int suffix);
   std::vector<GenResult> finish(int64_t step);
   std::unique_ptr<KvCache> make_draft_cache(const DraftModel& d) const;
   // Makes `d` (checked) the drafter with `cache` as its draft cache (engine_swap.cc).

@@ -1,5 +1,5 @@
-// Engine::wants_suffix, graft_suffix and observe_suffix: suffix drafts in a step (rollout/engine/engine.h,
-// rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
+// Engine::wants_suffix, look_up_suffix, graft_suffix and observe_suffix: suffix drafts in a step
+// (rollout/engine/engine.h, rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
 #include <algorithm>
 #include <chrono>
 
@@ -12,22 +12,40 @@ bool Engine::wants_suffix(const StepPlan& plan) {
   return suffix_.options().on() && plan.decoding > 0 && (!suffix_gate_ || suffix_gate_->choose(plan.decoding));
 }
 
-void Engine::graft_suffix(const StepPlan& plan) {
+int Engine::look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found) {
   const auto t0 = std::chrono::steady_clock::now();
+  found.assign(plan.entries.size(), {});
   std::vector<int32_t> context;
-  for (const StepEntry& e : plan.entries) {
-    Seq& s = *e.seq;
-    if (e.prefill > 0 || !grafts(s))
+  int64_t looked = 0, deepest_sum = 0;
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const Seq& s = *plan.entries[e].seq;
+    if (plan.entries[e].prefill > 0 || !grafts(s))
       continue;
-    if (s.tree.tokens.empty())
-      s.tree = DraftTree::single(s.pending_token());
     const int64_t n = s.prompt_len() + s.out_len();
     context.clear();
     for (int64_t p = std::max<int64_t>(0, n - suffix_.options().max_match); p < n; ++p)
       context.push_back(s.token_at(p));
     // A draft deeper than the tokens the request may still emit cannot be kept (the root's
     // children are candidates for the next one).
-    stats_.suffix_nodes += suffix_.graft(s.id, context, s.req.params.max_new_tokens - s.out_len(), s.tree);
+    found[e] = suffix_.lookup(s.id, context, s.req.params.max_new_tokens - s.out_len());
+    ++looked;
+    deepest_sum += deepest(found[e]);
+  }
+  stats_.suffix_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The step's class: how deep the candidates reach on average, against the drafter's full depth.
+  const double reach = looked > 0 ? static_cast<double>(deepest_sum) / static_cast<double>(looked) : 0.0;
+  return reach <= 0 ? 0 : reach < static_cast<double>(opts_.spec.steps) ? 1 : 2;
+}
+
+void Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    Seq& s = *plan.entries[e].seq;
+    if (plan.entries[e].prefill > 0 || !grafts(s))
+      continue;
+    if (s.tree.tokens.empty())
+      s.tree = DraftTree::single(s.pending_token());
+    stats_.suffix_nodes += graft_candidates(s.tree, found[e], suffix_.options().max_nodes);
   }
   stats_.suffix_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -20,7 +20,9 @@ AdaptiveDepth::AdaptiveDepth(const SpecSettings& full, const AdaptiveOptions& op
       << full.steps << ", or the full settings";
   for (auto& row : cells_)
     row.assign(depths_.size(), Cell());
-  current_.fill(full.steps);
+  for (auto& row : current_)
+    row.fill(full.steps);
+  shown_.fill(full.steps);
   for (int b = 0; b < kBuckets; ++b)
     typical_batch_[static_cast<size_t>(b)] = static_cast<double>(int64_t{1} << b);
   num_.assign(static_cast<size_t>(full.steps), 0.0);
@@ -65,8 +67,10 @@ double AdaptiveDepth::extra_at(const StepSample::Runs& r, int64_t d) const {
 
 // Every grafting step teaches extra at every depth of its bucket (the header's counterfactual).
 void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
-  if (!s.grafted)
+  if (s.suffix < 0)
     return;
+  UPD_CHECK(s.suffix < kSuffixClasses) << "adaptive speculation: suffix class " << s.suffix;
+  const auto k = static_cast<size_t>(s.suffix);
   for (size_t d = 0; d < depths_.size(); ++d) {
     double sum = 0;
     for (const StepSample::Runs& r : s.runs)
@@ -74,9 +78,9 @@ void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
     Cell& c = cells_[static_cast<size_t>(b)][d];
     // Suffix drafts' tokens come in bursts (none for most steps, many when a repeat matches): a
     // mean over the last ~50 grafting steps, not the cost's short EMA.
-    const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples + 1));
-    c.extra = (1 - w) * c.extra + w * sum / static_cast<double>(s.batch);
-    ++c.extra_samples;
+    const double w = std::max(kExtraWeight, 1.0 / static_cast<double>(c.extra_samples[k] + 1));
+    c.extra[k] = (1 - w) * c.extra[k] + w * sum / static_cast<double>(s.batch);
+    ++c.extra_samples[k];
   }
 }
 
@@ -158,9 +162,9 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
   return 1.0 + 0.1 * static_cast<double>(depths_[d]);
 }
 
-double AdaptiveDepth::predicted(int b, int64_t depth, bool suffix) const {
+double AdaptiveDepth::predicted(int b, int64_t depth, int suffix) const {
   const size_t d = index_of(depth);
-  double per_round = 1.0 + (suffix ? cells_[static_cast<size_t>(b)][d].extra : 0.0);
+  double per_round = 1.0 + (suffix >= 0 ? cells_[static_cast<size_t>(b)][d].extra[static_cast<size_t>(suffix)] : 0.0);
   for (size_t j = 0; j < static_cast<size_t>(depth); ++j)
     per_round += reach(j);
   const auto& row = cells_[static_cast<size_t>(b)];
@@ -168,15 +172,16 @@ double AdaptiveDepth::predicted(int b, int64_t depth, bool suffix) const {
   return per_round / (ratio(b, d) * (plain > 0 ? plain : 1.0));
 }
 
-int64_t AdaptiveDepth::explore_candidate(int b, bool suffix) const {
+int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
+  const int64_t cur = current_[static_cast<size_t>(b)][static_cast<size_t>(suffix + 1)];
   // A drafter not measured yet (since its swap) is measured at the full depth first: its
   // acceptance is what every speculative prediction rests on.
-  if (new_drafter_rounds_ < kMeasureNewDrafter && current_[static_cast<size_t>(b)] != full_.steps)
+  if (new_drafter_rounds_ < kMeasureNewDrafter && cur != full_.steps)
     return full_.steps;
   const auto& row = cells_[static_cast<size_t>(b)];
   int64_t best = -1;
   for (size_t d = 0; d < depths_.size(); ++d) {
-    if (depths_[d] == current_[static_cast<size_t>(b)])
+    if (depths_[d] == cur)
       continue;
     const Cell& c = row[d];
     if (c.samples >= opt_.min_samples && steps_ - c.last_step <= opt_.stale_steps)
@@ -184,7 +189,6 @@ int64_t AdaptiveDepth::explore_candidate(int b, bool suffix) const {
     // Once the cost curves can tell, a depth far behind is not worth a measurement. Plain always
     // is: it costs no drafter pass, and it is what every speculative cost is measured against
     // (the curves alone misjudge small batches, where a forward's cost barely grows with rows).
-    const int64_t cur = current_[static_cast<size_t>(b)];
     const bool curves = d > 0 && curve_ratio(b, depths_[d]) > 0;
     if (curves && predicted(b, depths_[d], suffix) < opt_.explore_floor * predicted(b, cur, suffix))
       continue;
@@ -199,7 +203,7 @@ int64_t AdaptiveDepth::explore_candidate(int b, bool suffix) const {
   return best < 0 ? -1 : depths_[static_cast<size_t>(best)];
 }
 
-int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, bool suffix) {
+int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, int suffix) {
   ++steps_;
   ++since_explore_;
   last_batch_ = batch;
@@ -207,7 +211,8 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, bool suffix) {
   const int b = bucket(std::max<int64_t>(1, batch));
   int64_t depth = opt_.fixed_depth;
   if (depth < 0) {
-    int64_t& cur = current_[static_cast<size_t>(b)];
+    UPD_CHECK(suffix >= kNoSuffix && suffix < kSuffixClasses) << "adaptive speculation: suffix class " << suffix;
+    int64_t& cur = current_[static_cast<size_t>(b)][static_cast<size_t>(suffix + 1)];
     int64_t best = cur;
     double best_tps = predicted(b, cur, suffix);
     for (int64_t d : depths_) {
@@ -218,6 +223,7 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, bool suffix) {
       }
     }
     cur = best;
+    shown_[static_cast<size_t>(b)] = best;
     depth = best;
     // A drafter pass over up to a few dozen rows costs about what one over a single row does (it
     // reads the same weights); beyond that, and beyond two steps' worth of pairs, it is a cost.
@@ -321,7 +327,7 @@ AdaptiveDepth::Snapshot AdaptiveDepth::snapshot() const {
   Snapshot s;
   s.depths = depths_;
   s.cells = cells_;
-  s.current = current_;
+  s.current = shown_;
   for (size_t j = 0; j < num_.size(); ++j)
     s.reach.push_back(den_[j] > 0 ? reach(j) : -1.0);
   s.steps = steps_;

@@ -11,9 +11,11 @@
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
 // tries), with kPriorRounds pseudo-rounds at reach_{j-1} (1 for j = 0) among them, so that a few
 // unlucky first rounds cannot rule the deeper depths out: a depth not chosen measures nothing
-// past its own positions; extra(b, d) the tokens per sequence per step that suffix drafts add
-// beyond the drafter's run at depth d, counted only for steps that graft them (a mean over about
-// the last 50 grafting steps, as they come in bursts; the drafter and the suffix drafts overlap,
+// past its own positions; extra(b, d, c) the tokens per sequence per step that suffix drafts add
+// beyond the drafter's run at depth d, counted only for steps that graft them, per suffix class c
+// (DepthChooser: the indexes are looked up before the depth is chosen, so a step whose history
+// matches far ahead can leave the drafter out and one with no match can draft deep; a mean over
+// about the last 50 grafting steps of the class, as they come in bursts; the drafter and the suffix drafts overlap,
 // so a drafter that adds little over them is not paid for), and cost(b, d) the step's seconds per
 // decoding sequence (prefill rows' share of the forward left out). Every grafting step teaches
 // extra at every depth, not only at its own (a depth not chosen would otherwise keep what it
@@ -42,7 +44,7 @@
 // toward the shallower positions' estimates).
 //
 // Choice. The depth with the highest prediction (extra counted when the step grafts suffix drafts,
-// which the suffix gate decides first), with hysteresis: the bucket's current depth is
+// which the suffix gate decides first), with hysteresis: the current depth of the bucket and suffix class is
 // kept unless another predicts more than (1 + hysteresis) times its throughput. When the drafter
 // would first have to absorb a backlog (sequences that decoded plainly until now; their pairs
 // cost one drafter pass over every position), the step speculates only if that predicts at least
@@ -81,10 +83,11 @@ struct StepSample {
   // Tokens the decoding sequences emitted beyond one each and the drafter's accepted run: what
   // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences.
   double extra_tokens = 0;
-  // Whether the step grafted suffix drafts and, if so, per decoding sequence that looked them up,
-  // its round's drafter depth, and its accepted path's prefix of drafter nodes and of nodes a
-  // suffix index proposed (SpecRound::eagle_depth, eagle_run, suffix_run; all 0 without a round).
-  bool grafted = false;
+  // The suffix class the step grafted at (kNoSuffix: none) and, if it did, per decoding sequence
+  // that looked them up, its round's drafter depth, and its accepted path's prefix of drafter nodes
+  // and of nodes a suffix index proposed (SpecRound::eagle_depth, eagle_run, suffix_run; all 0
+  // without a round).
+  int suffix = -1;
   struct Runs {
     int32_t depth = 0, eagle = 0, suffix = 0;
   };
@@ -101,10 +104,14 @@ struct StepSample {
 class DepthChooser {
  public:
   virtual ~DepthChooser() = default;
+  // Suffix classes: how deep the step's suffix drafts reach, found before the depth is chosen (the
+  // mean over its sequences of the deepest candidate's depth): none, shallower than the drafter's
+  // full depth, or at least as deep. kNoSuffix: the step grafts none.
+  static constexpr int kNoSuffix = -1, kSuffixClasses = 3;
   // For a step with `batch` decoding sequences, `backlog` committed pairs of which the drafter
-  // would absorb first if the step speculated (beyond the previous step's), that grafts suffix
-  // drafts or not.
-  virtual int64_t choose(int64_t batch, int64_t backlog, bool suffix) = 0;
+  // would absorb first if the step speculated (beyond the previous step's), grafting suffix drafts
+  // of class `suffix` (or kNoSuffix).
+  virtual int64_t choose(int64_t batch, int64_t backlog, int suffix) = 0;
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
 };
@@ -128,7 +135,7 @@ class AdaptiveDepth final : public DepthChooser {
   AdaptiveDepth(const SpecSettings& full, const AdaptiveOptions& options = {});
 
   static int bucket(int64_t batch);
-  int64_t choose(int64_t batch, int64_t backlog = 0, bool suffix = false) override;
+  int64_t choose(int64_t batch, int64_t backlog = 0, int suffix = kNoSuffix) override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
 
@@ -136,13 +143,14 @@ class AdaptiveDepth final : public DepthChooser {
     double cost = 0;  // seconds per decoding sequence per step; 0: never measured
     int64_t stalls = 0;  // steps in a row over kStall x cost
     int64_t samples = 0, last_step = -1;
-    double extra = 0;  // suffix drafts' tokens per sequence per grafting step (EMA)
-    int64_t extra_samples = 0;
+    // Per suffix class: suffix drafts' tokens per sequence per grafting step (EMA).
+    std::array<double, kSuffixClasses> extra{};
+    std::array<int64_t, kSuffixClasses> extra_samples{};
   };
   struct Snapshot {
     std::vector<int64_t> depths;  // allowed depths
     std::array<std::vector<Cell>, kBuckets> cells;  // [bucket][index of depth]
-    std::array<int64_t, kBuckets> current{};        // depth each bucket runs at
+    std::array<int64_t, kBuckets> current{};        // depth each bucket's last step chose (not explored)
     std::vector<double> reach;                      // [j]: estimated (with the prior), -1 unmeasured
     int64_t steps = 0, explore_steps = 0;
     // Stalls: observed steps over kStall times their cell's settled cost (a backlog's excepted),
@@ -157,7 +165,7 @@ class AdaptiveDepth final : public DepthChooser {
   Snapshot snapshot() const;
   // Predicted tokens/s per decoding sequence at `depth` in `bucket`, with suffix drafts or not,
   // relative within the bucket until its plain cost is measured.
-  double predicted(int bucket, int64_t depth, bool suffix = false) const;
+  double predicted(int bucket, int64_t depth, int suffix = kNoSuffix) const;
 
  private:
   size_t index_of(int64_t depth) const;
@@ -167,7 +175,7 @@ class AdaptiveDepth final : public DepthChooser {
   double draft_level_at(int b) const;              // E; 0 when nothing is measured
   double reach(size_t j) const;
   double extra_at(const StepSample::Runs& r, int64_t depth) const;  // one round's, at another depth
-  int64_t explore_candidate(int b, bool suffix) const;
+  int64_t explore_candidate(int b, int suffix) const;
   void learn_extra(const StepSample& s, int b);
   void learn_curves(const StepSample& s, bool backlog);
 
@@ -175,7 +183,10 @@ class AdaptiveDepth final : public DepthChooser {
   AdaptiveOptions opt_;
   std::vector<int64_t> depths_;
   std::array<std::vector<Cell>, kBuckets> cells_;
-  std::array<int64_t, kBuckets> current_{};
+  // The depth each bucket runs at, per suffix class (index 0: no suffix drafts, 1 + class), and
+  // the one its last step chose (Snapshot::current).
+  std::array<std::array<int64_t, kSuffixClasses + 1>, kBuckets> current_{};
+  std::array<int64_t, kBuckets> shown_{};
   std::array<double, kBuckets> typical_batch_{};    // EMA of the batch seen in each bucket
   std::array<double, kRowBuckets> fwd_rows_{}, fwd_secs_{};  // EMAs per row bucket (0: none)
   std::array<double, kBuckets> draft_level_{};      // E per batch bucket (0: none)

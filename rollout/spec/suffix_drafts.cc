@@ -187,11 +187,11 @@ void SuffixDrafts::leave(uint64_t id, bool completed, const std::vector<int32_t>
   members_.erase(it);
 }
 
-int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree) {
+SuffixFound SuffixDrafts::lookup(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth) const {
   const int64_t depth = std::min(max_depth, opts_.max_depth);
+  SuffixFound found;
   if (depth < 1 || context.empty())
-    return 0;
-  std::vector<std::vector<SourcedCandidate>> found;
+    return found;
   auto take = [&](const SuffixTree& t, DraftSource src) {
     if (t.match_length < opts_.min_match)
       return;
@@ -208,7 +208,19 @@ int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, in
   }
   if (history_)
     take(history_->lookup(context, depth, opts_.max_nodes, opts_.min_prob), DraftSource::kHistory);
-  return graft_candidates(tree, found, opts_.max_nodes);
+  return found;
+}
+
+int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree) {
+  return graft_candidates(tree, lookup(id, context, max_depth), opts_.max_nodes);
+}
+
+int32_t deepest(const SuffixFound& found) {
+  int32_t d = 0;
+  for (const auto& v : found)
+    for (const SourcedCandidate& c : v)
+      d = std::max(d, c.c.depth);
+  return d;
 }
 
 size_t SuffixDrafts::memory_bytes() const {

@@ -72,9 +72,12 @@ struct SourcedCandidate {
   DraftSource source = DraftSource::kGroup;
 };
 
-// Grafts `trees` (each a lookup's nodes, tagged with their source) onto `tree` as described at the
-// top of the file; returns the nodes added (<= budget).
-int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget);
+// What the indexes found for one context: each lookup's nodes, tagged with their source.
+using SuffixFound = std::vector<std::vector<SourcedCandidate>>;
+int32_t deepest(const SuffixFound& found);  // the deepest candidate's depth (0: none)
+
+// Grafts `trees` onto `tree` as described at the top of the file; returns the nodes added (<= budget).
+int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget);
 
 class SuffixDrafts {
  public:
@@ -88,8 +91,9 @@ class SuffixDrafts {
   // `id` leaves its group; a completed request's prompt + output joins the history.
   void leave(uint64_t id, bool completed, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
   void policy_changed() { ++generation_; }  // later completions weigh version_weight times more
-  // Candidates after `context` (its last token is `tree`'s root), at most max_depth deep, grafted
-  // onto `tree`; returns the nodes added.
+  // Candidates after `context` (its last token is a tree's root), at most max_depth deep.
+  SuffixFound lookup(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth) const;
+  // The same, grafted onto `tree` (graft_candidates with max_nodes); returns the nodes added.
   int64_t graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree);
 
   int64_t groups() const { return static_cast<int64_t>(groups_.size()); }

@@ -14,7 +14,7 @@ namespace updraft {
 class RandomDepth final : public DepthChooser {
  public:
   RandomDepth(const SpecSettings& full, uint64_t seed) : depths_(allowed(full)), rng_(seed) {}
-  int64_t choose(int64_t, int64_t, bool) override { return depths_[rng_() % depths_.size()]; }
+  int64_t choose(int64_t, int64_t, int) override { return depths_[rng_() % depths_.size()]; }
   void observe(const StepSample& s) override {
     EXPECT_GT(s.batch, 0);
     ++observed;

@@ -1,0 +1,158 @@
+// Adaptive depth with suffix drafts (rollout/spec/adaptive.h): the tokens they add beyond the
+// drafter's run at every depth, learned from every grafting step's runs, and the suffix class
+// that lets a step choose its depth by how far its candidates reach. Synthetic engines: step time,
+// acceptance and suffix runs are made up, so the right depth is known.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "rollout/spec/adaptive.h"
+
+namespace updraft {
+namespace {
+
+// Suffix drafts add tokens at every depth, and overlap with the drafter: a drafter whose own run
+// pays for its cost over plain decoding no longer does when suffix drafts already give most of
+// those tokens. Here the history's run is 3 in half the steps: plain + suffix drafts emit 2.5
+// tokens per step for 1 ms; depth 1, 1.3 from the drafter's run (accepted 30%) plus 1.35 more
+// for 1.2 ms. Without suffix drafts depth 1 pays (1.3 tokens against 1 for 1.2x the time); with
+// them the chooser must keep plain, and it must count them only in the steps that graft them.
+TEST(AdaptiveDepth, CountsTheSuffixDraftsTokensAtEveryDepth) {
+  for (const bool suffix : {false, true}) {
+    AdaptiveDepth a(SpecSettings{1, 1, 2});
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(0, 1);
+    int64_t at1 = 0;
+    for (int i = 0; i < 3000; ++i) {
+      StepSample s;
+      s.batch = 1;
+      s.depth = a.choose(1, 0, suffix ? 1 : AdaptiveDepth::kNoSuffix);  // one class: the lookup tells nothing
+      s.seconds = s.depth == 0 ? 1e-3 : 1.2e-3;
+      const int32_t run = s.depth == 1 && u(rng) < 0.3 ? 1 : 0, history = suffix && u(rng) < 0.5 ? 3 : 0;
+      if (s.depth == 1)
+        s.spec.add_round(1, run, 1);
+      s.suffix = suffix ? 1 : AdaptiveDepth::kNoSuffix;
+      if (suffix)
+        s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
+      s.extra_tokens = std::max(0, history - run);
+      a.observe(s);
+      at1 += i >= 1000 && s.depth == 1;
+    }
+    if (suffix)
+      EXPECT_LT(at1, 2000 * 6 / 100) << "the drafter ran although suffix drafts made it a loss";
+    else
+      EXPECT_GT(at1, 2000 * 94 / 100) << "the drafter's gain over plain decoding was missed";
+  }
+}
+
+// One grafting step teaches what suffix drafts add at every depth (adaptive.h): a round that ran
+// the drafter to depth D, its accepted path a drafter run of a and a suffix run of s, adds
+// max(0, s - min(a, d)) at d <= D or where a < D; where a = D < d, the drafter's further run
+// is weighed by the estimated reach.
+TEST(AdaptiveDepth, AGraftingStepTeachesTheSuffixDraftsWorthAtEveryDepth) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  StepSample learn;  // acceptance first: half the rounds reach 4, half stop at 2
+  learn.batch = 1;
+  learn.depth = 4;
+  learn.seconds = 1e-3;
+  for (int i = 0; i < 10; ++i)
+    learn.spec.add_round(4, i % 2 ? 4 : 2, 4);
+  a.observe(learn);
+  const std::vector<double> r = a.snapshot().reach;
+  ASSERT_EQ(r.size(), 4u);
+  ASSERT_LT(r[2], 0.9);  // the prior pulls the estimates up, not to 1
+
+  StepSample s;
+  s.batch = 2;
+  s.depth = 2;
+  s.seconds = 2e-3;
+  s.suffix = 1;
+  s.runs = {{2, 2, 4}, {2, 1, 3}};  // the drafter ran to its depth and was outrun; it stopped at 1
+  a.observe(s);
+  const double ran_to_2[5] = {4, 3, 2, 1 - r[2] / r[1] + 1, 1 - r[2] / r[1] + 1 - r[3] / r[1]};
+  const double stopped_at_1[5] = {3, 2, 2, 2, 2};
+  const AdaptiveDepth::Snapshot snap = a.snapshot();
+  for (size_t d = 0; d < 5; ++d)
+    EXPECT_NEAR(snap.cells[1][d].extra[1], (ran_to_2[d] + stopped_at_1[d]) / 2, 1e-9) << "depth " << d;  // bucket 2-3
+}
+
+// A depth not chosen still learns what suffix drafts add there. A strong drafter and no suffix
+// matches hold depth 4 for 2000 steps; then the drafter drifts (each position accepted at 0.3)
+// and the history matches runs of 5 in half the steps, which makes suffix drafts alone (depth 0)
+// the best: the chooser must get there within a few hundred steps, not wait for its exploration
+// of stale depths (one step per depth in 2000) to relearn them one burst at a time.
+TEST(AdaptiveDepth, ADepthNotChosenLearnsWhatSuffixDraftsAddThere) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::map<int64_t, int64_t> late;  // depths run in the second stage after its first 300 steps
+  for (int i = 0; i < 4000; ++i) {
+    const bool drifted = i >= 2000;
+    StepSample s;
+    s.batch = 1;
+    s.depth = a.choose(1, 0, 1);  // one suffix class throughout: the lookup tells nothing here
+    s.seconds = 1e-3 * (1 + 0.15 * static_cast<double>(s.depth));
+    int32_t run = 0;
+    while (run < s.depth && u(rng) < (drifted ? 0.3 : 0.9))
+      ++run;
+    const int32_t history = drifted && u(rng) < 0.5 ? 5 : 0;
+    if (s.depth > 0)
+      s.spec.add_round(s.depth, run, s.depth);
+    s.suffix = 1;
+    s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
+    s.extra_tokens = std::max(0, history - run);
+    a.observe(s);
+    if (i == 1999) {
+      ASSERT_EQ(a.snapshot().current[0], 4) << "the strong drafter's depth";
+    }
+    if (i >= 2300)
+      ++late[s.depth];
+  }
+  EXPECT_GT(late[0], 1700 * 90 / 100) << "depth 0 ran " << late[0] << " of 1700 steps; depth 4 " << late[4];
+}
+
+// The suffix class, known before the depth is chosen, lets a step whose history matches far
+// ahead leave the drafter out and one with no match draft deep. A strong drafter (each position
+// accepted at 0.85); in 30% of the steps the history matches 6 tokens ahead (class 2), else
+// nothing (class 0). Matched steps do best at depth 0 (7 tokens for 1 ms against 7 for 1.6 ms at
+// depth 4), the others at depth 4 (3.7 tokens for 1.6 ms against 1 for 1 ms).
+TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::map<int, std::map<int64_t, int64_t>> late;  // [class][depth]: steps after the first 1000
+  for (int i = 0; i < 4000; ++i) {
+    const bool match = u(rng) < 0.3;
+    StepSample s;
+    s.batch = 1;
+    s.suffix = match ? 2 : 0;
+    s.depth = a.choose(1, 0, s.suffix);
+    s.seconds = 1e-3 * (1 + 0.15 * static_cast<double>(s.depth));
+    int32_t run = 0;
+    while (run < s.depth && u(rng) < 0.85)
+      ++run;
+    if (s.depth > 0)
+      s.spec.add_round(s.depth, run, s.depth);
+    const int32_t history = match ? 6 : 0;
+    s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
+    s.extra_tokens = std::max(0, history - run);
+    a.observe(s);
+    if (i >= 1000)
+      ++late[s.suffix][s.depth];
+  }
+  int64_t matched = 0, unmatched = 0;
+  for (const auto& [d, n] : late[2])
+    matched += n;
+  for (const auto& [d, n] : late[0])
+    unmatched += n;
+  EXPECT_GT(late[2][0], matched * 85 / 100)
+      << "far matches ran the drafter: depth 4 in " << late[2][4] << " of " << matched;
+  EXPECT_GT(late[0][4], unmatched * 85 / 100) << "no match, yet depth 0 in " << late[0][0] << " of " << unmatched;
+}
+
+}  // namespace
+}  // namespace updraft
