@@ -46,12 +46,12 @@ SuffixMode parse_suffix_mode(const std::string& s);  // Error naming the choices
 
 struct SuffixOptions {
   SuffixMode mode = SuffixMode::kOff;
-  int64_t max_nodes = 8;  // suffix drafts grafted per round at most (extra rows verified)
+  int64_t max_nodes = 16;  // suffix drafts grafted per round at most (extra rows verified)
   int64_t max_depth = 8;  // deepest suffix draft (1: the token after the root)
   double min_prob = 0.2;  // a candidate less likely than this given its parent is not drafted
   // A lookup drafts at most spec_factor x its match length nodes (longer matches predict better;
   // SuffixDecoding's rule), and nothing for a match shorter than min_match tokens.
-  double spec_factor = 1.0;
+  double spec_factor = 2.0;
   int64_t min_match = 3;
   int64_t max_match = 32;            // longest context suffix looked up
   int64_t history_tokens = 1 << 20;  // history capacity in tokens

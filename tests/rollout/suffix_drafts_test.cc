@@ -110,6 +110,7 @@ SuffixOptions both(int64_t nodes = 6) {
   o.min_prob = 0.05;
   o.gate = false;  // every step grafts (the gate's choices depend on timing)
   o.min_match = 1;
+  o.spec_factor = 1;  // a lookup offers at most its match length's nodes (the tests count them)
   return o;
 }
 
