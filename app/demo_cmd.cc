@@ -27,6 +27,12 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
                  "history or both")
       ->check(CLI::IsMember({"off", "group", "history", "both"}))
       ->capture_default_str();
+  cmd.add_option("--suffix-nodes", o.suffix_nodes, "suffix drafts grafted per round at most (1-64)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd.add_option("--suffix-factor", o.suffix_factor, "a suffix lookup's nodes per matched token at most (> 0)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd.add_flag("!--no-prefix-reuse", o.prefix_reuse,
                "every rollout prefills its prompt (default: a group's siblings take it from the cache)");
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();

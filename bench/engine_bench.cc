@@ -117,7 +117,7 @@ void print_model(const AdaptiveDepth& a) {
     const auto& row = s.cells[static_cast<size_t>(b)];
     if (row[0].samples == 0 && row.back().samples == 0)
       continue;
-    std::printf("    batch %3ld+ runs depth %ld |", int64_t{1} << b, s.current[static_cast<size_t>(b)]);
+    std::printf("    batch %3ld+ last chose depth %ld |", int64_t{1} << b, s.current[static_cast<size_t>(b)]);
     for (size_t d = 0; d < row.size(); ++d)
       std::printf(" d%ld: %s x%.2f (%ld) pred %.0f |", s.depths[d], row[d].samples ? "cost" : "n/a ",
                   row[0].cost > 0 && row[d].cost > 0 ? row[d].cost / row[0].cost : 0.0, row[d].samples,

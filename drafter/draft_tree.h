@@ -38,7 +38,8 @@ struct SpecSettings {
   int64_t scratch_entries() const { return (steps - 1) * top_k; }
 };
 
-// Where a draft came from. A node proposed by several sources carries the first in this order.
+// Where a draft came from. A node proposed by several sources carries the one that proposed it
+// first (the drafter's nodes exist before any graft; among suffix candidates, the likelier path).
 enum class DraftSource : uint8_t { kEagle = 0, kGroup = 1, kHistory = 2 };
 inline constexpr int kDraftSources = 3;
 const char* draft_source_name(DraftSource s);  // "eagle", "group", "history"

@@ -104,6 +104,9 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   eo_.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps + 1};
   eo_.max_batch = o.worker_batch > 0 ? o.worker_batch : o.prompts_per_step * o.group;
   eo_.suffix.mode = parse_suffix_mode(o.suffix_drafts);  // the workers' serving engines only
+  eo_.suffix.max_nodes = o.suffix_nodes;
+  eo_.suffix.spec_factor = o.suffix_factor;
+  eo_.suffix.validate();
   eo_.prefix_reuse = o.prefix_reuse;
   for (int64_t w = 0; w < o.workers; ++w) {
     messaging::SenderOptions sopt;

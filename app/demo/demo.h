@@ -52,6 +52,8 @@
 #include <string>
 #include <vector>
 
+#include "rollout/spec/suffix_drafts.h"
+
 namespace updraft::demo {
 
 struct DemoOptions {
@@ -68,6 +70,8 @@ struct DemoOptions {
   int64_t worker_batch = 1;            // sequences each worker's engine decodes at once; 0: its whole share
   bool adaptive_spec = true;           // workers fall back to plain decoding while speculation does not pay
   std::string suffix_drafts = "both";  // the online run's suffix drafts: off, group, history, both
+  int64_t suffix_nodes = SuffixOptions{}.max_nodes;    // grafted per round at most
+  double suffix_factor = SuffixOptions{}.spec_factor;  // a lookup's nodes per matched token at most
   bool prefix_reuse = true;            // every engine's prefix reuse (rollout/engine/prefix_reuse.h)
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
   // The online trainer's recipe, chosen by the ablation in docs/online.md ("Drift recovery"):

@@ -62,6 +62,8 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
       {"step_speedup", sum.step_speedup},
       {"generation_share_of_step", sum.gen_share},
       {"suffix_drafts", o.suffix_drafts},
+      {"suffix_nodes", o.suffix_nodes},
+      {"suffix_factor", o.suffix_factor},
       {"prefix_reuse", o.prefix_reuse},
       {"draft_weights", draft_weights_name(resolved_draft_weights(Device::CPU))},  // the demo runs on the CPU
       {"online_prompt_tokens",

@@ -305,9 +305,15 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
         continue;
       ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
       if (suffix != DepthChooser::kNoSuffix && grafts(s)) {
+        // The depth the drafter ran at for it: the step's, 0 where it did not draft; a sequence
+        // without the drafter is as if it ran to the full depth and drafted nothing (its suffix
+        // drafts add their whole run at every depth).
         const SpecRound none;
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
-        ss.runs.push_back({r.eagle_depth, r.eagle_run, r.suffix_run});
+        const bool drafted_now =
+            std::find(drafted.proposers.begin(), drafted.proposers.end(), &s) != drafted.proposers.end();
+        const int64_t d = !s.spec ? opts_.spec.steps : drafted_now ? depth : 0;
+        ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run});
       }
     }
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step

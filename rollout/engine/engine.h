@@ -50,7 +50,9 @@
 // that may speculate (probes excepted: they measure the drafter alone), with or without a drafter
 // and at any depth the chooser picks (0 included); verified like the drafter's, so just as lossless.
 // With suffix.gate, a SuffixGate (spec/suffix_gate.h) decides per step whether they run, by the
-// throughput measured with and without them at the live batch.
+// throughput measured with and without them at the live batch. When they do, the indexes are
+// looked up before the depth is chosen, and the chooser is told how far the candidates reach
+// (DepthChooser's suffix class); they are grafted after the drafter has built its tree.
 //
 // Prefix reuse (EngineOptions::prefix_reuse, prefix_reuse.h): a request whose context begins like
 // one already cached (a sibling's prompt, an earlier turn) takes that prefix over instead of

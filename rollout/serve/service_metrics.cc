@@ -191,7 +191,8 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
   if (!m.adaptive)
     return;
   const AdaptiveDepth::Snapshot& a = m.adaptive_model;
-  family(os, "updraft_adaptive_depth", "gauge", "depth each live-batch bucket runs at (lower edge of the bucket)");
+  family(os, "updraft_adaptive_depth", "gauge",
+         "depth each live-batch bucket's last step chose, exploration aside (lower edge of the bucket)");
   for (size_t b = 0; b < a.current.size(); ++b)
     sample(os, "updraft_adaptive_depth", "batch=\"" + std::to_string(int64_t{1} << b) + "\"",
            static_cast<double>(a.current[b]));

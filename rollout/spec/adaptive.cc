@@ -58,10 +58,14 @@ double AdaptiveDepth::extra_at(const StepSample::Runs& r, int64_t d) const {
   const int64_t D = r.depth, a = r.eagle, s = r.suffix;
   if (d <= D || a < D)
     return static_cast<double>(std::max<int64_t>(0, s - std::min(a, d)));
+  // reach_j estimated per position need not fall with j: a running minimum keeps the CDF monotone.
   const double at_D = D == 0 ? 1.0 : reach(static_cast<size_t>(D - 1));
-  double sum = 0;
-  for (int64_t k = D; k < s; ++k)
-    sum += k < d && at_D > 0 ? 1 - std::min(1.0, reach(static_cast<size_t>(k)) / at_D) : 1.0;
+  double sum = 0, further = at_D;
+  for (int64_t k = D; k < s; ++k) {
+    if (k < d)
+      further = std::min(further, reach(static_cast<size_t>(k)));
+    sum += k < d && at_D > 0 ? 1 - further / at_D : 1.0;
+  }
   return sum;
 }
 
@@ -163,6 +167,7 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
 }
 
 double AdaptiveDepth::predicted(int b, int64_t depth, int suffix) const {
+  UPD_CHECK(suffix >= kNoSuffix && suffix < kSuffixClasses) << "adaptive speculation: suffix class " << suffix;
   const size_t d = index_of(depth);
   double per_round = 1.0 + (suffix >= 0 ? cells_[static_cast<size_t>(b)][d].extra[static_cast<size_t>(suffix)] : 0.0);
   for (size_t j = 0; j < static_cast<size_t>(depth); ++j)
@@ -211,7 +216,6 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, int suffix) {
   const int b = bucket(std::max<int64_t>(1, batch));
   int64_t depth = opt_.fixed_depth;
   if (depth < 0) {
-    UPD_CHECK(suffix >= kNoSuffix && suffix < kSuffixClasses) << "adaptive speculation: suffix class " << suffix;
     int64_t& cur = current_[static_cast<size_t>(b)][static_cast<size_t>(suffix + 1)];
     int64_t best = cur;
     double best_tps = predicted(b, cur, suffix);

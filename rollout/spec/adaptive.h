@@ -6,7 +6,7 @@
 //
 // Model. Steps are grouped by live batch into buckets 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64+
 // (bucket(B) = min(6, floor(log2 B))). Throughput per sequence at depth d in bucket b is
-//     (1 + sum_{j<d} reach_j + extra(b, d)) / cost(b, d),
+//     (1 + sum_{j<d} reach_j + extra(b, d, c)) / cost(b, d)   (extra only in steps that graft),
 // with reach_j the share of rounds whose accepted length reached j + 1 among those that tried
 // position j (counts decayed by the rounds that try the position, any depth: about its last 200
 // tries), with kPriorRounds pseudo-rounds at reach_{j-1} (1 for j = 0) among them, so that a few
@@ -24,8 +24,11 @@
 // suffix index proposed (a suffix candidate's ancestors are suffix nodes too), and at depth d the
 // drafter's chain is this round's cut at d, so the round would have added max(0, s - min(a, d))
 // beyond the drafter there; exact under greedy verification for d up to the round's depth D, and
-// for deeper d when the drafter stopped short of D; when it ran to D, the expectation over the
-// estimated reach of the positions beyond. Only ratios matter within a
+// for deeper d when the drafter stopped short of D, as long as the graft budget (new nodes only)
+// does not bind; when it ran to D, the expectation over the estimated reach of the positions
+// beyond, as if the two runs were independent (repetitive text lengthens both, so this
+// overestimates deep depths a little until they run). Costs are per depth, not per class: a
+// class that runs plain with many suffix rows raises plain's cost for the others. Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
 // (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
 // and does not count unless three come in a row, when they count as at most 3x: one stall must
@@ -81,13 +84,14 @@ struct StepSample {
   int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
   SpecStats spec;              // the step's rounds (the drafter's part of them)
   // Tokens the decoding sequences emitted beyond one each and the drafter's accepted run: what
-  // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences.
+  // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences (only
+  // the prediction error reads it; extra is learned from `runs`).
   double extra_tokens = 0;
   // The suffix class the step grafted at (kNoSuffix: none) and, if it did, per decoding sequence
-  // that looked them up, its round's drafter depth, and its accepted path's prefix of drafter nodes
-  // and of nodes a suffix index proposed (SpecRound::eagle_depth, eagle_run, suffix_run; all 0
-  // without a round).
-  int suffix = -1;
+  // that looked them up, the depth the drafter ran at for it (0: it did not draft; the full depth
+  // for a sequence without the drafter), and its accepted path's prefix of drafter nodes and of
+  // nodes a suffix index proposed (SpecRound::eagle_run, suffix_run; 0 without a round).
+  int suffix = -1;  // DepthChooser::kNoSuffix
   struct Runs {
     int32_t depth = 0, eagle = 0, suffix = 0;
   };
@@ -150,7 +154,9 @@ class AdaptiveDepth final : public DepthChooser {
   struct Snapshot {
     std::vector<int64_t> depths;  // allowed depths
     std::array<std::vector<Cell>, kBuckets> cells;  // [bucket][index of depth]
-    std::array<int64_t, kBuckets> current{};        // depth each bucket's last step chose (not explored)
+    // Depth each bucket's last step chose before exploration (its suffix class's, which can
+    // differ from step to step).
+    std::array<int64_t, kBuckets> current{};
     std::vector<double> reach;                      // [j]: estimated (with the prior), -1 unmeasured
     int64_t steps = 0, explore_steps = 0;
     // Stalls: observed steps over kStall times their cell's settled cost (a backlog's excepted),
@@ -194,7 +200,7 @@ class AdaptiveDepth final : public DepthChooser {
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr double kPriorRounds = 2.0;        // pseudo-rounds of a position's acceptance prior
   static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
-  static constexpr double kExtraWeight = 0.02;       // the newest step's weight in extra(b, d)
+  static constexpr double kExtraWeight = 0.02;       // the newest grafting step's weight in extra(b, d, c)
   static constexpr double kStall = 2.0;              // a step over this x its cell's settled cost is a stall...
   static constexpr int64_t kStallRun = 3;            // ...unless this many come in a row (the cost changed)
   static constexpr double kOutlier = 3.0;            // such a step counts as at most this x the cell's cost

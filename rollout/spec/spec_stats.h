@@ -15,8 +15,8 @@
 // drafter. To compare drafters, compare rounds at one depth (the workers' probe requests).
 //
 // By source (drafter/draft_tree.h DraftSource): drafted_by counts the verified drafts each source
-// proposed, accepted_by the accepted ones (a node several sources proposed counts for the first
-// of eagle, group, history). Their sums equal drafted and accepted.
+// proposed, accepted_by the accepted ones (a node several sources proposed counts for the one
+// that proposed it first: DraftSource). Their sums equal drafted and accepted.
 //
 // verify_seconds: the policy's forward passes of the steps that speculated (shared out among
 // requests by their rows); draft_seconds: the drafter's passes (absorbing committed pairs and

@@ -18,9 +18,13 @@ class RandomDepth final : public DepthChooser {
   void observe(const StepSample& s) override {
     EXPECT_GT(s.batch, 0);
     ++observed;
+    if (keep)
+      seen.push_back(s);
   }
   void drafter_changed(uint64_t) override { ++changes; }
   int64_t observed = 0, changes = 0;
+  bool keep = false;  // keep every sample in `seen`
+  std::vector<StepSample> seen;
 
  private:
   static std::vector<int64_t> allowed(const SpecSettings& f) {

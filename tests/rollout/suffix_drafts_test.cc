@@ -8,13 +8,14 @@
 //  - the engine, temperature > 0: merged trees (point-mass suffix candidates beside the drafter's)
 //    fit the policy's exact joint distribution of two tokens; the NoResidual control must fail;
 //  - the gate: the faster arm per live batch, the other explored in at most 5% of steps;
-//  - accounting: counts by source add up; probes get no suffix drafts.
+//  - accounting: counts by source add up; probes get no suffix drafts; the chooser's runs.
 #include "rollout/spec/suffix_drafts.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "rollout/capture/record_convert.h"
@@ -22,6 +23,7 @@
 #include "rollout/engine/engine.h"
 #include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
+#include "tests/rollout/random_depth.h"
 #include "tests/rollout/spec_fixture.h"
 
 namespace updraft {
@@ -309,6 +311,44 @@ TEST_F(SuffixEngine, ProbesGetNoSuffixDrafts) {
   // Without suffix drafts the drafter's part is the whole round.
   EXPECT_EQ(e.stats().drafter_spec.accepted, e.stats().spec.accepted);
   EXPECT_EQ(e.stats().drafter_spec.rounds, e.stats().spec.rounds);
+}
+
+// Every grafting step tells the chooser its suffix class and each sequence's runs (the step's
+// depth, the drafter's run), whose suffix runs account for what was accepted beyond the drafter.
+TEST_F(SuffixEngine, EveryGraftingStepTellsTheChooserItsRuns) {
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 20;
+  o.max_batch = 3;
+  o.suffix = both();
+  o.spec = SpecSettings{4, 1, 5};
+  Engine e(*model_, o, draft_.get());
+  RandomDepth chooser(o.spec, 3);
+  chooser.keep = true;  // every StepSample
+  e.set_depth_chooser(&chooser);
+  for (int i = 0; i < 12; ++i) {
+    GenRequest r = req(testing_spec::pattern_prompt(i % 3, 5, cfg_.vocab_size), 0.f, 40, 0);
+    r.params.ignore_eos = true;
+    e.submit(r);
+  }
+  e.run();
+  std::map<int, int64_t> classes;
+  int64_t suffix_ahead = 0;
+  for (const StepSample& s : chooser.seen) {
+    ASSERT_TRUE(s.suffix >= 0 && s.suffix < DepthChooser::kSuffixClasses) << "the gate is off: all steps graft";
+    ++classes[s.suffix];
+    ASSERT_EQ(static_cast<int64_t>(s.runs.size()), s.batch);
+    double beyond = 0;
+    for (const StepSample::Runs& r : s.runs) {
+      EXPECT_EQ(r.depth, s.depth);
+      EXPECT_TRUE(r.eagle <= r.depth && r.suffix >= 0);
+      beyond += std::max(0, r.suffix - r.eagle);
+      suffix_ahead += r.suffix > r.eagle;
+    }
+    EXPECT_LE(s.extra_tokens, beyond + 1e-9) << "accepted beyond the drafter's run more than the suffix runs reach";
+  }
+  EXPECT_GT(classes[0] + classes[1], 0);
+  EXPECT_GT(classes[2], 0) << "repeated prompts never matched far ahead";
+  EXPECT_GT(suffix_ahead, 10);
 }
 
 // Merged trees under sampling: the history and the group hold many earlier samples of the prompt,
