@@ -305,14 +305,13 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
         continue;
       ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
       if (suffix != DepthChooser::kNoSuffix && grafts(s)) {
-        // The depth the drafter ran at for it: the step's, 0 where it did not draft; a sequence
-        // without the drafter is as if it ran to the full depth and drafted nothing (its suffix
-        // drafts add their whole run at every depth).
+        // The depth the drafter ran at for it: the step's (a grafting sequence is no probe, so it
+        // drafts exactly when the step's depth is above 0); a sequence without the drafter is as
+        // if it ran to the full depth and drafted nothing (its suffix drafts add their whole run
+        // at every depth).
         const SpecRound none;
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
-        const bool drafted_now =
-            std::find(drafted.proposers.begin(), drafted.proposers.end(), &s) != drafted.proposers.end();
-        const int64_t d = !s.spec ? opts_.spec.steps : drafted_now ? depth : 0;
+        const int64_t d = s.spec ? depth : opts_.spec.steps;
         ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run});
       }
     }
