@@ -148,9 +148,9 @@ std::vector<GenResult> Engine::step() {
   std::vector<SuffixFound> found;
   const int suffix = grafted ? look_up_suffix(plan, found) : DepthChooser::kNoSuffix;
   const int64_t depth = choose_depth(plan, suffix);
-  const Drafted drafted = draft(plan, depth);
+  Drafted drafted = draft(plan, depth);
   if (grafted)
-    graft_suffix(plan, found);
+    drafted.grafted = graft_suffix(plan, found);
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;
@@ -299,6 +299,7 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     ss.draft_rows = drafted.absorbed;
     ss.cold = cold_step();
     ss.suffix = suffix;
+    ss.grafted_rows = drafted.grafted;
     for (size_t e = 0; e < plan.entries.size(); ++e) {
       const Seq& s = *plan.entries[e].seq;
       if (plan.entries[e].prefill != 0)

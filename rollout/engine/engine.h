@@ -159,6 +159,7 @@ class Engine {
     double seconds = 0;
     int64_t absorbed = 0;  // pairs the drafter absorbed
     std::vector<Seq*> proposers;
+    int64_t grafted = 0;  // suffix nodes grafted onto the trees afterwards (graft_suffix)
   };
   int64_t choose_depth(const StepPlan& plan, int suffix);
   Drafted draft(const StepPlan& plan, int64_t depth);
@@ -167,7 +168,7 @@ class Engine {
   // suffix class (DepthChooser).
   int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);
   static bool grafts(const Seq& s) { return s.req.speculate && !s.req.probe; }  // a decoding one, when the step does
-  void graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found);
+  int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found);  // nodes grafted
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
                       double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);

@@ -119,10 +119,41 @@ double AdaptiveDepth::draft_level_at(int b) const {
 
 double AdaptiveDepth::curve_ratio(int b, int64_t depth) const {
   const double B = typical_batch_[static_cast<size_t>(b)];
-  const double f0 = forward_at(B), fd = forward_at(B * static_cast<double>(depth + 1)), e = draft_level_at(b);
+  const double f0 = forward_at(B), fd = forward_at(B * rows_at(depth)), e = draft_level_at(b);
   if (f0 <= 0 || fd <= 0 || e <= 0)
     return 0.0;
   return (fd + static_cast<double>(depth) * e) / f0;
+}
+
+double AdaptiveDepth::rows_at(int64_t depth) const {
+  return static_cast<double>(depth == full_.steps ? full_.draft_tokens : depth + 1);
+}
+
+// F(B r_d + B g) - F(B r_d) over B (the header's model), or 0 while the curve cannot tell.
+double AdaptiveDepth::graft_cost(int b, size_t d, int suffix) const {
+  if (suffix < 0)
+    return 0.0;
+  const auto k = static_cast<size_t>(suffix);
+  const auto& row = cells_[static_cast<size_t>(b)];
+  double g = row[d].graft[k];
+  if (row[d].graft_samples[k] == 0)
+    for (const Cell& c : row)
+      g = std::max(g, c.graft_samples[k] > 0 ? c.graft[k] : 0.0);
+  const double B = typical_batch_[static_cast<size_t>(b)], base = B * rows_at(depths_[d]);
+  const double f0 = forward_at(base), f1 = forward_at(base + B * g);
+  return g > 0 && f0 > 0 ? std::max(0.0, f1 - f0) / B : 0.0;
+}
+
+// F(rows) - F(rows - grafted) for a measured step, at most the grafted rows' proportional share of
+// its forward (a forward's time grows slower than its rows), 0 while the curve cannot tell.
+double AdaptiveDepth::grafted_seconds(const StepSample& s) const {
+  if (s.grafted_rows <= 0 || s.forward_rows <= s.grafted_rows || s.forward_seconds <= 0)
+    return 0.0;
+  const auto rows = static_cast<double>(s.forward_rows), g = static_cast<double>(s.grafted_rows);
+  const double f1 = forward_at(rows), f0 = forward_at(rows - g);
+  if (f1 <= 0 || f0 <= 0)
+    return 0.0;
+  return std::clamp(f1 - f0, 0.0, s.forward_seconds * g / rows);
 }
 
 // cost(b, d) / cost(b, 0): measured in b, else the cost curves', else borrowed from the nearest
@@ -174,7 +205,7 @@ double AdaptiveDepth::predicted(int b, int64_t depth, int suffix) const {
     per_round += reach(j);
   const auto& row = cells_[static_cast<size_t>(b)];
   const double plain = row[0].cost;  // 0 when unmeasured: the prediction is relative then
-  return per_round / (ratio(b, d) * (plain > 0 ? plain : 1.0));
+  return per_round / (plain > 0 ? ratio(b, d) * plain + graft_cost(b, d, suffix) : ratio(b, d));
 }
 
 int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
@@ -270,7 +301,15 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
   learn_curves(s, backlog);
   learn_extra(s, b);
+  // What the cell prices: the step less its grafted rows, on the curve that now includes its forward.
+  const double base_per_seq = (s.seconds - grafted_seconds(s)) / static_cast<double>(s.batch);
   Cell& c = cells_[static_cast<size_t>(b)][d];
+  if (s.suffix >= 0) {  // a grafting step: its nodes per sequence (the cost's short EMA: no bursts here)
+    const auto k = static_cast<size_t>(s.suffix);
+    const double g = static_cast<double>(s.grafted_rows) / static_cast<double>(s.batch);
+    c.graft[k] = c.graft_samples[k] == 0 ? g : (1 - opt_.cost_ema) * c.graft[k] + opt_.cost_ema * g;
+    ++c.graft_samples[k];
+  }
   // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
   // measured): a lone step over kStall times the settled estimate is left out; a run of
   // kStallRun, a real change, counts as at most kOutlier times it, so the estimate follows.
@@ -278,15 +317,15 @@ void AdaptiveDepth::observe(const StepSample& s) {
   bool stall = false;
   observed_seconds_ += s.seconds;
   if (!backlog && settled) {
-    c.stalls = per_seq > kStall * c.cost ? c.stalls + 1 : 0;
+    c.stalls = base_per_seq > kStall * c.cost ? c.stalls + 1 : 0;
     stall = c.stalls > 0 && c.stalls < kStallRun;
     if (c.stalls > 0) {  // the first steps of a lasting change of cost count too, until the cost follows
       ++stall_steps_;
-      stall_seconds_ += s.seconds - c.cost * static_cast<double>(s.batch);
+      stall_seconds_ += (base_per_seq - c.cost) * static_cast<double>(s.batch);
     }
   }
   if (!backlog && !stall) {
-    const double x = settled ? std::min(per_seq, kOutlier * c.cost) : per_seq;
+    const double x = settled ? std::min(base_per_seq, kOutlier * c.cost) : base_per_seq;
     c.cost = c.samples == 0 ? x : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x;
     ++c.samples;
     c.last_step = steps_;

@@ -27,8 +27,14 @@
 // for deeper d when the drafter stopped short of D, as long as the graft budget (new nodes only)
 // does not bind; when it ran to D, the expectation over the estimated reach of the positions
 // beyond, as if the two runs were independent (repetitive text lengthens both, so this
-// overestimates deep depths a little until they run). Costs are per depth, not per class: a
-// class that runs plain with many suffix rows raises plain's cost for the others. Only ratios matter within a
+// overestimates deep depths a little until they run). Costs are per depth, and a step's grafted
+// suffix nodes are priced apart (a step at depth 0 that verifies a dozen suffix rows must not
+// make plain decoding look dear to the steps that graft none): a cell measures a step less its
+// grafted rows' share of the forward, F(rows) - F(rows - grafted) on the cost curve below, and a
+// prediction for class c adds back F(B r_d + B g) - F(B r_d) per step, with r_d the drafter's
+// rows per sequence at depth d (d + 1; the tree's tokens at the full settings) and g the suffix
+// nodes grafted per sequence at that depth and class (an EMA of its grafting steps; a depth not
+// run at that class yet borrows the most the class grafted at another). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
 // (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
 // and does not count unless three come in a row, when they count as at most 3x: one stall must
@@ -39,7 +45,7 @@
 // rarely explored must not decide it); otherwise it comes from a cost curve learned from every
 // step: F(rows), the policy forward's time for a number of rows (decode, verification and
 // prefill steps all measure it, 1 to thousands of rows), and E(B), a draft level's time for B
-// sequences; r(b, d) = (F(B (d + 1)) + d E(B)) / F(B) at the bucket's typical batch B. With
+// sequences; r(b, d) = (F(B r_d) + d E(B)) / F(B) at the bucket's typical batch B. With
 // nothing measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets
 // measured. A drafter not measured yet is assumed to accept everything (it runs at full depth
 // first, which measures it); a new drafter version starts from its predecessor's acceptance
@@ -96,6 +102,7 @@ struct StepSample {
     int32_t depth = 0, eagle = 0, suffix = 0;
   };
   std::vector<Runs> runs;
+  int64_t grafted_rows = 0;  // suffix nodes grafted beyond the drafter's trees (verification rows)
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
@@ -144,12 +151,15 @@ class AdaptiveDepth final : public DepthChooser {
   void drafter_changed(uint64_t version) override;
 
   struct Cell {
-    double cost = 0;  // seconds per decoding sequence per step; 0: never measured
+    double cost = 0;     // seconds per decoding sequence per step, grafted rows' share out; 0: never measured
     int64_t stalls = 0;  // steps in a row over kStall x cost
     int64_t samples = 0, last_step = -1;
     // Per suffix class: suffix drafts' tokens per sequence per grafting step (EMA).
     std::array<double, kSuffixClasses> extra{};
     std::array<int64_t, kSuffixClasses> extra_samples{};
+    // Per suffix class: suffix nodes grafted per sequence in this depth's grafting steps (EMA).
+    std::array<double, kSuffixClasses> graft{};
+    std::array<int64_t, kSuffixClasses> graft_samples{};
   };
   struct Snapshot {
     std::vector<int64_t> depths;  // allowed depths
@@ -181,6 +191,9 @@ class AdaptiveDepth final : public DepthChooser {
   double draft_level_at(int b) const;              // E; 0 when nothing is measured
   double reach(size_t j) const;
   double extra_at(const StepSample::Runs& r, int64_t depth) const;  // one round's, at another depth
+  double rows_at(int64_t depth) const;                   // the drafter's verification rows per sequence at `depth`
+  double graft_cost(int b, size_t d, int suffix) const;  // predicted grafted rows' seconds per sequence
+  double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
   int64_t explore_candidate(int b, int suffix) const;
   void learn_extra(const StepSample& s, int b);
   void learn_curves(const StepSample& s, bool backlog);

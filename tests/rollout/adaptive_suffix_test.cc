@@ -154,5 +154,55 @@ TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
   EXPECT_GT(late[0][4], unmatched * 85 / 100) << "no match, yet depth 0 in " << late[0][0] << " of " << unmatched;
 }
 
+// Grafted suffix nodes are verification rows: the forward's cost curve prices them per class, and
+// they are not charged to their depth's cell, so plain decoding does not look dear to the steps
+// that graft none. A weak drafter (each position accepted at 0.2) makes plain decoding the best
+// when nothing matches (70% of the steps); in the others the history matches 6 tokens ahead and
+// 12 suffix nodes are grafted per step. The forward costs 0.9 + 0.1 rows ms, a draft level 0.25
+// ms, the rest of a step 0.1 ms: plain decoding 1.1 ms, a matched step at depth 0 2.3 ms for 7
+// tokens (the best there too). Charged to depth 0, the matched steps would raise plain's cost
+// about 30% and make depth 1 look the better choice for the unmatched ones.
+TEST(AdaptiveDepth, GraftedRowsArePricedByTheForwardCurveNotChargedToTheirDepth) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::map<int, std::map<int64_t, int64_t>> late;  // [class][depth]: steps after the first 1000
+  for (int i = 0; i < 4000; ++i) {
+    const bool match = u(rng) < 0.3;
+    StepSample s;
+    s.batch = 1;
+    s.suffix = match ? 2 : 0;
+    s.depth = a.choose(1, 0, s.suffix);
+    s.grafted_rows = match ? 12 : 0;
+    s.forward_rows = s.depth + 1 + s.grafted_rows;
+    s.forward_seconds = 1e-3 * (0.9 + 0.1 * static_cast<double>(s.forward_rows));
+    s.draft_seconds = 0.25e-3 * static_cast<double>(s.depth);
+    s.seconds = s.forward_seconds + s.draft_seconds + 0.1e-3;
+    int32_t run = 0;
+    while (run < s.depth && u(rng) < 0.2)
+      ++run;
+    if (s.depth > 0)
+      s.spec.add_round(s.depth, run, s.depth);
+    const int32_t history = match ? 6 : 0;
+    s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
+    s.extra_tokens = std::max(0, history - run);
+    a.observe(s);
+    if (i >= 1000)
+      ++late[s.suffix][s.depth];
+  }
+  const AdaptiveDepth::Snapshot snap = a.snapshot();
+  EXPECT_NEAR(snap.cells[0][0].cost, 1.1e-3, 0.05e-3) << "plain's cost, its grafted rows' share out";
+  EXPECT_NEAR(snap.cells[0][0].graft[2], 12, 1e-9);
+  // A matched step at depth 0: 7 tokens for plain's 1.1 ms and 12 grafted rows on the curve.
+  EXPECT_NEAR(a.predicted(0, 0, 2), 7 / 2.3e-3, 0.05 * 7 / 2.3e-3);
+  int64_t matched = 0, unmatched = 0;
+  for (const auto& [d, n] : late[2])
+    matched += n;
+  for (const auto& [d, n] : late[0])
+    unmatched += n;
+  EXPECT_GT(late[0][0], unmatched * 85 / 100) << "no match, yet depth 1 in " << late[0][1] << " of " << unmatched;
+  EXPECT_GT(late[2][0], matched * 85 / 100) << "far matches ran the drafter: depth 1 in " << late[2][1];
+}
+
 }  // namespace
 }  // namespace updraft
