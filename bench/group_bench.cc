@@ -49,7 +49,9 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
   if (a.adaptive)
     e.set_depth_chooser(&chooser);
   Totals t;
-  for (int64_t g = 0; g < a.groups; ++g) {
+  for (int64_t w = -a.warmup; w < a.groups; ++w) {
+    const bool timed = w >= 0;  // warm-up groups take the prompts after the timed ones
+    const int64_t g = timed ? w : a.groups + a.warmup + w;
     const std::vector<int32_t>& prompt = a.prompts[static_cast<size_t>(g) % a.prompts.size()];
     for (int64_t j = 0; j < a.group;) {
       const int64_t n = live ? a.group : 1;
@@ -68,6 +70,8 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
       const double t0 = now_s();
       while (e.has_work())
         e.step();
+      if (!timed)
+        continue;
       t.seconds += now_s() - t0;
       const EngineStats& after = e.stats();
       t.tokens += after.generated_tokens - before.generated_tokens;
@@ -126,8 +130,10 @@ void run_group_bench(const GroupBenchArgs& a) {
       "%ld turns interleaved\n",
       a.groups, a.group, a.temperature, a.tokens, a.spec.steps, a.spec.top_k, a.spec.draft_tokens, a.suffix.max_nodes,
       a.suffix.min_prob, a.reps);
-  std::printf("suffix drafts: %.2f nodes per matched token, matches of %ld tokens or more; drafter depth %s\n",
-              a.suffix.spec_factor, a.suffix.min_match, a.adaptive ? "adaptive (chosen per step)" : "fixed");
+  std::printf(
+      "suffix drafts: %.2f nodes per matched token, matches of %ld tokens or more; drafter depth %s; %ld "
+      "untimed groups of other prompts first in each engine\n",
+      a.suffix.spec_factor, a.suffix.min_match, a.adaptive ? "adaptive (chosen per step)" : "fixed", a.warmup);
   print_layout(a, true);
   print_layout(a, false);
   std::printf(

@@ -5,7 +5,11 @@
 // sibling after the one before, so only the history can help). Arms take turns `reps` times in
 // one engine each per turn (the history builds up over the groups, as in a worker); figures are
 // totals over the turns, timed after each group's prefill. With adaptive, the drafter's depth (0:
-// none) is chosen per step by AdaptiveDepth in the eagle and merged arms.
+// none) is chosen per step by AdaptiveDepth in the eagle and merged arms. Before its timed groups
+// each engine decodes `warmup` untimed groups of other prompts in the same layout, as a worker
+// that has served before: the depth chooser and the suffix gate start from what they measured
+// there (a turn's timed groups are a few hundred steps, about what a fresh chooser explores), and
+// the history index holds those completions (other prompts: no text of the timed ones).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,7 @@ struct GroupBenchArgs {
   SuffixOptions suffix;        // mode is set per arm (both)
   std::vector<std::vector<int32_t>> prompts;
   int64_t group = 4, groups = 8, tokens = 64, reps = 3;
+  int64_t warmup = 0;  // untimed groups per engine first, on prompts after the timed ones
   float temperature = 1.0f;
   bool ignore_eos = false;
   bool adaptive = false;  // the eagle and merged arms choose the drafter's depth per step (spec/adaptive.h)

@@ -25,9 +25,11 @@
 // runs every setting (and anatomy row) again with int8 weights, side by side.
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
-// --suffix-nodes K nodes (default 8) with candidates at --suffix-min-prob P or more (default 0.2),
-// --suffix-factor F nodes per matched token (default 1) and --suffix-min-match M (default 3);
-// --adaptive lets the eagle and merged arms choose the drafter's depth per step.
+// --suffix-nodes K nodes (default 16) with candidates at --suffix-min-prob P or more (default 0.2),
+// --suffix-factor F nodes per matched token (default 2) and --suffix-min-match M (default 3);
+// --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
+// decodes --warmup-groups W untimed groups of other prompts (default: as many as it times).
+// --warmup-groups applies to --group only.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
   int64_t anatomy_context = 64;
   std::string draft_dir, model_dir, draft_weights = "bf16";
   float temperature = 0;
-  int64_t group = 0;
+  int64_t group = 0, warmup = -1;  // -1: as many groups as are timed
   bool adaptive = false;
   SuffixOptions suffix;
   corpus::Mix mix;
@@ -175,6 +177,8 @@ int main(int argc, char** argv) {
       suffix.spec_factor = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--suffix-min-match") && i + 1 < argc)
       suffix.min_match = std::stoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warmup-groups") && i + 1 < argc)
+      warmup = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
       suffix.min_prob = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
@@ -277,6 +281,12 @@ int main(int argc, char** argv) {
     ga.prompts = prompts;
     ga.group = group;
     ga.groups = std::max<int64_t>(1, sequences / group);
+    ga.warmup = warmup < 0 ? ga.groups : warmup;
+    if (ga.groups + ga.warmup > static_cast<int64_t>(prompts.size())) {
+      std::fprintf(stderr, "spec_bench: %ld timed and %ld warm-up groups need as many prompts, have %zu\n", ga.groups,
+                   ga.warmup, prompts.size());
+      return 2;
+    }
     ga.tokens = tokens;
     ga.reps = reps;
     ga.temperature = temperature;
