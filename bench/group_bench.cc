@@ -27,8 +27,8 @@ const char* arm_name(Arm a) {
 }
 
 struct Totals {
-  double seconds = 0, suffix_seconds = 0;
-  int64_t tokens = 0, steps = 0, suffix_nodes = 0;
+  double seconds = 0, suffix_seconds = 0, bar_sum = 0;
+  int64_t tokens = 0, steps = 0, suffix_nodes = 0, suffix_steps = 0;
   SpecStats spec;
 };
 
@@ -78,6 +78,8 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
       t.steps += after.steps - before.steps;
       t.suffix_seconds += after.suffix_seconds - before.suffix_seconds;
       t.suffix_nodes += after.suffix_nodes - before.suffix_nodes;
+      t.suffix_steps += after.suffix_steps - before.suffix_steps;
+      t.bar_sum += after.suffix_bar_sum - before.suffix_bar_sum;
       SpecStats d = after.spec;
       d.subtract(before.spec);
       t.spec.merge(d);
@@ -97,12 +99,14 @@ void print_layout(const GroupBenchArgs& a, bool live) {
       s.tokens += t.tokens;
       s.steps += t.steps;
       s.suffix_nodes += t.suffix_nodes;
+      s.suffix_steps += t.suffix_steps;
+      s.bar_sum += t.bar_sum;
       s.spec.merge(t.spec);
     }
   std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
               live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
-  std::printf("  %-12s %9s %7s %6s %22s %9s %12s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h", "drafted",
-              "suffix cost");
+  std::printf("  %-12s %9s %7s %6s %22s %9s %12s %6s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h",
+              "drafted", "suffix cost", "bar");
   const Totals& plain = tot[0];
   const double plain_tps = static_cast<double>(plain.tokens) / plain.seconds;
   const double plain_step = plain.seconds / static_cast<double>(plain.steps);
@@ -110,13 +114,15 @@ void print_layout(const GroupBenchArgs& a, bool live) {
     const Totals& t = tot[static_cast<int>(arm)];
     const double tps = static_cast<double>(t.tokens) / t.seconds;
     const double r = t.spec.rounds > 0 ? static_cast<double>(t.spec.rounds) : 1.0;
-    char by[64], cost[32] = "-";
+    char by[64], cost[32] = "-", bar[32] = "-";
     std::snprintf(by, sizeof by, "%.2f|%.2f|%.2f", t.spec.accepted_by[0] / r, t.spec.accepted_by[1] / r,
                   t.spec.accepted_by[2] / r);
     if (t.suffix_nodes > 0 || arm == Arm::kSuffix || arm == Arm::kMerged)  // per step, in plain steps
       std::snprintf(cost, sizeof cost, "%.2f%%", 100.0 * t.suffix_seconds / static_cast<double>(t.steps) / plain_step);
-    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s\n", arm_name(arm), tps, tps / plain_tps, t.spec.tau(), by,
-                static_cast<double>(t.spec.drafted) / r, cost);
+    if (t.suffix_steps > 0)
+      std::snprintf(bar, sizeof bar, "%.3f", t.bar_sum / static_cast<double>(t.suffix_steps));
+    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s %6s\n", arm_name(arm), tps, tps / plain_tps, t.spec.tau(),
+                by, static_cast<double>(t.spec.drafted) / r, cost, bar);
     std::fflush(stdout);
   }
 }
@@ -138,7 +144,8 @@ void run_group_bench(const GroupBenchArgs& a) {
   print_layout(a, false);
   std::printf(
       "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
-      "verified per round; suffix cost: lookups and grafting per step as a share of a plain step.\n");
+      "verified per round; suffix cost: lookups and grafting per step as a share of a plain step; bar: the least "
+      "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth).\n");
 }
 
 }  // namespace updraft::bench

@@ -149,8 +149,12 @@ std::vector<GenResult> Engine::step() {
   const int suffix = grafted ? look_up_suffix(plan, found) : DepthChooser::kNoSuffix;
   const int64_t depth = choose_depth(plan, suffix);
   Drafted drafted = draft(plan, depth);
-  if (grafted)
-    drafted.grafted = graft_suffix(plan, found);
+  if (grafted) {  // nodes that pay for their rows at this batch and depth (DepthChooser::row_worth)
+    const double bar = chooser_ != nullptr ? chooser_->row_worth(plan.decoding, depth, suffix) : 0.0;
+    drafted.grafted = graft_suffix(plan, found, bar);
+    ++stats_.suffix_steps;
+    stats_.suffix_bar_sum += bar;
+  }
   RunOptions ro;
   for (const StepEntry& e : plan.entries) {
     ro.aux |= e.seq->spec || e.seq->req.capture;

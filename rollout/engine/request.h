@@ -161,6 +161,8 @@ struct EngineStats {
   double step_seconds = 0;           // wall time of all steps
   double suffix_seconds = 0;         // suffix drafts: lookups and grafting
   int64_t suffix_nodes = 0;          // suffix drafts grafted
+  int64_t suffix_steps = 0;          // steps that grafted them, and the sum of those steps' bars
+  double suffix_bar_sum = 0;         // (the least path probability a new node needed: row_worth)
   int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences
 };
 

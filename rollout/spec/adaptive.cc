@@ -69,7 +69,8 @@ double AdaptiveDepth::extra_at(const StepSample::Runs& r, int64_t d) const {
   return sum;
 }
 
-// Every grafting step teaches extra at every depth of its bucket (the header's counterfactual).
+// Every grafting step teaches extra at every depth of its bucket (the header's counterfactual), and
+// the nodes it grafted at its own.
 void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
   if (s.suffix < 0)
     return;
@@ -86,6 +87,10 @@ void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
     c.extra[k] = (1 - w) * c.extra[k] + w * sum / static_cast<double>(s.batch);
     ++c.extra_samples[k];
   }
+  // The nodes it grafted per sequence, at its own depth (the cost's short EMA: no bursts here).
+  Cell& c = cells_[static_cast<size_t>(b)][index_of(s.depth)];
+  const double g = static_cast<double>(s.grafted_rows) / static_cast<double>(s.batch);
+  c.graft[k] = c.graft_samples[k]++ == 0 ? g : (1 - opt_.cost_ema) * c.graft[k] + opt_.cost_ema * g;
 }
 
 double AdaptiveDepth::forward_at(double rows) const {
@@ -123,37 +128,6 @@ double AdaptiveDepth::curve_ratio(int b, int64_t depth) const {
   if (f0 <= 0 || fd <= 0 || e <= 0)
     return 0.0;
   return (fd + static_cast<double>(depth) * e) / f0;
-}
-
-double AdaptiveDepth::rows_at(int64_t depth) const {
-  return static_cast<double>(depth == full_.steps ? full_.draft_tokens : depth + 1);
-}
-
-// F(B r_d + B g) - F(B r_d) over B (the header's model), or 0 while the curve cannot tell.
-double AdaptiveDepth::graft_cost(int b, size_t d, int suffix) const {
-  if (suffix < 0)
-    return 0.0;
-  const auto k = static_cast<size_t>(suffix);
-  const auto& row = cells_[static_cast<size_t>(b)];
-  double g = row[d].graft[k];
-  if (row[d].graft_samples[k] == 0)
-    for (const Cell& c : row)
-      g = std::max(g, c.graft_samples[k] > 0 ? c.graft[k] : 0.0);
-  const double B = typical_batch_[static_cast<size_t>(b)], base = B * rows_at(depths_[d]);
-  const double f0 = forward_at(base), f1 = forward_at(base + B * g);
-  return g > 0 && f0 > 0 ? std::max(0.0, f1 - f0) / B : 0.0;
-}
-
-// F(rows) - F(rows - grafted) for a measured step, at most the grafted rows' proportional share of
-// its forward (a forward's time grows slower than its rows), 0 while the curve cannot tell.
-double AdaptiveDepth::grafted_seconds(const StepSample& s) const {
-  if (s.grafted_rows <= 0 || s.forward_rows <= s.grafted_rows || s.forward_seconds <= 0)
-    return 0.0;
-  const auto rows = static_cast<double>(s.forward_rows), g = static_cast<double>(s.grafted_rows);
-  const double f1 = forward_at(rows), f0 = forward_at(rows - g);
-  if (f1 <= 0 || f0 <= 0)
-    return 0.0;
-  return std::clamp(f1 - f0, 0.0, s.forward_seconds * g / rows);
 }
 
 // cost(b, d) / cost(b, 0): measured in b, else the cost curves', else borrowed from the nearest
@@ -304,12 +278,6 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // What the cell prices: the step less its grafted rows, on the curve that now includes its forward.
   const double base_per_seq = (s.seconds - grafted_seconds(s)) / static_cast<double>(s.batch);
   Cell& c = cells_[static_cast<size_t>(b)][d];
-  if (s.suffix >= 0) {  // a grafting step: its nodes per sequence (the cost's short EMA: no bursts here)
-    const auto k = static_cast<size_t>(s.suffix);
-    const double g = static_cast<double>(s.grafted_rows) / static_cast<double>(s.batch);
-    c.graft[k] = c.graft_samples[k] == 0 ? g : (1 - opt_.cost_ema) * c.graft[k] + opt_.cost_ema * g;
-    ++c.graft_samples[k];
-  }
   // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
   // measured): a lone step over kStall times the settled estimate is left out; a run of
   // kStallRun, a real change, counts as at most kOutlier times it, so the estimate follows.

@@ -52,6 +52,15 @@
 // with a weight of a couple of rounds (beside the prior's pseudo-rounds, which pull it up
 // toward the shallower positions' estimates).
 //
+// Graft budget (row_worth): one more verification row in a step of B sequences at depth d costs
+// F'(R) = (F(R + B) - F(R)) / B seconds at the step's expected rows R = B (r_d + g), in which the
+// step would emit F'(R) x predicted(b, d) tokens without suffix drafts (predicted is the batch's
+// tokens/s: per sequence per step over seconds per sequence); a suffix node whose path probability
+// is below that costs more than it can add, so it is not grafted (a lenient bar: the suffix drafts
+// already grafted raise the step's rate further). At batch 1 on this CPU a row costs a few
+// percent of a step and the bar is about 0.1; at batch 8, where a row costs most of a token's
+// time, only near-certain nodes pass. 0 until plain decoding and the curve are measured.
+//
 // Choice. The depth with the highest prediction (extra counted when the step grafts suffix drafts,
 // which the suffix gate decides first), with hysteresis: the current depth of the bucket and suffix class is
 // kept unless another predicts more than (1 + hysteresis) times its throughput. When the drafter
@@ -123,6 +132,11 @@ class DepthChooser {
   // would absorb first if the step speculated (beyond the previous step's), grafting suffix drafts
   // of class `suffix` (or kNoSuffix).
   virtual int64_t choose(int64_t batch, int64_t backlog, int suffix) = 0;
+  // The least path probability a new suffix node needs to be grafted in a step of `batch`
+  // decoding sequences at `depth`, class `suffix`: its verification row delays every sequence of
+  // the step, so it pays only if it adds more tokens than the batch emits in that time (0: every
+  // candidate within SuffixOptions::max_nodes).
+  virtual double row_worth(int64_t batch, int64_t depth, int suffix) const { return 0.0; }
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
 };
@@ -147,6 +161,7 @@ class AdaptiveDepth final : public DepthChooser {
 
   static int bucket(int64_t batch);
   int64_t choose(int64_t batch, int64_t backlog = 0, int suffix = kNoSuffix) override;
+  double row_worth(int64_t batch, int64_t depth, int suffix) const override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
 
@@ -179,8 +194,9 @@ class AdaptiveDepth final : public DepthChooser {
     bool last_explored = false;
   };
   Snapshot snapshot() const;
-  // Predicted tokens/s per decoding sequence at `depth` in `bucket`, with suffix drafts or not,
-  // relative within the bucket until its plain cost is measured.
+  // Predicted tokens/s at `depth` in `bucket`, with suffix drafts or not: tokens per sequence per
+  // step over the step's seconds per sequence, i.e. the batch's tokens/s; relative within the
+  // bucket until its plain cost is measured.
   double predicted(int bucket, int64_t depth, int suffix = kNoSuffix) const;
 
  private:
@@ -192,6 +208,7 @@ class AdaptiveDepth final : public DepthChooser {
   double reach(size_t j) const;
   double extra_at(const StepSample::Runs& r, int64_t depth) const;  // one round's, at another depth
   double rows_at(int64_t depth) const;                   // the drafter's verification rows per sequence at `depth`
+  double graft_rows(int b, size_t d, int suffix) const;  // suffix nodes grafted per sequence
   double graft_cost(int b, size_t d, int suffix) const;  // predicted grafted rows' seconds per sequence
   double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
   int64_t explore_candidate(int b, int suffix) const;

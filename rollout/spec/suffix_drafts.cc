@@ -96,7 +96,8 @@ void SuffixOptions::validate() const {
       << "suffix drafts: version_weight must be a finite number >= 1 (got " << version_weight << ")";
 }
 
-int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget) {
+int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget,
+                         double min_prob) {
   UPD_CHECK(tree.size() >= 1) << "graft: the tree has no root";
   if (tree.source.empty())
     tree.source.assign(tree.tokens.size(), DraftSource::kEagle);
@@ -124,7 +125,7 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
     if (par < 0)
       continue;  // its parent did not make it
     int32_t n = child_with(tree, par, sc.c.token);
-    if (n < 0 && added < budget) {
+    if (n < 0 && added < budget && sc.c.path_prob >= min_prob) {
       n = static_cast<int32_t>(tree.size());
       tree.tokens.push_back(sc.c.token);
       tree.parent.push_back(par);

@@ -20,7 +20,9 @@
 // (ties: group before history, then each index's selection order), a candidate whose token its
 // parent node already has as a child is deduplicated into that child (it keeps its first source and
 // score; DraftTree::proposers records every source), a new one is appended (score: log path
-// probability), until max_nodes new nodes. A candidate whose parent did not make it is dropped. The
+// probability) if its path probability clears the step's bar (the engine's depth chooser prices a
+// verification row at the live batch: DepthChooser::row_worth), until max_nodes new nodes. A
+// candidate whose parent did not make it is dropped. The
 // nodes are then renumbered breadth-first with every node's children by descending score (ties:
 // drafter first), the order sampling verification tries them in. The result is still a DraftTree
 // (parents before children), so the verifier treats every node as a deterministic proposal and the
@@ -77,7 +79,9 @@ using SuffixFound = std::vector<std::vector<SourcedCandidate>>;
 int32_t deepest(const SuffixFound& found);  // the deepest candidate's depth (0: none)
 
 // Grafts `trees` onto `tree` as described at the top of the file; returns the nodes added (<= budget).
-int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget);
+// A candidate of path probability below min_prob adds no node (its verification row would cost
+// more than it can add: DepthChooser::row_worth), though it may still join an existing one.
+int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget, double min_prob = 0.0);
 
 class SuffixDrafts {
  public:

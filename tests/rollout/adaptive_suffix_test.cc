@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rollout/spec/adaptive.h"
+#include "rollout/spec/suffix_drafts.h"
 
 namespace updraft {
 namespace {
@@ -202,6 +203,77 @@ TEST(AdaptiveDepth, GraftedRowsArePricedByTheForwardCurveNotChargedToTheirDepth)
     unmatched += n;
   EXPECT_GT(late[0][0], unmatched * 85 / 100) << "no match, yet depth 1 in " << late[0][1] << " of " << unmatched;
   EXPECT_GT(late[2][0], matched * 85 / 100) << "far matches ran the drafter: depth 1 in " << late[2][1];
+}
+
+// The graft budget (DepthChooser::row_worth): a suffix node pays for its verification row only if
+// its path probability is above the tokens the step would emit without suffix drafts in the time
+// the row takes. A made-up forward curve, flat to 8 rows and then 0.075 ms a row (a CPU turning
+// compute-bound): at batch 1 a row costs 1% of a 1.1 ms plain step and the bar is near 0; at batch
+// 8 a row costs 0.075 ms against 7 tokens/ms and the bar is about 0.5.
+TEST(AdaptiveDepth, TheGraftBudgetFollowsWhatARowCostsAtTheBatch) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  const auto F = [](int64_t rows) {  // seconds
+    const double r = static_cast<double>(rows);
+    return 1e-3 * (rows <= 8 ? 1.0 + 0.0075 * (r - 1) / 7 : 1.0075 + 0.075 * (r - 8));
+  };
+  const auto step = [&](int64_t batch, int64_t rows, int64_t grafted, bool cold) {
+    StepSample s;
+    s.batch = batch;
+    s.forward_rows = rows;
+    s.forward_seconds = F(s.forward_rows);
+    s.seconds = s.forward_seconds + 0.1e-3;
+    s.cold = cold;  // the curve learns from it, not the cell
+    if (grafted > 0) {
+      s.suffix = 2;
+      s.grafted_rows = grafted;
+      s.runs.assign(static_cast<size_t>(batch), {0, 0, 2});
+    }
+    a.observe(s);
+  };
+  for (int i = 0; i < 20; ++i)
+    for (int64_t rows : {1, 2, 4, 8, 16, 32, 64})
+      step(1, rows, 0, true);  // the curve at every row count
+  for (int i = 0; i < 20; ++i) {
+    step(1, 1, 0, false);  // plain decoding at batch 1 and 8
+    step(8, 8, 0, false);
+    step(1, 4, 3, false);  // 3 grafted nodes at batch 1, 2 per sequence at batch 8
+    step(8, 24, 16, false);
+  }
+  // Batch 1: rows 1 + 3 -> 5; one more costs 0.0075 / 7 ms, at 1 / 1.1 tokens/ms.
+  const double at1 = a.row_worth(1, 0, 2), at8 = a.row_worth(8, 0, 2);
+  EXPECT_NEAR(at1, 0.0075 / 7 / 1.1, 0.1 * 0.0075 / 7 / 1.1);
+  // Batch 8: rows 8 + 16 -> 24; 8 more cost 0.6 ms, 0.075 ms a row, at 8 / 1.1075 tokens/ms.
+  EXPECT_NEAR(at8, 0.075 * 8 / 1.1075, 0.1 * 0.075 * 8 / 1.1075);
+  EXPECT_EQ(a.row_worth(8, 0, AdaptiveDepth::kNoSuffix), 0.0);
+  EXPECT_EQ(AdaptiveDepth(SpecSettings{4, 1, 5}).row_worth(8, 0, 2), 0.0) << "nothing measured: every node";
+}
+
+// graft_candidates' min_prob: a candidate below it adds no node (nor do its descendants), though
+// it still joins a node the drafter proposed.
+TEST(SuffixGraft, ACandidateBelowTheBarAddsNoRow) {
+  DraftTree t = DraftTree::single(7);  // a drafter's chain 7 -> 3
+  t.tokens = {7, 3};
+  t.parent = {-1, 0};
+  t.depth = {0, 1};
+  t.score = {0, -0.1f};
+  const auto cand = [](int32_t token, int32_t parent, double p, DraftSource src) {
+    SuffixCandidate c;
+    c.token = token;
+    c.parent = parent;
+    c.path_prob = c.prob = p;
+    return SourcedCandidate{c, src};
+  };
+  const SuffixFound found = {{cand(3, -1, 0.4, DraftSource::kGroup), cand(5, 0, 0.35, DraftSource::kGroup)},
+                             {cand(9, -1, 0.9, DraftSource::kHistory), cand(2, 0, 0.6, DraftSource::kHistory)}};
+  DraftTree a = t;
+  EXPECT_EQ(graft_candidates(a, found, 16, 0.5), 2);  // 9 and 9 -> 2; 3 -> 5 (0.35) is under the bar
+  const std::vector<int32_t> tokens = {7, 3, 9, 2};   // children by score: 3 (-0.1) before 9 (log 0.9)
+  EXPECT_EQ(a.tokens, tokens);
+  EXPECT_EQ(a.proposers[1],
+            (1u << static_cast<int>(DraftSource::kEagle)) | (1u << static_cast<int>(DraftSource::kGroup)))
+      << "the group's 3 (0.4) joins the drafter's node though under the bar";
+  DraftTree b = t;
+  EXPECT_EQ(graft_candidates(b, found, 16, 0.0), 3);
 }
 
 }  // namespace
