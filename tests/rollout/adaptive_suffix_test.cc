@@ -116,25 +116,27 @@ TEST(AdaptiveDepth, ADepthNotChosenLearnsWhatSuffixDraftsAddThere) {
   EXPECT_GT(late[0], 1700 * 90 / 100) << "depth 0 ran " << late[0] << " of 1700 steps; depth 4 " << late[4];
 }
 
-// The suffix class, known before the depth is chosen, lets a step whose history matches far
-// ahead leave the drafter out and one with no match draft deep. A strong drafter (each position
-// accepted at 0.85); in 30% of the steps the history matches 6 tokens ahead (class 2), else
-// nothing (class 0). Matched steps do best at depth 0 (7 tokens for 1 ms against 7 for 1.6 ms at
-// depth 4), the others at depth 4 (3.7 tokens for 1.6 ms against 1 for 1 ms).
-TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
-  AdaptiveDepth a(SpecSettings{4, 1, 5});
-  std::mt19937_64 rng(13);
+// Steps at batch 1 of a synthetic engine: in 30% of them the history matches 6 tokens ahead
+// (class 2, grafting `grafted` rows), else nothing (class 0); the drafter accepts each position
+// at `accept`; timing(s) sets a step's times from its depth and rows. Returns the steps after the
+// first 1000 of 4000 by [class][depth], and their totals per class in [class][-1].
+template <class Timing>
+std::map<int, std::map<int64_t, int64_t>> matched_steps(AdaptiveDepth& a, uint64_t seed, double accept, int64_t grafted,
+                                                        Timing timing) {
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
-  std::map<int, std::map<int64_t, int64_t>> late;  // [class][depth]: steps after the first 1000
+  std::map<int, std::map<int64_t, int64_t>> late;
   for (int i = 0; i < 4000; ++i) {
     const bool match = u(rng) < 0.3;
     StepSample s;
     s.batch = 1;
     s.suffix = match ? 2 : 0;
     s.depth = a.choose(1, 0, s.suffix);
-    s.seconds = 1e-3 * (1 + 0.15 * static_cast<double>(s.depth));
+    s.grafted_rows = match ? grafted : 0;
+    s.forward_rows = s.depth + 1 + s.grafted_rows;
+    timing(s);
     int32_t run = 0;
-    while (run < s.depth && u(rng) < 0.85)
+    while (run < s.depth && u(rng) < accept)
       ++run;
     if (s.depth > 0)
       s.spec.add_round(s.depth, run, s.depth);
@@ -142,17 +144,25 @@ TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
     s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
     s.extra_tokens = std::max(0, history - run);
     a.observe(s);
-    if (i >= 1000)
+    if (i >= 1000) {
       ++late[s.suffix][s.depth];
+      ++late[s.suffix][-1];
+    }
   }
-  int64_t matched = 0, unmatched = 0;
-  for (const auto& [d, n] : late[2])
-    matched += n;
-  for (const auto& [d, n] : late[0])
-    unmatched += n;
-  EXPECT_GT(late[2][0], matched * 85 / 100)
-      << "far matches ran the drafter: depth 4 in " << late[2][4] << " of " << matched;
-  EXPECT_GT(late[0][4], unmatched * 85 / 100) << "no match, yet depth 0 in " << late[0][0] << " of " << unmatched;
+  return late;
+}
+
+// The suffix class, known before the depth is chosen, lets a step whose history matches far
+// ahead leave the drafter out and one with no match draft deep. A strong drafter (each position
+// accepted at 0.85); in 30% of the steps the history matches 6 tokens ahead (class 2), else
+// nothing (class 0). Matched steps do best at depth 0 (7 tokens for 1 ms against 7 for 1.6 ms at
+// depth 4), the others at depth 4 (3.7 tokens for 1.6 ms against 1 for 1 ms).
+TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
+  AdaptiveDepth a(SpecSettings{4, 1, 5});
+  auto late = matched_steps(a, 13, 0.85, 0, [](StepSample& s) { s.seconds = 1e-3 * (1 + 0.15 * s.depth); });
+  EXPECT_GT(late[2][0], late[2][-1] * 85 / 100)
+      << "far matches ran the drafter: depth 4 in " << late[2][4] << " of " << late[2][-1];
+  EXPECT_GT(late[0][4], late[0][-1] * 85 / 100) << "no match, yet depth 0 in " << late[0][0] << " of " << late[0][-1];
 }
 
 // Grafted suffix nodes are verification rows: the forward's cost curve prices them per class, and
@@ -165,44 +175,18 @@ TEST(AdaptiveDepth, TheSuffixClassLetsAFarMatchLeaveTheDrafterOut) {
 // about 30% and make depth 1 look the better choice for the unmatched ones.
 TEST(AdaptiveDepth, GraftedRowsArePricedByTheForwardCurveNotChargedToTheirDepth) {
   AdaptiveDepth a(SpecSettings{4, 1, 5});
-  std::mt19937_64 rng(17);
-  std::uniform_real_distribution<double> u(0, 1);
-  std::map<int, std::map<int64_t, int64_t>> late;  // [class][depth]: steps after the first 1000
-  for (int i = 0; i < 4000; ++i) {
-    const bool match = u(rng) < 0.3;
-    StepSample s;
-    s.batch = 1;
-    s.suffix = match ? 2 : 0;
-    s.depth = a.choose(1, 0, s.suffix);
-    s.grafted_rows = match ? 12 : 0;
-    s.forward_rows = s.depth + 1 + s.grafted_rows;
+  auto late = matched_steps(a, 17, 0.2, 12, [](StepSample& s) {
     s.forward_seconds = 1e-3 * (0.9 + 0.1 * static_cast<double>(s.forward_rows));
     s.draft_seconds = 0.25e-3 * static_cast<double>(s.depth);
     s.seconds = s.forward_seconds + s.draft_seconds + 0.1e-3;
-    int32_t run = 0;
-    while (run < s.depth && u(rng) < 0.2)
-      ++run;
-    if (s.depth > 0)
-      s.spec.add_round(s.depth, run, s.depth);
-    const int32_t history = match ? 6 : 0;
-    s.runs.push_back({static_cast<int32_t>(s.depth), run, history});
-    s.extra_tokens = std::max(0, history - run);
-    a.observe(s);
-    if (i >= 1000)
-      ++late[s.suffix][s.depth];
-  }
+  });
   const AdaptiveDepth::Snapshot snap = a.snapshot();
   EXPECT_NEAR(snap.cells[0][0].cost, 1.1e-3, 0.05e-3) << "plain's cost, its grafted rows' share out";
   EXPECT_NEAR(snap.cells[0][0].graft[2], 12, 1e-9);
   // A matched step at depth 0: 7 tokens for plain's 1.1 ms and 12 grafted rows on the curve.
   EXPECT_NEAR(a.predicted(0, 0, 2), 7 / 2.3e-3, 0.05 * 7 / 2.3e-3);
-  int64_t matched = 0, unmatched = 0;
-  for (const auto& [d, n] : late[2])
-    matched += n;
-  for (const auto& [d, n] : late[0])
-    unmatched += n;
-  EXPECT_GT(late[0][0], unmatched * 85 / 100) << "no match, yet depth 1 in " << late[0][1] << " of " << unmatched;
-  EXPECT_GT(late[2][0], matched * 85 / 100) << "far matches ran the drafter: depth 1 in " << late[2][1];
+  EXPECT_GT(late[0][0], late[0][-1] * 85 / 100) << "no match, yet depth 1 in " << late[0][1] << " of " << late[0][-1];
+  EXPECT_GT(late[2][0], late[2][-1] * 85 / 100) << "far matches ran the drafter: depth 1 in " << late[2][1];
 }
 
 // The graft budget (DepthChooser::row_worth): a suffix node pays for its verification row only if
