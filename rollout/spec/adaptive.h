@@ -62,10 +62,10 @@
 // at 0.75 of their summed path probability one sibling at a time, 0.2-0.35 in live groups, where
 // siblings in lockstep offer continuations seen once); so the bar is divided by the measured ratio
 // per bucket and class, kappa = (accepted + k) / (sum of path probabilities + k) over about the
-// last 50 grafting steps (k = kCalibPrior). Above 1 nothing is grafted, so to keep measuring
-// kappa every kCalibExplore-th grafting step of a bucket and class takes the bar uncalibrated. At batch 1 on this CPU a
-// row costs a few percent of a step and the bar is about 0.1; at batch 8, where a row costs most of a token's time,
-// only near-certain nodes pass. 0 until plain decoding and the curve are measured.
+// last 50 grafting steps (k = kCalibPrior), and capped at kMaxBar, so the surest nodes always
+// graft and keep measuring kappa. At batch 1 on this CPU a row costs a few
+// percent of a step and the bar is about 0.1; at batch 8, where a row costs most of a token's
+// time, only near-certain nodes pass. 0 until plain decoding and the curve are measured.
 //
 // Choice. The depth with the highest prediction (extra counted when the step grafts suffix drafts,
 // which the suffix gate decides first), with hysteresis: the current depth of the bucket and suffix class is
@@ -144,8 +144,7 @@ class DepthChooser {
   // decoding sequences at `depth`, class `suffix`: its verification row delays every sequence of
   // the step, so it pays only if it adds more tokens than the batch emits in that time (0: every
   // candidate within SuffixOptions::max_nodes).
-  // Called once per grafting step.
-  virtual double row_worth(int64_t batch, int64_t depth, int suffix) { return 0.0; }
+  virtual double row_worth(int64_t batch, int64_t depth, int suffix) const { return 0.0; }
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
 };
@@ -170,7 +169,7 @@ class AdaptiveDepth final : public DepthChooser {
 
   static int bucket(int64_t batch);
   int64_t choose(int64_t batch, int64_t backlog = 0, int suffix = kNoSuffix) override;
-  double row_worth(int64_t batch, int64_t depth, int suffix) override;
+  double row_worth(int64_t batch, int64_t depth, int suffix) const override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
 
@@ -239,14 +238,13 @@ class AdaptiveDepth final : public DepthChooser {
   // Per bucket and suffix class: grafted nodes accepted and their path probabilities summed,
   // decayed per grafting step (row_worth's calibration).
   std::array<std::array<double, kSuffixClasses>, kBuckets> calib_num_{}, calib_den_{};
-  std::array<std::array<int64_t, kSuffixClasses>, kBuckets> bars_{};  // row_worth's calls
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr double kPriorRounds = 2.0;        // pseudo-rounds of a position's acceptance prior
   static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
   static constexpr double kExtraWeight = 0.02;       // the newest grafting step's weight in extra(b, d, c)
   static constexpr double kCalibDecay = 0.98;        // per grafting step, in the calibration's sums
   static constexpr double kCalibPrior = 4.0;         // path probability taken at its word, as a pseudo-count
-  static constexpr int64_t kCalibExplore = 20;       // one grafting step in this many measures kappa
+  static constexpr double kMaxBar = 0.95;            // the bar's cap: the surest nodes keep measuring it
   static constexpr double kStall = 2.0;              // a step over this x its cell's settled cost is a stall...
   static constexpr int64_t kStallRun = 3;            // ...unless this many come in a row (the cost changed)
   static constexpr double kOutlier = 3.0;            // such a step counts as at most this x the cell's cost

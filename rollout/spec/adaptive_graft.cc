@@ -41,7 +41,7 @@ double AdaptiveDepth::grafted_seconds(const StepSample& s) const {
   return f1 > 0 && f0 > 0 ? std::clamp(f1 - f0, 0.0, s.forward_seconds * g / rows) : 0.0;
 }
 
-double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) {
+double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) const {
   const int b = bucket(std::max<int64_t>(1, batch));
   if (suffix < 0 || cells_[static_cast<size_t>(b)][0].cost <= 0)
     return 0.0;
@@ -51,13 +51,11 @@ double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) {
   if (f0 <= 0 || f1 <= f0)
     return 0.0;
   // A row's seconds times the step's tokens/s without suffix drafts (predicted() is per batch), in
-  // path probability as the indexes state it (the header's calibration; uncalibrated in one
-  // grafting step in kCalibExplore, which keeps kappa measured where the bar is above 1).
+  // path probability as the indexes state it (the header's calibration).
   const auto k = static_cast<size_t>(suffix);
-  const bool explore = bars_[static_cast<size_t>(b)][k]++ % kCalibExplore == kCalibExplore - 1;
   const double kappa =
       (calib_num_[static_cast<size_t>(b)][k] + kCalibPrior) / (calib_den_[static_cast<size_t>(b)][k] + kCalibPrior);
-  return (f1 - f0) / B * predicted(b, depth, kNoSuffix) / (explore ? 1.0 : kappa);
+  return std::min(kMaxBar, (f1 - f0) / B * predicted(b, depth, kNoSuffix) / kappa);
 }
 
 }  // namespace updraft
