@@ -151,7 +151,7 @@ std::vector<GenResult> Engine::step() {
   Drafted drafted = draft(plan, depth);
   if (grafted) {  // nodes that pay for their rows at this batch and depth (DepthChooser::row_worth)
     const double bar = chooser_ != nullptr ? chooser_->row_worth(plan.decoding, depth, suffix) : 0.0;
-    graft_suffix(plan, found, bar, drafted);
+    drafted.grafted = graft_suffix(plan, found, bar);
     ++stats_.suffix_steps;
     stats_.suffix_bar_sum += bar;
   }
@@ -304,7 +304,6 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     ss.cold = cold_step();
     ss.suffix = suffix;
     ss.grafted_rows = drafted.grafted;
-    ss.grafted_prob = drafted.grafted_prob;
     for (size_t e = 0; e < plan.entries.size(); ++e) {
       const Seq& s = *plan.entries[e].seq;
       if (plan.entries[e].prefill != 0)
@@ -319,7 +318,6 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
         const int64_t d = s.spec ? depth : opts_.spec.steps;
         ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run});
-        ss.grafted_accepted += r.accepted_by[1] + r.accepted_by[2];
       }
     }
     for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step

@@ -159,8 +159,7 @@ class Engine {
     double seconds = 0;
     int64_t absorbed = 0;  // pairs the drafter absorbed
     std::vector<Seq*> proposers;
-    int64_t grafted = 0;      // suffix nodes grafted onto the trees afterwards (graft_suffix)
-    double grafted_prob = 0;  // the sum of their path probabilities
+    int64_t grafted = 0;  // suffix nodes grafted onto the trees afterwards (graft_suffix)
   };
   int64_t choose_depth(const StepPlan& plan, int suffix);
   Drafted draft(const StepPlan& plan, int64_t depth);
@@ -169,8 +168,8 @@ class Engine {
   // suffix class (DepthChooser).
   int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);
   static bool grafts(const Seq& s) { return s.req.speculate && !s.req.probe; }  // a decoding one, when the step does
-  // Grafts the candidates of path probability min_prob or more, counting them into `d`.
-  void graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob, Drafted& d);
+  // Grafts the candidates of path probability min_prob or more; returns the nodes grafted.
+  int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob);
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
                       double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);

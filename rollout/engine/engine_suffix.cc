@@ -37,7 +37,7 @@ int Engine::look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found
   return reach <= 0 ? 0 : reach < static_cast<double>(opts_.spec.steps) ? 1 : 2;
 }
 
-void Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob, Drafted& d) {
+int64_t Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob) {
   const auto t0 = std::chrono::steady_clock::now();
   int64_t nodes = 0;
   for (size_t e = 0; e < plan.entries.size(); ++e) {
@@ -46,11 +46,11 @@ void Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& 
       continue;
     if (s.tree.tokens.empty())
       s.tree = DraftTree::single(s.pending_token());
-    nodes += graft_candidates(s.tree, found[e], suffix_.options().max_nodes, min_prob, &d.grafted_prob);
+    nodes += graft_candidates(s.tree, found[e], suffix_.options().max_nodes, min_prob);
   }
   stats_.suffix_nodes += nodes;
   stats_.suffix_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  d.grafted = nodes;
+  return nodes;
 }
 
 void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,

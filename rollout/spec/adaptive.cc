@@ -87,10 +87,6 @@ void AdaptiveDepth::learn_extra(const StepSample& s, int b) {
     c.extra[k] = (1 - w) * c.extra[k] + w * sum / static_cast<double>(s.batch);
     ++c.extra_samples[k];
   }
-  auto& num = calib_num_[static_cast<size_t>(b)][k];  // what verification made of their path probabilities
-  auto& den = calib_den_[static_cast<size_t>(b)][k];
-  num = kCalibDecay * num + static_cast<double>(s.grafted_accepted);
-  den = kCalibDecay * den + s.grafted_prob;
   // The nodes it grafted per sequence, at its own depth (the cost's short EMA: no bursts here).
   Cell& c = cells_[static_cast<size_t>(b)][index_of(s.depth)];
   const double g = static_cast<double>(s.grafted_rows) / static_cast<double>(s.batch);

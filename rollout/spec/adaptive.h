@@ -57,13 +57,7 @@
 // step would emit F'(R) x predicted(b, d) tokens without suffix drafts (predicted is the batch's
 // tokens/s: per sequence per step over seconds per sequence); a suffix node whose path probability
 // is below that costs more than it can add, so it is not grafted (a lenient bar: the suffix drafts
-// already grafted raise the step's rate further). Path probabilities are the indexes' counts, which
-// overstate what verification accepts where the evidence is thin (measured: grafted nodes accepted
-// at 0.75 of their summed path probability one sibling at a time, 0.2-0.35 in live groups, where
-// siblings in lockstep offer continuations seen once); so the bar is divided by the measured ratio
-// per bucket and class, kappa = (accepted + k) / (sum of path probabilities + k) over about the
-// last 50 grafting steps (k = kCalibPrior), and capped at kMaxBar, so the surest nodes always
-// graft and keep measuring kappa. At batch 1 on this CPU a row costs a few
+// already grafted raise the step's rate further). At batch 1 on this CPU a row costs a few
 // percent of a step and the bar is about 0.1; at batch 8, where a row costs most of a token's
 // time, only near-certain nodes pass. 0 until plain decoding and the curve are measured.
 //
@@ -118,8 +112,6 @@ struct StepSample {
   };
   std::vector<Runs> runs;
   int64_t grafted_rows = 0;  // suffix nodes grafted beyond the drafter's trees (verification rows)
-  double grafted_prob = 0;   // the sum of their path probabilities (the suffix indexes' estimate)
-  int64_t grafted_accepted = 0;  // of them, the ones accepted (SpecRound::accepted_by group + history)
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
@@ -235,16 +227,10 @@ class AdaptiveDepth final : public DepthChooser {
   std::array<double, kRowBuckets> fwd_rows_{}, fwd_secs_{};  // EMAs per row bucket (0: none)
   std::array<double, kBuckets> draft_level_{};      // E per batch bucket (0: none)
   std::vector<double> num_, den_;  // decayed accepted_at / tried_at counts per position
-  // Per bucket and suffix class: grafted nodes accepted and their path probabilities summed,
-  // decayed per grafting step (row_worth's calibration).
-  std::array<std::array<double, kSuffixClasses>, kBuckets> calib_num_{}, calib_den_{};
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr double kPriorRounds = 2.0;        // pseudo-rounds of a position's acceptance prior
   static constexpr int64_t kCheapBacklog = 64;       // pairs a drafter pass absorbs at the cost of one
   static constexpr double kExtraWeight = 0.02;       // the newest grafting step's weight in extra(b, d, c)
-  static constexpr double kCalibDecay = 0.98;        // per grafting step, in the calibration's sums
-  static constexpr double kCalibPrior = 4.0;         // path probability taken at its word, as a pseudo-count
-  static constexpr double kMaxBar = 0.95;            // the bar's cap: the surest nodes keep measuring it
   static constexpr double kStall = 2.0;              // a step over this x its cell's settled cost is a stall...
   static constexpr int64_t kStallRun = 3;            // ...unless this many come in a row (the cost changed)
   static constexpr double kOutlier = 3.0;            // such a step counts as at most this x the cell's cost

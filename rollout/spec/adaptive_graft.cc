@@ -48,14 +48,8 @@ double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) const 
   const auto B = static_cast<double>(std::max<int64_t>(1, batch));
   const double rows = B * (rows_at(depth) + graft_rows(b, index_of(depth), suffix));
   const double f0 = forward_at(rows), f1 = forward_at(rows + B);  // B more rows: one a sequence
-  if (f0 <= 0 || f1 <= f0)
-    return 0.0;
-  // A row's seconds times the step's tokens/s without suffix drafts (predicted() is per batch), in
-  // path probability as the indexes state it (the header's calibration).
-  const auto k = static_cast<size_t>(suffix);
-  const double kappa =
-      (calib_num_[static_cast<size_t>(b)][k] + kCalibPrior) / (calib_den_[static_cast<size_t>(b)][k] + kCalibPrior);
-  return std::min(kMaxBar, (f1 - f0) / B * predicted(b, depth, kNoSuffix) / kappa);
+  // A row's seconds times the step's tokens/s without suffix drafts (predicted() is per batch).
+  return f0 > 0 && f1 > f0 ? (f1 - f0) / B * predicted(b, depth, kNoSuffix) : 0.0;
 }
 
 }  // namespace updraft

@@ -97,7 +97,7 @@ void SuffixOptions::validate() const {
 }
 
 int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget,
-                         double min_prob, double* prob_sum) {
+                         double min_prob) {
   UPD_CHECK(tree.size() >= 1) << "graft: the tree has no root";
   if (tree.source.empty())
     tree.source.assign(tree.tokens.size(), DraftSource::kEagle);
@@ -134,8 +134,6 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
       tree.source.push_back(sc.source);
       tree.proposers.push_back(0);
       ++added;
-      if (prob_sum != nullptr)
-        *prob_sum += sc.c.path_prob;
     }
     if (n >= 0)
       tree.proposers[static_cast<size_t>(n)] |= static_cast<uint8_t>(1u << static_cast<int>(sc.source));

@@ -81,9 +81,7 @@ int32_t deepest(const SuffixFound& found);  // the deepest candidate's depth (0:
 // Grafts `trees` onto `tree` as described at the top of the file; returns the nodes added (<= budget).
 // A candidate of path probability below min_prob adds no node (its verification row would cost
 // more than it can add: DepthChooser::row_worth), though it may still join an existing one.
-// prob_sum, if given, gets the added nodes' path probabilities added to it.
-int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget, double min_prob = 0.0,
-                         double* prob_sum = nullptr);
+int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget, double min_prob = 0.0);
 
 class SuffixDrafts {
  public:
