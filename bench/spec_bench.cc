@@ -177,9 +177,13 @@ int main(int argc, char** argv) {
       suffix.spec_factor = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--suffix-min-match") && i + 1 < argc)
       suffix.min_match = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--warmup-groups") && i + 1 < argc)
+    else if (!std::strcmp(argv[i], "--warmup-groups") && i + 1 < argc) {
       warmup = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
+      if (warmup < 0) {
+        std::fprintf(stderr, "spec_bench: --warmup-groups is 0 or more, got %ld\n", warmup);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
       suffix.min_prob = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
       model_dir = argv[++i];
@@ -202,6 +206,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (warmup >= 0 && group == 0) {
+    std::fprintf(stderr, "spec_bench: --warmup-groups applies to --group only\n");
+    return 2;
+  }
   parse_draft_weights(draft_weights == "both" ? "int8" : draft_weights);  // Error for a bad name or no tiles
   std::printf("updraft speculative decoding benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
