@@ -129,7 +129,14 @@ void print_layout(const GroupBenchArgs& a, bool live) {
 
 }  // namespace
 
-void run_group_bench(const GroupBenchArgs& a) {
+bool run_group_bench(GroupBenchArgs a) {
+  if (a.warmup < 0)
+    a.warmup = a.groups;
+  if (a.groups + a.warmup > static_cast<int64_t>(a.prompts.size())) {
+    std::fprintf(stderr, "spec_bench: %ld timed and %ld warm-up groups need as many prompts, have %zu\n", a.groups,
+                 a.warmup, a.prompts.size());
+    return false;
+  }
   std::printf(
       "group drafting: %ld groups of %ld siblings (held-out prompts), temperature %.2f, %ld new tokens at most, "
       "drafter chain/tree {steps %ld, top_k %ld, tokens %ld}, suffix drafts up to %ld nodes (min prob %.2f), "
@@ -146,6 +153,7 @@ void run_group_bench(const GroupBenchArgs& a) {
       "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
       "verified per round; suffix cost: lookups and grafting per step as a share of a plain step; bar: the least "
       "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth).\n");
+  return true;
 }
 
 }  // namespace updraft::bench

@@ -28,12 +28,13 @@ struct GroupBenchArgs {
   SuffixOptions suffix;        // mode is set per arm (both)
   std::vector<std::vector<int32_t>> prompts;
   int64_t group = 4, groups = 8, tokens = 64, reps = 3;
-  int64_t warmup = 0;  // untimed groups per engine first, on prompts after the timed ones
+  int64_t warmup = -1;  // untimed groups per engine first, on prompts after the timed ones (-1: `groups`)
   float temperature = 1.0f;
   bool ignore_eos = false;
   bool adaptive = false;  // the eagle and merged arms choose the drafter's depth per step (spec/adaptive.h)
 };
 
-void run_group_bench(const GroupBenchArgs& a);
+// False, with a message on stderr, when the prompts are fewer than the timed and warm-up groups.
+bool run_group_bench(GroupBenchArgs a);
 
 }  // namespace updraft::bench

@@ -178,11 +178,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--suffix-min-match") && i + 1 < argc)
       suffix.min_match = std::stoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--warmup-groups") && i + 1 < argc) {
-      warmup = std::stoll(argv[++i]);
-      if (warmup < 0) {
-        std::fprintf(stderr, "spec_bench: --warmup-groups is 0 or more, got %ld\n", warmup);
-        return 2;
-      }
+      if ((warmup = std::stoll(argv[++i])) < 0)
+        return std::fprintf(stderr, "spec_bench: --warmup-groups is 0 or more, got %ld\n", warmup), 2;
     } else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
       suffix.min_prob = std::stod(argv[++i]);
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
@@ -289,19 +286,13 @@ int main(int argc, char** argv) {
     ga.prompts = prompts;
     ga.group = group;
     ga.groups = std::max<int64_t>(1, sequences / group);
-    ga.warmup = warmup < 0 ? ga.groups : warmup;
-    if (ga.groups + ga.warmup > static_cast<int64_t>(prompts.size())) {
-      std::fprintf(stderr, "spec_bench: %ld timed and %ld warm-up groups need as many prompts, have %zu\n", ga.groups,
-                   ga.warmup, prompts.size());
-      return 2;
-    }
+    ga.warmup = warmup;
     ga.tokens = tokens;
     ga.reps = reps;
     ga.temperature = temperature;
     ga.ignore_eos = ignore_eos;
     ga.adaptive = adaptive;
-    bench::run_group_bench(ga);
-    return 0;
+    return bench::run_group_bench(ga) ? 0 : 2;
   }
   if (!anatomy_rows.empty()) {  // verification cost alone, at these row counts (chains)
     std::vector<bench::AnatomySetting> rows;
