@@ -10,9 +10,8 @@
 namespace updraft::bench {
 namespace {
 
-enum class Arm { kPlain, kEagle, kSuffix, kMerged, kMergedRaw };
-constexpr Arm kArms[] = {Arm::kPlain, Arm::kEagle, Arm::kSuffix, Arm::kMerged, Arm::kMergedRaw};
-constexpr int kArmCount = sizeof kArms / sizeof kArms[0];
+enum class Arm { kPlain, kEagle, kSuffix, kMerged };
+constexpr Arm kArms[] = {Arm::kPlain, Arm::kEagle, Arm::kSuffix, Arm::kMerged};
 const char* arm_name(Arm a) {
   switch (a) {
     case Arm::kPlain:
@@ -23,8 +22,6 @@ const char* arm_name(Arm a) {
       return "suffix only";
     case Arm::kMerged:
       return "merged";
-    case Arm::kMergedRaw:
-      return "merged (raw)";
   }
   return "?";
 }
@@ -42,13 +39,11 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
   o.kv_cache_bytes = int64_t{1} << 30;
   o.prefill_chunk = 4096;
   o.spec = a.spec;
-  const bool merged = arm == Arm::kMerged || arm == Arm::kMergedRaw;
-  if (arm == Arm::kSuffix || merged) {
+  if (arm == Arm::kSuffix || arm == Arm::kMerged) {
     o.suffix = a.suffix;
     o.suffix.mode = SuffixMode::kBoth;
-    o.suffix.calibrate = arm != Arm::kMergedRaw;
   }
-  const bool eagle = arm == Arm::kEagle || merged;
+  const bool eagle = arm == Arm::kEagle || arm == Arm::kMerged;
   Engine e(*a.model, o, eagle ? a.draft : nullptr);
   AdaptiveDepth chooser(a.spec);
   if (a.adaptive)
@@ -94,7 +89,7 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
 }
 
 void print_layout(const GroupBenchArgs& a, bool live) {
-  Totals tot[kArmCount];
+  Totals tot[4];
   for (int rep = 0; rep < a.reps; ++rep)
     for (Arm arm : kArms) {
       const Totals t = run_arm(a, arm, live, rep);
@@ -122,7 +117,7 @@ void print_layout(const GroupBenchArgs& a, bool live) {
     char by[64], cost[32] = "-", bar[32] = "-";
     std::snprintf(by, sizeof by, "%.2f|%.2f|%.2f", t.spec.accepted_by[0] / r, t.spec.accepted_by[1] / r,
                   t.spec.accepted_by[2] / r);
-    if (t.suffix_nodes > 0 || (arm != Arm::kPlain && arm != Arm::kEagle))  // per step, in plain steps
+    if (t.suffix_nodes > 0 || arm == Arm::kSuffix || arm == Arm::kMerged)  // per step, in plain steps
       std::snprintf(cost, sizeof cost, "%.2f%%", 100.0 * t.suffix_seconds / static_cast<double>(t.steps) / plain_step);
     if (t.suffix_steps > 0)
       std::snprintf(bar, sizeof bar, "%.3f", t.bar_sum / static_cast<double>(t.suffix_steps));
@@ -157,9 +152,7 @@ bool run_group_bench(GroupBenchArgs a) {
   std::printf(
       "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
       "verified per round; suffix cost: lookups and grafting per step as a share of a plain step; bar: the least "
-      "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth); merged (raw): "
-      "merged with the suffix indexes' path probabilities taken at their word, not calibrated by verification "
-      "(rollout/spec/suffix_calibration.h).\n");
+      "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth).\n");
   return true;
 }
 

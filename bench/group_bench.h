@@ -1,7 +1,6 @@
 // Group-aware drafting, side by side in one run (spec_bench --group N): GRPO-shaped groups of N
 // siblings (N seeded samples of one prompt), decoded plainly, with the drafter alone, with suffix
-// drafts alone (rollout/spec/suffix_drafts.h) and with both merged into one tree, the last twice:
-// with the suffix path probabilities calibrated by verification (the default) and raw. Two layouts:
+// drafts alone (rollout/spec/suffix_drafts.h) and with both merged into one tree. Two layouts:
 // live (a group's siblings decode together, a batch of N) and one at a time (batch 1, each
 // sibling after the one before, so only the history can help). Arms take turns `reps` times in
 // one engine each per turn (the history builds up over the groups, as in a worker); figures are

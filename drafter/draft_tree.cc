@@ -41,7 +41,7 @@ std::vector<int32_t> DraftTree::children(int32_t node) const {
 }
 
 DraftTree DraftTree::single(int32_t root) {
-  return DraftTree{{root}, {-1}, {0}, {0.f}, {}, {}, {}, {}};
+  return DraftTree{{root}, {-1}, {0}, {0.f}, {}, {}};
 }
 
 const char* draft_source_name(DraftSource s) {

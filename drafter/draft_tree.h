@@ -51,12 +51,6 @@ struct DraftTree {
   // Per node, bit k set when source k proposed it (a node several sources proposed keeps the
   // first in `source`), or empty: each node proposed by its `source` alone.
   std::vector<uint8_t> proposers;
-  // Per node a suffix graft added (source group or history): its conditional probability in its
-  // index (SuffixCandidate::prob) and the context it continues that matched the index's text (the
-  // lookup's match length plus its depth - 1); 0 for every other node. Empty: nothing was grafted.
-  // What verification makes of them calibrates later grafts (rollout/spec/suffix_calibration.h).
-  std::vector<float> graft_prob;
-  std::vector<int32_t> graft_match;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   DraftSource source_of(int64_t i) const {
     return source.empty() ? DraftSource::kEagle : source[static_cast<size_t>(i)];

@@ -134,7 +134,6 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
       }
       s.last_tree = tree;
       c.round = true;
-      c.nodes = v.nodes;
     }
     if (decode && tree.size() == 1)
       ++s.result.plain_steps;

@@ -22,7 +22,6 @@ struct Committed {
   std::vector<int32_t> tokens;        // emitted this step (streaming)
   std::vector<float> logprobs;
   bool round = false;  // a speculation round was verified: GenResult::rounds ends with it
-  std::vector<int32_t> nodes;  // the round's accepted tree nodes (Verdict::nodes; Seq::last_tree)
 };
 
 struct CommitOptions {

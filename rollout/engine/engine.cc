@@ -171,7 +171,8 @@ std::vector<GenResult> Engine::step() {
   stats_.capture_seconds += capture_step(plan, committed, run, opts_.capture_teacher_k) +
                             run.logp_only_for_capture_seconds;
   keep_pairs_of(plan, committed, run);
-  learn_suffix(plan, committed);
+  for (size_t e = 0; e < plan.entries.size(); ++e)
+    suffix_.extend(plan.entries[e].seq->id, committed[e].tokens);
   stream(plan, committed, index);
   const double seconds = seconds_since(t0);
   account(plan, committed, run, depth, drafted, seconds, suffix);

@@ -168,10 +168,8 @@ class Engine {
   // suffix class (DepthChooser).
   int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);
   static bool grafts(const Seq& s) { return s.req.speculate && !s.req.probe; }  // a decoding one, when the step does
-  // Grafts the candidates of (calibrated) path probability min_prob or more; returns the nodes grafted.
+  // Grafts the candidates of path probability min_prob or more; returns the nodes grafted.
   int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob);
-  // The step's emitted tokens into the group indexes, its verified rounds into the calibration.
-  void learn_suffix(const StepPlan& plan, const std::vector<Committed>& committed);
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
                       double seconds, bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);

@@ -1,5 +1,5 @@
-// Engine::wants_suffix, look_up_suffix, graft_suffix, learn_suffix and observe_suffix: suffix drafts
-// in a step (rollout/engine/engine.h, rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
+// Engine::wants_suffix, look_up_suffix, graft_suffix and observe_suffix: suffix drafts in a step
+// (rollout/engine/engine.h, rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
 #include <algorithm>
 #include <chrono>
 
@@ -46,20 +46,11 @@ int64_t Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound
       continue;
     if (s.tree.tokens.empty())
       s.tree = DraftTree::single(s.pending_token());
-    nodes += graft_candidates(s.tree, found[e], suffix_.options().max_nodes, min_prob, suffix_.calibration());
+    nodes += graft_candidates(s.tree, found[e], suffix_.options().max_nodes, min_prob);
   }
   stats_.suffix_nodes += nodes;
   stats_.suffix_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return nodes;
-}
-
-void Engine::learn_suffix(const StepPlan& plan, const std::vector<Committed>& committed) {
-  for (size_t e = 0; e < plan.entries.size(); ++e) {
-    const Seq& s = *plan.entries[e].seq;
-    suffix_.extend(s.id, committed[e].tokens);
-    if (committed[e].round && suffix_.options().on())
-      suffix_.observe(s.last_tree, committed[e].nodes);
-  }
 }
 
 void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,

@@ -56,8 +56,7 @@
 // F'(R) = (F(R + B) - F(R)) / B seconds at the step's expected rows R = B (r_d + g), in which the
 // step would emit F'(R) x predicted(b, d) tokens without suffix drafts (predicted is the batch's
 // tokens/s: per sequence per step over seconds per sequence); a suffix node whose path probability
-// (as verification has borne such nodes out: rollout/spec/suffix_calibration.h) is below that
-// costs more than it can add, so it is not grafted (a lenient bar: the suffix drafts
+// is below that costs more than it can add, so it is not grafted (a lenient bar: the suffix drafts
 // already grafted raise the step's rate further). At batch 1 on this CPU a row costs a few
 // percent of a step and the bar is about 0.1; at batch 8, where a row costs most of a token's
 // time, only near-certain nodes pass. 0 until plain decoding and the curve are measured.

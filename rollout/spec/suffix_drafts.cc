@@ -52,8 +52,6 @@ void order_children_by_score(DraftTree& t) {
     r.score.push_back(t.score[o]);
     r.source.push_back(t.source[o]);
     r.proposers.push_back(t.proposers[o]);
-    r.graft_prob.push_back(t.graft_prob[o]);
-    r.graft_match.push_back(t.graft_match[o]);
   }
   t = std::move(r);
 }
@@ -99,54 +97,42 @@ void SuffixOptions::validate() const {
 }
 
 int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedCandidate>>& trees, int64_t budget,
-                         double min_prob, const SuffixCalibration* calib) {
+                         double min_prob) {
   UPD_CHECK(tree.size() >= 1) << "graft: the tree has no root";
   if (tree.source.empty())
     tree.source.assign(tree.tokens.size(), DraftSource::kEagle);
   if (tree.proposers.empty())
     for (DraftSource s : tree.source)
       tree.proposers.push_back(static_cast<uint8_t>(1u << static_cast<int>(s)));
-  if (tree.graft_prob.empty()) {
-    tree.graft_prob.assign(tree.tokens.size(), 0.0f);
-    tree.graft_match.assign(tree.tokens.size(), 0);
-  }
   struct Ref {
     size_t t, i;
   };
   std::vector<Ref> order;
-  std::vector<std::vector<double>> path(trees.size());  // path probabilities, calibrated with calib
   for (size_t t = 0; t < trees.size(); ++t)
-    for (size_t i = 0; i < trees[t].size(); ++i) {
-      const SourcedCandidate& sc = trees[t][i];
-      UPD_CHECK(sc.c.parent < static_cast<int32_t>(i)) << "graft: a candidate precedes its parent";
-      const double above = sc.c.parent < 0 ? 1.0 : path[t][static_cast<size_t>(sc.c.parent)];
-      path[t].push_back(calib == nullptr ? sc.c.path_prob
-                                         : above * calib->calibrated(sc.source, sc.matched(), sc.c.prob));
+    for (size_t i = 0; i < trees[t].size(); ++i)
       order.push_back({t, i});
-    }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const Ref& a, const Ref& b) { return path[a.t][a.i] > path[b.t][b.i]; });
+  std::stable_sort(order.begin(), order.end(), [&](const Ref& a, const Ref& b) {
+    return trees[a.t][a.i].c.path_prob > trees[b.t][b.i].c.path_prob;
+  });
   std::vector<std::vector<int32_t>> node(trees.size());
   for (size_t t = 0; t < trees.size(); ++t)
     node[t].assign(trees[t].size(), -1);
   int64_t added = 0;
   for (const Ref& r : order) {
     const SourcedCandidate& sc = trees[r.t][r.i];
+    UPD_CHECK(sc.c.parent < static_cast<int32_t>(r.i)) << "graft: a candidate precedes its parent";
     const int32_t par = sc.c.parent < 0 ? 0 : node[r.t][static_cast<size_t>(sc.c.parent)];
     if (par < 0)
       continue;  // its parent did not make it
     int32_t n = child_with(tree, par, sc.c.token);
-    const double p = path[r.t][r.i];
-    if (n < 0 && added < budget && p >= min_prob) {
+    if (n < 0 && added < budget && sc.c.path_prob >= min_prob) {
       n = static_cast<int32_t>(tree.size());
       tree.tokens.push_back(sc.c.token);
       tree.parent.push_back(par);
       tree.depth.push_back(tree.depth[static_cast<size_t>(par)] + 1);
-      tree.score.push_back(static_cast<float>(std::log(p)));
+      tree.score.push_back(static_cast<float>(std::log(sc.c.path_prob)));
       tree.source.push_back(sc.source);
       tree.proposers.push_back(0);
-      tree.graft_prob.push_back(static_cast<float>(sc.c.prob));
-      tree.graft_match.push_back(static_cast<int32_t>(sc.matched()));
       ++added;
     }
     if (n >= 0)
@@ -213,7 +199,7 @@ SuffixFound SuffixDrafts::lookup(uint64_t id, const std::vector<int32_t>& contex
     const auto n = std::min(t.nodes.size(), static_cast<size_t>(std::ceil(opts_.spec_factor * t.match_length)));
     std::vector<SourcedCandidate> v;
     for (size_t i = 0; i < n; ++i)  // selection order: a prefix keeps parents before children
-      v.push_back({t.nodes[i], src, static_cast<int32_t>(t.match_length)});
+      v.push_back({t.nodes[i], src});
     found.push_back(std::move(v));
   };
   const auto m = members_.find(id);
@@ -227,7 +213,7 @@ SuffixFound SuffixDrafts::lookup(uint64_t id, const std::vector<int32_t>& contex
 }
 
 int64_t SuffixDrafts::graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree) {
-  return graft_candidates(tree, lookup(id, context, max_depth), opts_.max_nodes, 0.0, calibration());
+  return graft_candidates(tree, lookup(id, context, max_depth), opts_.max_nodes);
 }
 
 int32_t deepest(const SuffixFound& found) {

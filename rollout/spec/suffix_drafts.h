@@ -16,9 +16,8 @@
 // Grafting. Each round, the candidates of both indexes for the sequence's context (prompt + output,
 // its last token the tree's root) are merged into its draft tree (the drafter's, or the root
 // alone): each index's lookup gives at most min(max_nodes, spec_factor x match length) nodes (none
-// for a match shorter than min_match); all candidates in order of descending path probability,
-// calibrated by what verification made of earlier grafts (rollout/spec/suffix_calibration.h; ties:
-// group before history, then each index's selection order), a candidate whose token its
+// for a match shorter than min_match); all candidates in order of descending path probability
+// (ties: group before history, then each index's selection order), a candidate whose token its
 // parent node already has as a child is deduplicated into that child (it keeps its first source and
 // score; DraftTree::proposers records every source), a new one is appended (score: log path
 // probability) if its path probability clears the step's bar (the engine's depth chooser prices a
@@ -32,7 +31,6 @@
 // Thread safety: none; the engine's thread owns it.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,7 +39,6 @@
 
 #include "drafter/draft_tree.h"
 #include "drafter/suffix/suffix_index.h"
-#include "rollout/spec/suffix_calibration.h"
 
 namespace updraft {
 
@@ -64,9 +61,6 @@ struct SuffixOptions {
   // Whether a step grafts at all is chosen per live batch by measured throughput
   // (rollout/spec/suffix_gate.h); false: every step grafts.
   bool gate = true;
-  // Path probabilities are calibrated by the verified rounds (rollout/spec/suffix_calibration.h);
-  // false: taken at the indexes' word.
-  bool calibrate = true;
   bool group() const { return mode == SuffixMode::kGroup || mode == SuffixMode::kBoth; }
   bool history() const { return mode == SuffixMode::kHistory || mode == SuffixMode::kBoth; }
   bool on() const { return mode != SuffixMode::kOff; }
@@ -78,9 +72,6 @@ struct SuffixOptions {
 struct SourcedCandidate {
   SuffixCandidate c;
   DraftSource source = DraftSource::kGroup;
-  int32_t match = 0;  // the lookup's match length L
-  // The context the node continues that matched the index's text, once its parent is accepted.
-  int64_t matched() const { return std::max<int64_t>(1, match + c.depth - 1); }
 };
 
 // What the indexes found for one context: each lookup's nodes, tagged with their source.
@@ -90,11 +81,7 @@ int32_t deepest(const SuffixFound& found);  // the deepest candidate's depth (0:
 // Grafts `trees` onto `tree` as described at the top of the file; returns the nodes added (<= budget).
 // A candidate of path probability below min_prob adds no node (its verification row would cost
 // more than it can add: DepthChooser::row_worth), though it may still join an existing one.
-// With calib, path probabilities are calibrated (SuffixCalibration::calibrated along the path), and
-// so are the order, the bar and the nodes' scores. Added nodes carry DraftTree::graft_prob and
-// graft_match.
-int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget, double min_prob = 0.0,
-                         const SuffixCalibration* calib = nullptr);
+int64_t graft_candidates(DraftTree& tree, const SuffixFound& trees, int64_t budget, double min_prob = 0.0);
 
 class SuffixDrafts {
  public:
@@ -112,10 +99,6 @@ class SuffixDrafts {
   SuffixFound lookup(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth) const;
   // The same, grafted onto `tree` (graft_candidates with max_nodes); returns the nodes added.
   int64_t graft(uint64_t id, const std::vector<int32_t>& context, int64_t max_depth, DraftTree& tree);
-  // A verified round of a tree grafted here (Verdict::nodes accepted): teaches the calibration.
-  void observe(const DraftTree& tree, const std::vector<int32_t>& accepted) { calib_.observe(tree, accepted); }
-  // The calibration grafts use, or nullptr when options().calibrate is false.
-  const SuffixCalibration* calibration() const { return opts_.calibrate ? &calib_ : nullptr; }
 
   int64_t groups() const { return static_cast<int64_t>(groups_.size()); }
   int64_t history_tokens() const { return history_ ? history_->tokens() : 0; }
@@ -137,7 +120,6 @@ class SuffixDrafts {
   std::unordered_map<uint64_t, Member> members_;
   std::unique_ptr<SuffixIndex> history_;
   int64_t generation_ = 0;
-  SuffixCalibration calib_;
 };
 
 }  // namespace updraft

@@ -18,7 +18,7 @@ using namespace testing_chi2;
 
 TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
   // Root 0 -> children (tokens 3, 1); node 1 (token 3) -> child token 2; V = 4.
-  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}, {}, {}, {}, {}};
+  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}, {}, {}};
   const int64_t V = 4;
   std::vector<float> logits = {0, 1, 0, 5,   // root: argmax 3 -> node 1
                                0, 0, 4, 0,   // node 1: argmax 2 -> node 3
@@ -45,7 +45,7 @@ TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
 // children are; NoResidual over-weights the tried children and must fail the same test.
 TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
   const int64_t V = 6;
-  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}, {}, {}, {}, {}};
+  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}, {}, {}};
   const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
   std::vector<float> probs(static_cast<size_t>(5 * V));
   for (int r = 0; r < 5; ++r)
