@@ -49,6 +49,15 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
                  "(the cores are shared)")
       ->capture_default_str();
   cmd.add_option("--trainer-lr", o.trainer_lr, "online trainer learning rate")->capture_default_str();
+  cmd.add_option("--trainer-lr-decay", o.trainer_lr_decay,
+                 "the online trainer's lr within a round: constant, or falling towards --trainer-min-lr-ratio x lr "
+                 "(linear, cosine)")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}))
+      ->capture_default_str();
+  cmd.add_option("--trainer-min-lr-ratio", o.trainer_min_lr_ratio,
+                 "the online trainer's lr at a round's end over its start, with a decay")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd.add_option("--trainer-samples", o.trainer_samples, "online trainer records per optimiser step")
       ->capture_default_str();
   cmd.add_option("--trainer-ttt-steps", o.trainer_ttt_steps, "online trainer training-time-test depth K")

@@ -89,6 +89,13 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
                 "held-out records a round evaluates candidate and serving drafter on, the newest first (0: all)")
       ->capture_default_str();
   g->add_option("--steps-per-round", on.steps_per_round, "optimiser steps per round")->capture_default_str();
+  g->add_option("--lr-decay", on.lr_decay,
+                "the lr within a round: constant, or falling towards --min-lr-ratio x lr (linear, cosine)")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}))
+      ->capture_default_str();
+  g->add_option("--min-lr-ratio", on.min_lr_ratio, "a decaying round's last lr over its first")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   g->add_option("--idle-rounds", on.idle_rounds,
                 "rounds on the unchanged window after each round on new records, while nothing new is due (0: wait)")
       ->check(CLI::NonNegativeNumber)

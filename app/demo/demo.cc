@@ -161,6 +161,8 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   to_.newest_share = o.trainer_newest_share;
   to_.eval_records = static_cast<size_t>(o.trainer_eval_records);
   to_.lr = o.trainer_lr;
+  to_.round_decay = train::lr_decay_from_name(o.trainer_lr_decay);
+  to_.round_min_lr_ratio = o.trainer_min_lr_ratio;
   to_.min_new_records = static_cast<uint64_t>(std::max<int64_t>(1, records_per_step / 2));
   to_.seed = o.seed;
   to_.progress = [](const std::string& l) { spdlog::info("{}", l); };

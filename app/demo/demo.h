@@ -81,6 +81,8 @@ struct DemoOptions {
   int64_t trainer_idle_rounds = 0;  // rounds on the unchanged window, within the slot's budget (measured: no gain)
   double trainer_share = 4.0;       // trainer CPU seconds per CPU second of online generation, per step
   double trainer_lr = 3e-4;
+  std::string trainer_lr_decay = "constant";  // within a round: constant, linear, cosine
+  double trainer_min_lr_ratio = 0.1;          // a decaying round's last lr over its first
   int64_t trainer_samples = 1;          // records per optimiser step
   int64_t trainer_ttt_steps = 4;        // K of training-time test
   double trainer_newest_share = 0;      // share of draws from the newest policy version's records (0: uniform)

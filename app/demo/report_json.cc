@@ -27,6 +27,8 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
        {{"steps_per_round", o.trainer_steps_per_round},
         {"idle_rounds", o.trainer_idle_rounds},
         {"lr", o.trainer_lr},
+        {"lr_decay", o.trainer_lr_decay},
+        {"min_lr_ratio", o.trainer_min_lr_ratio},
         {"share", o.trainer_share},
         {"samples_per_step", o.trainer_samples},
         {"ttt_steps", o.trainer_ttt_steps},

@@ -174,6 +174,45 @@ TEST(OnlineTrainer, EvalRecordsBoundsTheEvaluation) {
   EXPECT_NE(two.serving_tau, all.serving_tau) << "the same drafter scored on 2 of the records, not all";
 }
 
+// Within a round the lr is constant, or falls from lr towards round_min_lr_ratio x lr by the
+// decay; the round applies it (the same draws at another lr train to another loss), and a ratio
+// outside [0, 1] is refused by name.
+TEST(OnlineTrainer, ARoundsLrFallsByItsDecay) {
+  OnlineTrainerOptions o;
+  o.lr = 1e-3;
+  o.steps_per_round = 40;
+  const LrSchedule constant(round_schedule(o));
+  o.round_decay = LrDecay::Cosine;
+  const LrSchedule cosine(round_schedule(o));
+  EXPECT_DOUBLE_EQ(constant.lr(39), 1e-3);
+  EXPECT_DOUBLE_EQ(cosine.lr(0), 1e-3);
+  EXPECT_NEAR(cosine.lr(20), 0.55e-3, 1e-12);  // halfway: the mean of 1e-3 and 0.1e-3
+  EXPECT_NEAR(cosine.lr(39), 1e-4, 2e-6);      // step 39 of 40: just above the floor
+
+  BufferBed bed("otlr");
+  auto& policy = bed.policy;
+  store_samples(*bed.store, capture(*policy, rollouts(*policy, prompts(8, 6)), 1), 1, 0);
+  auto round = [&](LrDecay d, double ratio) {
+    OnlineTrainerOptions r;
+    r.steps_per_round = 3;  // the third step's loss follows the second update, at the round's lr
+    r.ttt.steps = 2;
+    r.warmup_steps = 0;
+    r.round_decay = d;
+    r.round_min_lr_ratio = ratio;
+    r.dir = bed.t.str() + "/" + lr_decay_name(d) + std::to_string(ratio);
+    return OnlineTrainer(r, bed.store, policy, 1, fresh_draft(*policy, 5), 1).run_round("test");
+  };
+  const RoundReport flat = round(LrDecay::Constant, 0.1), falling = round(LrDecay::Linear, 0.0);
+  EXPECT_EQ(flat.samples, falling.samples);
+  EXPECT_NE(flat.loss, falling.loss);
+  try {
+    round(LrDecay::Cosine, 1.5);
+    ADD_FAILURE() << "a min_lr_ratio of 1.5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("min_lr_ratio"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace updraft::train
 

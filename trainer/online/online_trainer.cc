@@ -28,6 +28,15 @@ AdamWOptions OnlineTrainer::adamw_options() {
   return ao;
 }
 
+LrScheduleOptions round_schedule(const OnlineTrainerOptions& o) {
+  LrScheduleOptions s;
+  s.decay = o.round_decay;
+  s.peak_lr = o.lr;
+  s.total_steps = o.steps_per_round;
+  s.min_lr_ratio = o.round_min_lr_ratio;
+  return s;
+}
+
 OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messaging::RecordStore> store,
                              std::shared_ptr<const PolicyModel> policy, uint64_t policy_version,
                              const DraftModel& initial, uint64_t initial_version)
@@ -50,6 +59,7 @@ OnlineTrainer::OnlineTrainer(OnlineTrainerOptions options, std::shared_ptr<messa
     throw Error(
         "online trainer: steps, samples per step, lr, clip, window sizes must be positive, "
         "heldout_fraction in [0, 1) and newest_share in [0, 1]");
+  const LrSchedule check(round_schedule(options_));  // Error naming min_lr_ratio when out of [0, 1]
   const DraftTarget target = policy_->draft_target();
   draft_ = std::make_unique<TrainableDraft>(initial, target);
   opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());

@@ -9,7 +9,8 @@
 //     role never changes between rounds and the responses to one prompt (a GRPO group, which
 //     resemble each other) are never on both sides.
 //  2. Training: `steps_per_round` AdamW steps (lr warmed up over the optimiser's first
-//     warmup_steps, then constant; clipping) of `samples_per_step`
+//     warmup_steps; within each round constant, or falling from lr towards round_min_lr_ratio x
+//     lr by round_decay over the round's steps; clipping) of `samples_per_step`
 //     training records drawn with a seeded generator; the model and optimiser persist across
 //     rounds (continuous training, no restarts). The mix: each record is drawn from the newest
 //     policy version's training records with probability newest_share (when there are any),
@@ -72,6 +73,11 @@ struct OnlineTrainerOptions {
   int64_t samples_per_step = 4;
   double lr = 3e-4;
   int64_t warmup_steps = 20;  // linear warmup over the optimiser's first steps (fresh Adam moments)
+  // The lr within a round: constant, or from lr at its first step down towards round_min_lr_ratio
+  // x lr at its last (linear, cosine; trainer/adamw.h's LrSchedule over steps_per_round steps), so
+  // the candidate a round evaluates comes from small steps on its window.
+  LrDecay round_decay = LrDecay::Constant;
+  double round_min_lr_ratio = 0.1;  // in [0, 1]
   double clip = 0.5;
   TttOptions ttt;
   bool train_on_new_policy = true;
@@ -89,6 +95,9 @@ struct OnlineTrainerOptions {
   std::function<void(const WeightVersion&)> on_promote;
   std::function<void(const std::string&)> progress;
 };
+
+// The lr over a round's steps (step 0 = the round's first), before the optimiser's warmup factor.
+LrScheduleOptions round_schedule(const OnlineTrainerOptions& o);
 
 struct RoundReport {
   int64_t round = 0;
