@@ -62,6 +62,10 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->capture_default_str();
   cmd.add_option("--trainer-ttt-steps", o.trainer_ttt_steps, "online trainer training-time-test depth K")
       ->capture_default_str();
+  cmd.add_option("--trainer-rejected-weight", o.trainer_rejected_weight,
+                 "online trainer's loss weight of the positions where the workers' speculation was rejected")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd.add_option("--trainer-newest-share", o.trainer_newest_share,
                  "share of the online trainer's draws from the newest policy version's records (0: uniform)")
       ->check(CLI::Range(0.0, 1.0))

@@ -53,6 +53,11 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   cmd.add_option("--steps", o.train.steps, "optimiser steps")->capture_default_str();
   cmd.add_option("--samples-per-step", o.train.samples_per_step, "rollouts per step")->capture_default_str();
   cmd.add_option("--ttt-steps", o.train.ttt.steps, "training-time-test unroll K")->capture_default_str();
+  cmd.add_option("--rejected-weight", o.train.ttt.rejected_weight,
+                 "loss weight of the positions where the serving speculation was rejected (records mark them; 1: "
+                 "every position alike)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd.add_option("--lr", a.lr, "peak learning rate (default: 1e-3 with --once, 3e-4 online)");
   cmd.add_option("--matmul", a.matmul,
                  "precision of the training products: f32, bf16 (operands rounded, f32 sums, f32 master weights) "

@@ -139,6 +139,7 @@ int run_inspect_buffer(const InspectBufferOptions& o) {
         }
         std::printf("  rounds           : %zu (drafted %llu, accepted %llu)\n", r->rounds.size(),
                     static_cast<unsigned long long>(drafted), static_cast<unsigned long long>(accepted));
+        std::printf("  rejected at      : %zu positions\n", r->rejected.size());
         std::printf("  checksum         : %08x (verified)\n", r->checksum);
         if (o.dump_values) {
           std::printf("  token ids        :");

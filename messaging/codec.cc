@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "kernels/core/error.h"
-#include "messaging/crc32c.h"
+#include "messaging/codec_detail.h"
 #include "messaging/safe_reader.h"
 #include "updraft.capnp.h"
 
@@ -16,85 +16,13 @@ static_assert(std::endian::native == std::endian::little, "the wire format and c
 
 namespace updraft::messaging {
 
-// ---- checksum ----------------------------------------------------------------------
-
 namespace {
 
-// Feeds the canonical payload (docs/messaging.md) into a CRC32C.
-class PayloadCrc {
- public:
-  template <typename T>
-  void scalar(T v) {
-    crc_ = crc32c_extend(crc_, &v, sizeof(T));
-  }
-  void bytes(const void* p, size_t n) { crc_ = crc32c_extend(crc_, p, n); }
-  // A capnp primitive list, element by element, in chunks.
-  template <typename T, typename List>
-  void list(const List& l) {
-    scalar<uint64_t>(l.size());
-    T buf[512];
-    size_t n = 0;
-    for (auto v : l) {
-      buf[n++] = v;
-      if (n == 512) {
-        bytes(buf, sizeof(buf));
-        n = 0;
-      }
-    }
-    bytes(buf, n * sizeof(T));
-  }
-  template <typename T>
-  void vec(const std::vector<T>& v) {
-    scalar<uint64_t>(v.size());
-    bytes(v.data(), v.size() * sizeof(T));
-  }
-  // A round's suffix-source counts, added to the schema after the first version: they enter
-  // only when set, so a record written before they existed keeps its checksum.
-  void round_sources(uint32_t group, uint32_t history) {
-    if (group != 0 || history != 0) {
-      scalar<uint32_t>(group);
-      scalar<uint32_t>(history);
-    }
-  }
-  uint32_t value() const { return crc_; }
-
- private:
-  uint32_t crc_ = 0;
-};
-
-uint32_t checksum_of(wire::Record::Reader r) {
-  PayloadCrc c;
-  c.scalar<uint32_t>(r.getWorker());
-  c.scalar<uint64_t>(r.getSeq());
-  c.scalar<uint64_t>(r.getIncarnation());
-  c.scalar<uint64_t>(r.getPolicyVersion());
-  c.scalar<uint64_t>(r.getDrafterVersion());
-  c.scalar<uint32_t>(r.getPromptLength());
-  c.list<int32_t>(r.getTokens());
-  auto aux = r.getAux();
-  c.scalar<uint8_t>(static_cast<uint8_t>(aux.getDtype()));
-  c.list<uint32_t>(aux.getShape());
-  auto data = aux.getData();
-  c.scalar<uint64_t>(data.size());
-  c.bytes(data.begin(), data.size());
-  c.scalar<uint32_t>(r.getTeacherK());
-  c.list<int32_t>(r.getTeacherIds());
-  c.list<float>(r.getTeacherLogprobs());
-  auto rounds = r.getRounds();
-  c.scalar<uint64_t>(rounds.size());
-  for (auto s : rounds) {
-    c.scalar<uint32_t>(s.getDrafted());
-    c.scalar<uint32_t>(s.getAccepted());
-    c.round_sources(s.getAcceptedGroup(), s.getAcceptedHistory());
-  }
-  return c.value();
-}
-
 // Record contract shared by encode and decode; returns an empty string when it holds.
-template <typename Tokens, typename Shape, typename Ids, typename Logprobs, typename Rounds>
+template <typename Tokens, typename Shape, typename Ids, typename Logprobs, typename Rounds, typename Rejected>
 std::string contract_violation(uint32_t prompt_length, const Tokens& tokens, uint16_t dtype, const Shape& shape,
                                size_t aux_bytes, uint32_t teacher_k, const Ids& ids, const Logprobs& logprobs,
-                               const Rounds& rounds, const DecodeLimits& limits) {
+                               const Rounds& rounds, const Rejected& rejected, const DecodeLimits& limits) {
   if (prompt_length > tokens.size())
     return "prompt_length " + std::to_string(prompt_length) + " > tokens " + std::to_string(tokens.size());
   for (int32_t t : tokens)
@@ -128,6 +56,12 @@ std::string contract_violation(uint32_t prompt_length, const Tokens& tokens, uin
       return "round accepted from suffix sources " + std::to_string(uint64_t{s.accepted_group} + s.accepted_history) +
              " > accepted " + std::to_string(s.accepted);
   }
+  uint64_t next = 0;  // the smallest index the next rejected position may take
+  for (uint32_t x : rejected) {
+    if (x < next || x >= tokens.size() - prompt_length)
+      return "rejected position " + std::to_string(x) + " is not an ascending response index";
+    next = uint64_t{x} + 1;
+  }
   return {};
 }
 
@@ -144,7 +78,7 @@ std::string reader_violation(wire::Record::Reader r, const Reader&, const Decode
   auto aux = r.getAux();
   return contract_violation(r.getPromptLength(), r.getTokens(), static_cast<uint16_t>(aux.getDtype()), aux.getShape(),
                             aux.getData().size(), r.getTeacherK(), r.getTeacherIds(), r.getTeacherLogprobs(), rounds,
-                            limits);
+                            r.getRejected(), limits);
 }
 
 // The first aux element whose exponent bits are all ones (NaN or infinity), or -1.
@@ -199,31 +133,6 @@ std::string model_violation(wire::Record::Reader r, const RecordModel& m) {
 
 }  // namespace
 
-uint32_t record_checksum(const RecordData& r) {
-  PayloadCrc c;
-  c.scalar<uint32_t>(r.worker);
-  c.scalar<uint64_t>(r.seq);
-  c.scalar<uint64_t>(r.incarnation);
-  c.scalar<uint64_t>(r.policy_version);
-  c.scalar<uint64_t>(r.drafter_version);
-  c.scalar<uint32_t>(r.prompt_length);
-  c.vec(r.tokens);
-  c.scalar<uint8_t>(static_cast<uint8_t>(r.aux.dtype));
-  c.vec(r.aux.shape);
-  c.scalar<uint64_t>(r.aux.bytes.size());
-  c.bytes(r.aux.bytes.data(), r.aux.bytes.size());
-  c.scalar<uint32_t>(r.teacher_k);
-  c.vec(r.teacher_ids);
-  c.vec(r.teacher_logprobs);
-  c.scalar<uint64_t>(r.rounds.size());
-  for (const auto& s : r.rounds) {
-    c.scalar<uint32_t>(s.drafted);
-    c.scalar<uint32_t>(s.accepted);
-    c.round_sources(s.accepted_group, s.accepted_history);
-  }
-  return c.value();
-}
-
 // ---- encode ----------------------------------------------------------------------------
 
 EncodedMessage::EncodedMessage(kj::Array<capnp::word>&& words)
@@ -240,7 +149,7 @@ size_t EncodedMessage::size() const {
 EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits, uint32_t* checksum) {
   const std::string bad =
       contract_violation(r.prompt_length, r.tokens, static_cast<uint16_t>(r.aux.dtype), r.aux.shape, r.aux.bytes.size(),
-                         r.teacher_k, r.teacher_ids, r.teacher_logprobs, r.rounds, limits);
+                         r.teacher_k, r.teacher_ids, r.teacher_logprobs, r.rounds, r.rejected, limits);
   UPD_REQUIRE(bad.empty()) << "record (worker " << r.worker << ") breaks the Record contract: " << bad;
   // One first segment big enough for everything, so the message is a single segment.
   const size_t words = (r.payload_bytes() + 7) / 8 + 64;
@@ -267,6 +176,8 @@ EncodedMessage encode_record(const RecordData& r, const DecodeLimits& limits, ui
     rounds[i].setAcceptedGroup(r.rounds[i].accepted_group);
     rounds[i].setAcceptedHistory(r.rounds[i].accepted_history);
   }
+  if (!r.rejected.empty())
+    m.setRejected(kj::arrayPtr(r.rejected.data(), r.rejected.size()));
   const uint32_t crc = record_checksum(r);
   m.setChecksum(crc);
   if (checksum != nullptr)
@@ -308,7 +219,7 @@ Verdict validate_in(SafeReader& sr, const DecodeLimits& limits, const RecordMode
       v.detail = bad;
       return v;
     }
-    const uint32_t crc = checksum_of(root);
+    const uint32_t crc = detail::checksum_of(root);
     if (crc != root.getChecksum()) {
       v.reason = Reject::kBadChecksum;
       v.detail = "payload CRC32C " + std::to_string(crc) + " != stored " + std::to_string(root.getChecksum());
@@ -372,6 +283,7 @@ RecordData decode_record(const void* data, size_t size, const DecodeLimits& limi
       out.teacher_logprobs = to_vector<float>(r.getTeacherLogprobs());
       for (auto s : r.getRounds())
         out.rounds.push_back({s.getDrafted(), s.getAccepted(), s.getAcceptedGroup(), s.getAcceptedHistory()});
+      out.rejected = to_vector<uint32_t>(r.getRejected());
       out.checksum = r.getChecksum();
     });
   }

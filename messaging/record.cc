@@ -27,7 +27,7 @@ const char* dtype_name(DType d) {
 
 size_t RecordData::payload_bytes() const {
   return sizeof(RecordData) + tokens.size() * 4 + aux.shape.size() * 4 + aux.bytes.size() + teacher_ids.size() * 4 +
-         teacher_logprobs.size() * 4 + rounds.size() * sizeof(RoundStats);
+         teacher_logprobs.size() * 4 + rounds.size() * sizeof(RoundStats) + rejected.size() * 4;
 }
 
 const char* reject_name(Reject r) {

@@ -46,6 +46,8 @@ struct RecordData {
   std::vector<int32_t> teacher_ids;     // [tokens.size() - prompt_length, teacher_k]
   std::vector<float> teacher_logprobs;  // same shape as teacher_ids
   std::vector<RoundStats> rounds;
+  // Response indices, ascending, where the serving speculation was rejected (TttSample::rejected).
+  std::vector<uint32_t> rejected;
   uint32_t checksum = 0;  // set by encode and by decode; ignored on submit
 
   // Bytes of payload held by this object (what the sender's queue bound counts).

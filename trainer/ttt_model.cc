@@ -174,6 +174,8 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
                              std::vector<Tensor>* logits_out, bool prepared) const {
   s.validate(cfg_.fc_in(), target_.vocab_size, "TTT sample");
   UPD_REQUIRE(o.steps >= 1) << "TTT needs at least one step";
+  UPD_REQUIRE(std::isfinite(o.rejected_weight) && o.rejected_weight > 0)
+      << "TTT: rejected_weight " << o.rejected_weight << " must be a positive number";
   const int64_t T = s.length() - 1, K = o.steps;
   TttStats st;
   st.samples = 1;
@@ -184,11 +186,12 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
     return st;
   std::vector<StepTeacher> teachers;
   for (int64_t k = 0; k < K; ++k)
-    teachers.push_back(make_teacher(s, vocab_, k));
+    teachers.push_back(make_teacher(s, vocab_, k, o.rejected_weight));
   const RowPlan plan = plan_rows(teachers, T, o.skip_idle_rows && logits_out == nullptr);
   if (!prepared)
     prepare_linears(o, backward);
   const int64_t rows0 = teachers[0].rows;
+  const double norm = teachers[0].weight_sum;  // rows0 when every weight is 1
 
   const Tensor g = s.aux.rows(0, T).dtype() == DType::F32 ? s.aux.rows(0, T) : s.aux.rows(0, T).to_dtype(DType::F32);
   Tensor state = f32({T, cfg_.hidden_size});
@@ -204,7 +207,7 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
     const StepTeacher& te = teachers[static_cast<size_t>(k)];
     const double lk = score_step(a.dz, te, head, st.correct[static_cast<size_t>(k)]);
     st.rows[static_cast<size_t>(k)] = te.rows;
-    st.step_loss[static_cast<size_t>(k)] = rows0 > 0 ? lk / static_cast<double>(rows0) : 0.0;
+    st.step_loss[static_cast<size_t>(k)] = rows0 > 0 ? lk / norm : 0.0;
     st.loss += std::pow(o.decay, static_cast<double>(k)) * st.step_loss[static_cast<size_t>(k)];
     if (k + 1 < plan.steps)
       state = a.h2.rows(plan.lo[static_cast<size_t>(k + 1)] - lo, T - lo);
@@ -219,7 +222,7 @@ TttStats TrainableDraft::run(const TttSample& s, const TttOptions& o, float grad
   Tensor dstate;  // d(loss)/d(the state fed into step k+1), rows lo[k+1] .. T-1
   for (int64_t k = plan.steps - 1; k >= 0; --k) {
     const float wk =
-        grad_scale * static_cast<float>(std::pow(o.decay, static_cast<double>(k))) / static_cast<float>(rows0);
+        grad_scale * static_cast<float>(std::pow(o.decay, static_cast<double>(k))) / static_cast<float>(norm);
     const int64_t next_lo = k + 1 < plan.steps ? plan.lo[static_cast<size_t>(k + 1)] : T;
     dstate = backward_step(acts[static_cast<size_t>(k)], teachers[static_cast<size_t>(k)], k,
                            plan.lo[static_cast<size_t>(k)], plan.head[static_cast<size_t>(k)], wk, dstate, next_lo,
@@ -302,7 +305,7 @@ double TrainableDraft::score_step(const Tensor& z, const StepTeacher& te, int64_
     const int32_t top = te.top[static_cast<size_t>(head + r)];
     if (top < 0)
       continue;
-    lk += lp[r];
+    lk += static_cast<double>(te.weight[static_cast<size_t>(head + r)]) * lp[r];
     const float* zr = zp + r * Vd;
     int64_t best = 0;
     for (int64_t v = 1; v < Vd; ++v)
@@ -324,7 +327,7 @@ Tensor TrainableDraft::backward_step(StepActs& a, const StepTeacher& te, int64_t
   const float eps = c.rms_norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(HD));
   Tensor dloss = f32({T - head});
   for (int64_t r = 0; r < T - head; ++r)
-    dloss.data<float>()[r] = te.top[static_cast<size_t>(head + r)] < 0 ? 0.f : wk;
+    dloss.data<float>()[r] = wk * te.weight[static_cast<size_t>(head + r)];
   ops::soft_cross_entropy_backward(a.dz, te.probs.rows(head, T), dloss, a.dz);
   // h2 -> nf -> logits, plus the gradient arriving through the next step's input.
   Tensor dnf = Tensor::zeros({R, H}, DType::F32);

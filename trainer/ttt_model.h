@@ -7,8 +7,8 @@
 // 1..k (the diagonal; ops::attention's TTT mask, no T×T block beyond step 0), and predicts
 // x_{p+2+k} against the teacher at that position restricted to the draft vocabulary and
 // renormalised. Rows count at step k only when x_{p+2+k} is a response token whose teacher
-// top-1 lies in the draft vocabulary. Loss = Σ_k decay^k · loss_k, loss_k = Σ_counted soft-CE
-// / (rows counted at step 0); gradients flow through the fed-back hidden states (not detached).
+// top-1 lies in the draft vocabulary. Loss = Σ_k decay^k · loss_k, loss_k = Σ_counted w·soft-CE
+// / (Σ w over the rows counted at step 0), w = 1 but at rejected positions; gradients flow through the fed-back hidden states (not detached).
 //
 // Trainable: fc, the decoder layer, the final norm and lm_head. The embedding is the policy's
 // table, frozen. Supported variant: the native EAGLE-3 layout (no fc norms, residual before
@@ -41,6 +41,10 @@ struct TttOptions {
   // The matrix products' precision (ttt_linear.h): f32, or bf16 operands summed in f32 (fast with
   // AMX; the weights and the optimiser stay f32).
   TttMatmul matmul = TttMatmul::F32;
+  // The loss weight of a row whose target token the serving speculation was rejected at
+  // (TttSample::rejected); others weigh 1, and each step's loss is divided by the step-0 rows'
+  // weight sum instead of their count, so the weights move emphasis, not the step size.
+  double rejected_weight = 1.0;
 };
 
 struct StepActs;     // one step's activations (ttt_model.cc)

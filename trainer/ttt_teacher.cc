@@ -5,11 +5,27 @@
 
 namespace updraft::train {
 
-StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k) {
+namespace {
+
+// Sets row p's top-1 and weight.
+void count_row(StepTeacher& st, int64_t p, int32_t top, float weight) {
+  st.top[static_cast<size_t>(p)] = top;
+  st.weight[static_cast<size_t>(p)] = weight;
+  st.weight_sum += weight;
+  ++st.rows;
+}
+
+}  // namespace
+
+StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k, double rejected_weight) {
   const int64_t n = s.length(), T = n - 1, Vd = vocab.draft_vocab();
   StepTeacher st;
   st.probs = Tensor::zeros({T, Vd}, DType::F32);
   st.top.assign(static_cast<size_t>(T), -1);
+  st.weight.assign(static_cast<size_t>(T), 0.f);
+  std::vector<float> weight_at(static_cast<size_t>(std::max<int64_t>(0, s.response_length())), 1.f);
+  for (int32_t r : s.rejected)
+    weight_at[static_cast<size_t>(r)] = static_cast<float>(rejected_weight);
   float* pp = st.probs.data<float>();
   for (int64_t p = 0; p < T; ++p) {
     const int64_t j = p + 2 + k;  // the token this row predicts
@@ -22,8 +38,7 @@ StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k) {
       if (d < 0)
         continue;
       row[d] = 1.f;
-      st.top[static_cast<size_t>(p)] = d;
-      ++st.rows;
+      count_row(st, p, d, weight_at[static_cast<size_t>(r)]);
       continue;
     }
     const int32_t* ids = s.teacher_ids.data() + r * s.teacher_k;
@@ -45,8 +60,7 @@ StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k) {
     }
     for (int64_t c = 0; c < Vd; ++c)
       row[c] = static_cast<float>(row[c] / mass);
-    st.top[static_cast<size_t>(p)] = top;
-    ++st.rows;
+    count_row(st, p, top, weight_at[static_cast<size_t>(r)]);
   }
   return st;
 }

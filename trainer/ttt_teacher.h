@@ -10,16 +10,20 @@
 
 namespace updraft::train {
 
-// Teacher of one step: dense draft-vocabulary probabilities, the rows that count, the target.
+// Teacher of one step: dense draft-vocabulary probabilities, the rows that count, the target, and
+// each counted row's weight in the loss.
 struct StepTeacher {
-  Tensor probs;              // f32 [T, Vd]
-  std::vector<int32_t> top;  // draft id of the teacher's top-1, -1 when not counted
+  Tensor probs;                // f32 [T, Vd]
+  std::vector<int32_t> top;    // draft id of the teacher's top-1, -1 when not counted
+  std::vector<float> weight;   // [T]: 0 when not counted
   int64_t rows = 0;
+  double weight_sum = 0;       // of the counted rows' weights
 };
 
 // Step k's teacher: row p predicts token p + 2 + k; it counts when that token is a response token
-// and the teacher's top-1 lies in the draft vocabulary.
-StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k);
+// and the teacher's top-1 lies in the draft vocabulary. A counted row weighs rejected_weight when
+// its token's position is in s.rejected, else 1.
+StepTeacher make_teacher(const TttSample& s, const VocabMap& vocab, int64_t k, double rejected_weight = 1.0);
 
 // Which rows each step must run. Step 0 runs every row (later rows read its keys); a step k >= 1
 // runs the rows from lo[k] on, the first row counted at step k or later (row p at step k reads

@@ -45,6 +45,9 @@ struct Record {
   teacherLogprobs @10 :List(Float32);
   rounds @11 :List(RoundStats);
   checksum @12 :UInt32;        # CRC32C of the canonical payload (docs/messaging.md)
+  # Response indices, ascending, where the serving speculation was rejected: the policy chose the
+  # token there after turning down every draft offered (empty: not marked, or no speculation).
+  rejected @13 :List(UInt32);
 }
 
 # Worker -> buffer, first message on a connection (and after a reconnect).

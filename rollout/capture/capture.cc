@@ -97,6 +97,9 @@ TttSample sample_of(const GenResult& g, uint64_t policy_version) {
   t.teacher_ids = g.teacher_ids;
   t.teacher_logprobs = g.teacher_logprobs;
   t.policy_version = policy_version;
+  for (const SpecRound& r : g.rounds)
+    if (r.rejected_at >= 0)
+      t.rejected.push_back(r.rejected_at);
   return t;
 }
 
@@ -119,6 +122,9 @@ std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens) {
     c.teacher_ids.assign(s.teacher_ids.begin() + (first - P) * k, s.teacher_ids.begin() + (b - P) * k);
     c.teacher_logprobs.assign(s.teacher_logprobs.begin() + (first - P) * k, s.teacher_logprobs.begin() + (b - P) * k);
     c.policy_version = s.policy_version;
+    for (int32_t r : s.rejected)
+      if (r >= first - P && r < b - P)
+        c.rejected.push_back(static_cast<int32_t>(r - (first - P)));
     out.push_back(std::move(c));
     if (b >= n)
       return out;

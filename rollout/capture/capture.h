@@ -29,8 +29,8 @@ std::vector<TttSample> capture_samples(const PolicyModel& policy, const std::vec
                                        const CaptureOptions& opts, uint64_t policy_version = 0);
 
 // The sample of a result the engine captured while generating (GenRequest::capture: aux states
-// of every position, teacher top-k of every output token), labelled with its policy version.
-// REQUIRES: g.aux defined.
+// of every position, teacher top-k of every output token), labelled with its policy version, and
+// the positions its speculation rounds were rejected at. REQUIRES: g.aux defined.
 TttSample sample_of(const GenResult& g, uint64_t policy_version);
 
 // A sample cut into records of at most max_tokens positions (>= 2; a sample that fits comes back
@@ -38,7 +38,7 @@ TttSample sample_of(const GenResult& g, uint64_t policy_version);
 // shorter; older prompt positions are dropped) and the first response tokens; each later chunk
 // starts at the position that produced its first token (its one-position "prompt", whose aux
 // state the first pair needs). Every response token, its teacher row and the aux state of the
-// position that produced it land in exactly one chunk; aux rows are copied.
+// position that produced it land in exactly one chunk, with its rejected mark; aux rows are copied.
 std::vector<TttSample> split_sample(const TttSample& s, int64_t max_tokens);
 
 }  // namespace updraft

@@ -49,6 +49,7 @@ messaging::RecordData to_record(const TttSample& s) {
   r.teacher_k = static_cast<uint32_t>(s.teacher_k);
   r.teacher_ids = s.teacher_ids;
   r.teacher_logprobs = s.teacher_logprobs;
+  r.rejected.assign(s.rejected.begin(), s.rejected.end());
   return r;
 }
 
@@ -80,6 +81,7 @@ TttSample to_sample(const messaging::RecordData& r) {
   const size_t rows = r.tokens.size() - r.prompt_length;
   if (s.teacher_ids.size() != rows * r.teacher_k || s.teacher_logprobs.size() != rows * r.teacher_k)
     throw Error("to_sample: record teacher arrays do not match its response length");
+  s.rejected.assign(r.rejected.begin(), r.rejected.end());
   return s;
 }
 

@@ -22,6 +22,9 @@ void TttSample::validate(int64_t aux_width, int64_t vocab, const char* where) co
     UPD_REQUIRE(t >= 0 && t < vocab) << where << ": teacher id " << t << " outside the vocabulary";
   for (float lp : teacher_logprobs)
     UPD_REQUIRE(std::isfinite(lp) && lp <= 1e-3f) << where << ": teacher logprob " << lp << " is not a finite log-probability";
+  for (size_t i = 0; i < rejected.size(); ++i)
+    UPD_REQUIRE(rejected[i] >= 0 && rejected[i] < response_length() && (i == 0 || rejected[i] > rejected[i - 1]))
+        << where << ": rejected position " << rejected[i] << " is not an ascending response index";
   const int64_t bad = aux.first_non_finite();
   UPD_REQUIRE(bad < 0) << where << ": aux element " << bad << " is not finite";
 }

@@ -31,11 +31,15 @@ struct TttSample {
   std::vector<int32_t> teacher_ids;     // [n - prompt_length, teacher_k]
   std::vector<float> teacher_logprobs;  // same shape
   uint64_t policy_version = 0;
+  // Response indices (ascending) where the serving speculation was rejected: the policy chose the
+  // token after turning down every draft offered there (SpecRound::rejected_at). Empty when the
+  // sample was generated without speculation or by a writer that did not mark them.
+  std::vector<int32_t> rejected;
 
   int64_t length() const { return static_cast<int64_t>(tokens.size()); }
   int64_t response_length() const { return length() - prompt_length; }
   // Checks the shapes against each other and the policy's sizes, ids in the vocabulary, aux
-  // and teacher logprobs finite (Error naming `where`).
+  // and teacher logprobs finite, rejected ascending response indices (Error naming `where`).
   void validate(int64_t aux_width, int64_t vocab, const char* where) const;
 };
 

@@ -142,6 +142,8 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
     if (tree.size() > 1 && kept < v.tokens.size()) {
       ++s.result.spec.truncated;
       ++stats.spec.truncated;
+    } else if (tree.size() > 1 && !tree.children(v.nodes.empty() ? 0 : v.nodes.back()).empty()) {
+      s.result.rounds.back().rejected_at = static_cast<int32_t>(s.out_len() - 1);  // the bonus token
     }
     for (size_t i = 0; i < kept; ++i)
       c.teacher_rows.push_back(static_cast<int32_t>(lr + (i == 0 ? 0 : v.nodes[i - 1])));

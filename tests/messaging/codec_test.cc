@@ -69,6 +69,13 @@ TEST(Codec, RoundTripKeepsEveryField) {
   EXPECT_EQ(ds.rounds[1].accepted_group, 1u);
   EXPECT_EQ(ds.rounds[1].accepted_history, 2u);
   EXPECT_EQ(ds.rounds[0].accepted_group + ds.rounds[0].accepted_history, 0u);
+  EXPECT_TRUE(ds.rejected.empty());
+  // The positions the speculation was rejected at (response indices, 24 of them here).
+  r.rejected = {0, 5, 23};
+  const EncodedMessage mr = encode_record(r);
+  const RecordData dr = decode_record(mr.data(), mr.size());
+  EXPECT_EQ(dr.rejected, r.rejected);
+  EXPECT_EQ(dr.checksum, record_checksum(r));
   const Verdict v = validate_record(m.data(), m.size());
   ASSERT_TRUE(v.ok()) << v.detail;
   EXPECT_EQ(v.header.seq, 99u);
@@ -93,6 +100,12 @@ TEST(Codec, ChecksumCoversEveryField) {
   EXPECT_TRUE(differs([](RecordData& r) { r.rounds[0].accepted = 1; }));
   EXPECT_TRUE(differs([](RecordData& r) { r.rounds[1].accepted_group = 1; }));
   EXPECT_TRUE(differs([](RecordData& r) { r.rounds[1].accepted_history = 1; }));
+  EXPECT_TRUE(differs([](RecordData& r) { r.rejected = {3}; }));
+  RecordData marked = base;
+  marked.rejected = {3};
+  const uint32_t cm = record_checksum(marked);
+  marked.rejected = {4};
+  EXPECT_NE(record_checksum(marked), cm);
 }
 
 // Rounds without suffix-source counts checksum as before the fields existed (docs/messaging.md:
@@ -237,6 +250,9 @@ TEST(Codec, ContractViolationsAreInvalidFields) {
   expect_invalid([](RecordData& r) { r.teacher_logprobs[0] = 0.5f; }, "positive logprob");
   expect_invalid([](RecordData& r) { r.rounds[0] = {1, 2}; }, "accepted > drafted");
   expect_invalid([](RecordData& r) { r.rounds[0] = {3, 2, 1, 2}; }, "suffix-source accepted > accepted");
+  expect_invalid([](RecordData& r) { r.rejected = {12}; }, "rejected past the response (12 tokens)");
+  expect_invalid([](RecordData& r) { r.rejected = {4, 4}; }, "rejected repeated");
+  expect_invalid([](RecordData& r) { r.rejected = {5, 2}; }, "rejected descending");
   DecodeLimits l;
   l.max_token_id = 10;
   EXPECT_THROW(encode_record(make_record(1, 1, 1), l), Error);

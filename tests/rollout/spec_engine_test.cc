@@ -110,10 +110,23 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
         EXPECT_LE(r.spec.truncated, 1) << "a request ends in at most one round";
         draft_s += r.spec.draft_seconds;
         verify_s += r.spec.verify_seconds;
-        int64_t drafted = 0, accepted = 0;
-        for (const SpecRound& x : r.rounds) {
+        int64_t drafted = 0, accepted = 0, emitted = 1;  // the prefill's token first
+        for (size_t i = 0; i < r.rounds.size(); ++i) {
+          const SpecRound& x = r.rounds[i];
           drafted += x.drafted;
           accepted += x.accepted;
+          emitted += x.accepted + 1;
+          // A round marks the token after its accepted path when drafts there were all turned
+          // down: in a chain, whenever it stopped short of the chain's end and was not cut.
+          const bool cut = i + 1 == r.rounds.size() && r.spec.truncated > 0;
+          if (s.top_k == 1) {
+            EXPECT_EQ(x.rejected_at >= 0, x.accepted < x.depth && !cut) << "round " << i;
+          } else if (x.rejected_at >= 0) {
+            EXPECT_LT(x.accepted, x.depth) << "round " << i;
+          }
+          if (x.rejected_at >= 0) {
+            EXPECT_EQ(x.rejected_at, emitted - 1) << "round " << i;
+          }
         }
         EXPECT_EQ(static_cast<int64_t>(r.rounds.size()), r.spec.rounds);
         EXPECT_EQ(drafted, r.spec.drafted);

@@ -248,8 +248,12 @@ TEST(WorkerServing, StreamsAcknowledgedRecordsToTheBufferWithinTheVolumeBounds) 
   EXPECT_EQ(server.metrics().rejected_count(messaging::Reject::kModelMismatch), 0u);
   const auto stored = store->latest(10);
   ASSERT_EQ(stored.size(), s.ps.size());
-  int64_t stored_rounds = 0, stored_accepted = 0;
+  int64_t stored_rounds = 0, stored_accepted = 0, stored_rejected = 0, marked = 0;
+  for (const auto& c : b.completions)
+    for (const SpecRound& x : c.result.rounds)
+      marked += x.rejected_at >= 0 ? 1 : 0;
   for (const auto& r : stored) {
+    stored_rejected += static_cast<int64_t>(r.rejected.size());
     for (const messaging::RoundStats& x : r.rounds) {
       ++stored_rounds;
       stored_accepted += x.accepted;
@@ -264,6 +268,8 @@ TEST(WorkerServing, StreamsAcknowledgedRecordsToTheBufferWithinTheVolumeBounds) 
   }
   EXPECT_EQ(stored_rounds, b.spec.rounds) << "every speculation round in its completion's record";
   EXPECT_EQ(stored_accepted, b.spec.accepted);
+  EXPECT_GT(marked, 0);
+  EXPECT_EQ(stored_rejected, marked) << "every rejected position in its completion's record";
   const BatchReport plain = w->generate(greedy_requests(s.ps), GenMode::kPlain);
   EXPECT_FALSE(plain.completions[0].result.aux.defined()) << "comparison modes are not recorded";
 

@@ -9,7 +9,8 @@
 namespace updraft::train {
 namespace {
 
-// n positions, prompt P, aux width 2 (row i = [i, -i]), teacher k = 2 (row j = ids j, j + 1).
+// n positions, prompt P, aux width 2 (row i = [i, -i]), teacher k = 2 (row j = ids j, j + 1),
+// every third response position marked rejected.
 TttSample numbered(int64_t n, int64_t P) {
   TttSample s;
   s.prompt_length = P;
@@ -26,6 +27,8 @@ TttSample numbered(int64_t n, int64_t P) {
       s.teacher_ids.push_back(static_cast<int32_t>(j + c));
       s.teacher_logprobs.push_back(-static_cast<float>(j));
     }
+  for (int64_t r = 0; r < n - P; r += 3)
+    s.rejected.push_back(static_cast<int32_t>(r));
   return s;
 }
 
@@ -37,7 +40,7 @@ TEST(SplitSample, EveryResponseTokenOnceWithItsTeacherAndProducingState) {
     if (n <= cap) {
       ASSERT_EQ(pieces.size(), 1u);
     }
-    std::vector<int> seen(static_cast<size_t>(n), 0);
+    std::vector<int> seen(static_cast<size_t>(n), 0), marked(static_cast<size_t>(n), 0);
     for (const TttSample& p : pieces) {
       ASSERT_LE(p.length(), cap);
       EXPECT_NO_THROW(p.validate(2, 1000, "piece"));
@@ -47,6 +50,8 @@ TEST(SplitSample, EveryResponseTokenOnceWithItsTeacherAndProducingState) {
         EXPECT_EQ(p.tokens[static_cast<size_t>(i)], a + i);
         EXPECT_EQ(p.aux.data<float>()[2 * i], static_cast<float>(a + i));
       }
+      for (int32_t r : p.rejected)  // each chunk's own response indices
+        ++marked[static_cast<size_t>(a + p.prompt_length + r)];
       for (int64_t r = 0; r < p.response_length(); ++r) {
         const int64_t global = a + p.prompt_length + r;
         ASSERT_GE(global, P);
@@ -58,8 +63,10 @@ TEST(SplitSample, EveryResponseTokenOnceWithItsTeacherAndProducingState) {
         }
       }
     }
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
       EXPECT_EQ(seen[static_cast<size_t>(i)], i >= P ? 1 : 0) << "n " << n << " P " << P << " cap " << cap << " i " << i;
+      EXPECT_EQ(marked[static_cast<size_t>(i)], i >= P && (i - P) % 3 == 0 ? 1 : 0) << "rejected mark at " << i;
+    }
     if (n > cap && P > cap / 2) {  // the first piece keeps half the cap of prompt context
       EXPECT_EQ(pieces[0].prompt_length, cap / 2);
     }
