@@ -8,7 +8,8 @@
 // x_{p+2+k} against the teacher at that position restricted to the draft vocabulary and
 // renormalised. Rows count at step k only when x_{p+2+k} is a response token whose teacher
 // top-1 lies in the draft vocabulary. Loss = Σ_k decay^k · loss_k, loss_k = Σ_counted w·soft-CE
-// / (Σ w over the rows counted at step 0), w = 1 but at rejected positions; gradients flow through the fed-back hidden states (not detached).
+// / (Σ w over the rows counted at step 0), w = 1 but at rejected positions (rejected_weight);
+// gradients flow through the fed-back hidden states (not detached).
 //
 // Trainable: fc, the decoder layer, the final norm and lm_head. The embedding is the policy's
 // table, frozen. Supported variant: the native EAGLE-3 layout (no fc norms, residual before

@@ -13,11 +13,11 @@ namespace updraft::train {
 // Teacher of one step: dense draft-vocabulary probabilities, the rows that count, the target, and
 // each counted row's weight in the loss.
 struct StepTeacher {
-  Tensor probs;                // f32 [T, Vd]
-  std::vector<int32_t> top;    // draft id of the teacher's top-1, -1 when not counted
-  std::vector<float> weight;   // [T]: 0 when not counted
+  Tensor probs;               // f32 [T, Vd]
+  std::vector<int32_t> top;   // draft id of the teacher's top-1, -1 when not counted
+  std::vector<float> weight;  // [T]: 0 when not counted
   int64_t rows = 0;
-  double weight_sum = 0;       // of the counted rows' weights
+  double weight_sum = 0;  // of the counted rows' weights
 };
 
 // Step k's teacher: row p predicts token p + 2 + k; it counts when that token is a response token
