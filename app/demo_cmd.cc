@@ -33,6 +33,8 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--suffix-factor", o.suffix_factor, "a suffix lookup's nodes per matched token at most (> 0)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd.add_flag("--trainer-fresh-optimizer", o.trainer_fresh_optimizer,
+               "online trainer: a fresh AdamW every round instead of carrying its moments across rounds");
   cmd.add_flag("!--no-prefix-reuse", o.prefix_reuse,
                "every rollout prefills its prompt (default: a group's siblings take it from the cache)");
   cmd.add_option("--spec-steps", o.spec_steps, "draft depth per speculation round")->capture_default_str();

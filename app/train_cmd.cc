@@ -101,6 +101,8 @@ void add_train_options(CLI::App& cmd, TrainArgs& a) {
   g->add_option("--min-lr-ratio", on.min_lr_ratio, "a decaying round's last lr over its first")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  g->add_flag("--fresh-optimizer", on.fresh_optimizer,
+              "a fresh AdamW every round instead of carrying its moments across rounds");
   g->add_option("--idle-rounds", on.idle_rounds,
                 "rounds on the unchanged window after each round on new records, while nothing new is due (0: wait)")
       ->check(CLI::NonNegativeNumber)

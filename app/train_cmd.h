@@ -34,6 +34,7 @@ struct OnlineTrainArgs {
   int64_t steps_per_round = 30;
   std::string lr_decay = "constant";  // the lr within a round (OnlineTrainerOptions::round_decay)
   double min_lr_ratio = 0.1;
+  bool fresh_optimizer = false;  // OnlineTrainerOptions::fresh_optimizer_each_round
   int64_t idle_rounds = 0;
   uint64_t min_new_records = 16;
   uint64_t min_new_tokens = 0;

@@ -108,6 +108,7 @@ int run_train_online(const TrainArgs& a) {
   to.idle_rounds = on.idle_rounds;
   to.round_decay = train::lr_decay_from_name(on.lr_decay);
   to.round_min_lr_ratio = on.min_lr_ratio;
+  to.fresh_optimizer_each_round = on.fresh_optimizer;
   to.samples_per_step = a.once_opts.train.samples_per_step;
   to.lr = a.lr > 0 ? a.lr : 3e-4;
   to.ttt = a.once_opts.train.ttt;

@@ -158,6 +158,7 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   to_.samples_per_step = o.trainer_samples;
   to_.ttt.steps = o.trainer_ttt_steps;
   to_.ttt.rejected_weight = o.trainer_rejected_weight;
+  to_.fresh_optimizer_each_round = o.trainer_fresh_optimizer;
   to_.ttt.matmul = train::parse_ttt_matmul(o.trainer_matmul);
   to_.newest_share = o.trainer_newest_share;
   to_.eval_records = static_cast<size_t>(o.trainer_eval_records);

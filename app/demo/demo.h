@@ -86,6 +86,7 @@ struct DemoOptions {
   int64_t trainer_samples = 1;          // records per optimiser step
   int64_t trainer_ttt_steps = 4;        // K of training-time test
   double trainer_rejected_weight = 1;   // loss weight of positions the speculation was rejected at
+  bool trainer_fresh_optimizer = false;  // a fresh AdamW each round instead of carried moments
   double trainer_newest_share = 0;      // share of draws from the newest policy version's records (0: uniform)
   int64_t trainer_eval_records = 0;     // held-out records a round evaluates on, newest first (0: all)
   std::string trainer_matmul = "auto";  // the TTT products' precision: auto|f32|bf16 (trainer/ttt_linear.h)

@@ -33,6 +33,7 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
         {"samples_per_step", o.trainer_samples},
         {"ttt_steps", o.trainer_ttt_steps},
         {"rejected_weight", o.trainer_rejected_weight},
+        {"fresh_optimizer", o.trainer_fresh_optimizer},
         {"newest_share", o.trainer_newest_share},
         {"eval_records", o.trainer_eval_records},
         {"matmul", train::ttt_matmul_name(train::parse_ttt_matmul(o.trainer_matmul))}}},

@@ -213,6 +213,30 @@ TEST(OnlineTrainer, ARoundsLrFallsByItsDecay) {
   }
 }
 
+// By default the AdamW moments carry over into the next round; with fresh_optimizer_each_round
+// every round starts from zero moments: the first round trains alike, the second does not.
+TEST(OnlineTrainer, AFreshOptimizerEachRoundForgetsTheMoments) {
+  BufferBed bed("otfresh");
+  auto& policy = bed.policy;
+  store_samples(*bed.store, capture(*policy, rollouts(*policy, prompts(8, 6)), 1), 1, 0);
+  auto two_rounds = [&](bool fresh) {
+    OnlineTrainerOptions r;
+    r.steps_per_round = 3;
+    r.ttt.steps = 2;
+    r.warmup_steps = 0;
+    r.fresh_optimizer_each_round = fresh;
+    r.dir = bed.t.str() + (fresh ? "/fresh" : "/carried");
+    OnlineTrainer t(r, bed.store, policy, 1, fresh_draft(*policy, 5), 1);
+    const RoundReport first = t.run_round("test");
+    return std::make_pair(first, t.run_round("test"));
+  };
+  const auto carried = two_rounds(false), fresh = two_rounds(true);
+  EXPECT_EQ(carried.first.samples, fresh.first.samples);
+  EXPECT_EQ(carried.first.loss, fresh.first.loss);
+  EXPECT_EQ(carried.second.samples, fresh.second.samples);
+  EXPECT_NE(carried.second.loss, fresh.second.loss);
+}
+
 }  // namespace
 }  // namespace updraft::train
 

@@ -113,6 +113,8 @@ void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t ma
   int64_t loss_n = 0;
   const float scale = 1.0f / static_cast<float>(options_.samples_per_step);
   draft_->params().zero_grad();  // and after every step: one pass over the gradients a step
+  if (options_.fresh_optimizer_each_round)
+    opt_ = std::make_unique<AdamW>(draft_->params(), adamw_options());
   const LrSchedule round_lr(round_schedule(options_));
   for (int64_t step = 0; step < options_.steps_per_round; ++step) {
     if (!yield_while_paused())  // a stop ends the round early
@@ -127,12 +129,14 @@ void OnlineTrainer::train_steps(const std::vector<TttSample>& train, uint64_t ma
     }
     double norm = 0;
     const float clip = clip_scale(draft_->params(), options_.clip, &norm);
-    const double warm =
-        options_.warmup_steps > 0
-            ? std::min(1.0, static_cast<double>(opt_->steps() + 1) / static_cast<double>(options_.warmup_steps))
-            : 1.0;
-    if (std::isfinite(norm))
+    const double warm = options_.warmup_steps > 0
+                            ? std::min(1.0, static_cast<double>(std::max(opt_->steps(), optimizer_steps_) + 1) /
+                                                static_cast<double>(options_.warmup_steps))
+                            : 1.0;
+    if (std::isfinite(norm)) {
       opt_->step(round_lr.lr(step) * warm, clip);
+      ++optimizer_steps_;
+    }
     draft_->params().zero_grad();
   }
   rep.loss = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;

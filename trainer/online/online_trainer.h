@@ -12,9 +12,10 @@
 //     warmup_steps; within each round constant, or falling from lr towards round_min_lr_ratio x
 //     lr by round_decay over the round's steps; clipping) of `samples_per_step`
 //     training records drawn with a seeded generator; the model and optimiser persist across
-//     rounds (continuous training, no restarts). The mix: each record is drawn from the newest
-//     policy version's training records with probability newest_share (when there are any),
-//     else uniformly from the whole window (newest_share 0, the default: uniform).
+//     rounds (continuous training, no restarts; fresh_optimizer_each_round resets the moments).
+//     The mix: each record is drawn from the newest policy version's training records with
+//     probability newest_share (when there are any), else uniformly from the whole window
+//     (newest_share 0, the default: uniform).
 //  3. Evaluation: candidate and serving drafter on the held-out records, both bound to the
 //     newest policy. The score is the chain acceptance length estimated from the per-step TTT
 //     accuracies a_k: τ̂ = 1 + Σ_k Π_{j<=k} a_j (what a greedy chain of K drafts accepts when
@@ -78,6 +79,10 @@ struct OnlineTrainerOptions {
   // the candidate a round evaluates comes from small steps on its window.
   LrDecay round_decay = LrDecay::Constant;
   double round_min_lr_ratio = 0.1;  // in [0, 1]
+  // Each round starts a fresh AdamW (zero moments, bias correction from t = 0) instead of carrying
+  // the moments across rounds (the default); the lr warmup is not repeated: it runs over the
+  // trainer's first optimiser steps either way.
+  bool fresh_optimizer_each_round = false;
   double clip = 0.5;
   TttOptions ttt;
   bool train_on_new_policy = true;
@@ -188,6 +193,7 @@ class OnlineTrainer {
   bool paused_ = false, parked_ = false, running_round_ = false, stop_ = false;
   int64_t rounds_ = 0;
   int64_t idle_rounds_done_ = 0;  // idle rounds since the last round with something new
+  int64_t optimizer_steps_ = 0;   // this process's optimiser steps (the warmup's clock with fresh optimisers)
   uint64_t serving_version_ = 0;
   // The last evaluation of the serving drafter (round thread only) and what it depended on.
   struct ServingEval {
