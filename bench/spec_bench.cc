@@ -16,7 +16,8 @@
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
 // depths: how the best depth moves with the drafter's acceptance.
 //
-// usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B] [--sequences S] [--reps R] [--ignore-eos]
+// `spec_bench --help` lists every option (CLI11). usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B]
+// [--sequences S] [--reps R] [--ignore-eos]
 //                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
 //                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5] [--anatomy-context 64]
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
@@ -30,10 +31,10 @@
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
 // decodes --warmup-groups W untimed groups of other prompts (default: as many as it times).
 // --warmup-groups applies to --group only.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,65 +143,60 @@ int main(int argc, char** argv) {
   corpus::Mix mix;
   std::vector<std::pair<std::string, SpecSettings>> settings = {
       {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--capture-cost"))
-      capture_cost = true;
-    else if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--ignore-eos"))
-      ignore_eos = true;
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
-      reps = std::stoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--sequences") && i + 1 < argc)
-      sequences = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
-      tokens = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
-      batches = {std::stoll(argv[++i])};
-    else if (!std::strcmp(argv[i], "--draft") && i + 1 < argc)
-      draft_dir = argv[++i];
-    else if (!std::strcmp(argv[i], "--anatomy-rows") && i + 1 < argc)
-      anatomy_rows = bench::parse_int_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--anatomy-context") && i + 1 < argc)
-      anatomy_context = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
-      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    else if (!std::strcmp(argv[i], "--draft-weights") && i + 1 < argc)
-      draft_weights = argv[++i];
-    else if (!std::strcmp(argv[i], "--group") && i + 1 < argc)
-      group = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--suffix-nodes") && i + 1 < argc)
-      suffix.max_nodes = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--adaptive"))
-      adaptive = true;
-    else if (!std::strcmp(argv[i], "--suffix-factor") && i + 1 < argc)
-      suffix.spec_factor = std::stod(argv[++i]);
-    else if (!std::strcmp(argv[i], "--suffix-min-match") && i + 1 < argc)
-      suffix.min_match = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--warmup-groups") && i + 1 < argc) {
-      if ((warmup = std::stoll(argv[++i])) < 0)
-        return std::fprintf(stderr, "spec_bench: --warmup-groups is 0 or more, got %ld\n", warmup), 2;
-    } else if (!std::strcmp(argv[i], "--suffix-min-prob") && i + 1 < argc)
-      suffix.min_prob = std::stod(argv[++i]);
-    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
-      model_dir = argv[++i];
-    else if (!std::strcmp(argv[i], "--temperature") && i + 1 < argc)
-      temperature = std::stof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--domain") && i + 1 < argc)
-      mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
-    else if (!std::strcmp(argv[i], "--chains") && i + 1 < argc) {
-      settings.clear();
-      for (int64_t d : bench::parse_int_list(argv[++i])) {
-        if (d < 1 || d > 16) {
-          std::fprintf(stderr, "spec_bench: chain depths are 1..16, got %ld\n", d);
-          return 2;
-        }
-        settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
-      }
-    } else {
-      std::fprintf(stderr, "spec_bench: unknown or incomplete option %s\n", argv[i]);
-      return 2;
-    }
+  int64_t batch = 0;
+  std::vector<int64_t> chains;
+  std::string cpu_kernel, domain;
+  constexpr int kMost = 1 << 24;  // a bound for counts, so that a word is refused in words
+  CLI::App app{
+      "updraft spec_bench: speculative against plain decoding, side by side in one run (see the header "
+      "of bench/spec_bench.cc)"};
+  app.add_flag("--quick", quick, "a smaller random policy and fewer repetitions");
+  app.add_flag("--capture-cost", capture_cost, "also time capturing the drafter's training data");
+  app.add_flag("--ignore-eos", ignore_eos, "run every sequence to --tokens");
+  app.add_option("--reps", reps, "turns of each arm (default 3 with --model, else 1)")->check(CLI::Range(1, kMost));
+  app.add_option("--sequences", sequences, "sequences per batch size (default 32 with --model, else one batch)")
+      ->check(CLI::Range(1, kMost));
+  app.add_option("--tokens", tokens, "new tokens per sequence at most")->check(CLI::Range(1, kMost));
+  app.add_option("--batch", batch, "one batch size instead of 1, 4, 16 and 64")->check(CLI::Range(1, kMost));
+  app.add_option("--draft", draft_dir, "a trained drafter (EAGLE format; default: random)");
+  app.add_option("--model", model_dir, "a policy with its tokenizer (default: a random policy)");
+  app.add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--domain", domain, "prompts of one domain only (default: the mix)")
+      ->check(CLI::IsMember({"arith", "code"}));
+  app.add_option("--chains", chains, "chains of these depths instead of chain 4, chain 6 and tree 4x3")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 16));
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--anatomy-rows", anatomy_rows, "print only the round anatomy, verifying these numbers of rows")
+      ->delimiter(',')
+      ->check(CLI::Range(1, kMost));
+  app.add_option("--anatomy-context", anatomy_context, "cached tokens the anatomy's forwards attend to")
+      ->check(CLI::Range(1, kMost));
+  app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8 or both")
+      ->check(CLI::IsMember({"bf16", "int8", "both"}));
+  app.add_option("--group", group, "only the group-drafting comparison, groups of N siblings")
+      ->check(CLI::Range(1, kMost));
+  app.add_option("--suffix-nodes", suffix.max_nodes, "suffix draft nodes a sequence grafts per round at most")
+      ->check(CLI::Range(0, kMost));
+  app.add_flag("--adaptive", adaptive, "the eagle and merged arms choose the drafter's depth per step");
+  app.add_option("--suffix-factor", suffix.spec_factor, "suffix draft nodes per matched token")
+      ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--suffix-min-match", suffix.min_match, "the shortest match that drafts")->check(CLI::Range(1, kMost));
+  app.add_option("--suffix-min-prob", suffix.min_prob, "the least probability of a suffix candidate")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--warmup-groups", warmup, "untimed groups of other prompts each engine decodes first (--group)")
+      ->check(CLI::Range(0, kMost));
+  CLI11_PARSE(app, argc, argv);
+  if (batch > 0)
+    batches = {batch};
+  if (!cpu_kernel.empty())
+    ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(cpu_kernel));
+  if (!domain.empty())
+    mix = corpus::Mix::only(corpus::domain_from_name(domain));
+  if (!chains.empty()) {
+    settings.clear();
+    for (int64_t d : chains)
+      settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
   }
 
   if (warmup >= 0 && group == 0) {
