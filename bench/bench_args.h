@@ -1,4 +1,4 @@
-// Small helpers shared by the benchmark programs: command-line lists, the clock, medians.
+// Small helpers shared by the benchmark programs: command-line bounds, the clock, medians.
 #pragma once
 
 #include <algorithm>
@@ -9,16 +9,9 @@
 
 namespace updraft::bench {
 
-// "2,3,5" -> {2, 3, 5}; std::stoll's exceptions for anything that is not a number.
-inline std::vector<int64_t> parse_int_list(const std::string& list) {
-  std::vector<int64_t> out;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    out.push_back(std::stoll(list.substr(at, end - at)));
-    at = end + 1;
-  }
-  return out;
-}
+// The upper bound the programs' CLI11 checks give counts (reps, tokens, batch sizes): with a range
+// check CLI11 refuses a word as well as a number out of range, by the option's name.
+constexpr int kMost = 1 << 24;
 
 // Seconds on the steady clock.
 inline double now_s() {

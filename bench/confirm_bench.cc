@@ -7,6 +7,7 @@
 // an idle machine: what a worker's engine thread stalled for when it ran them inline.
 //
 // usage: confirm_bench [--model DIR] [--draft DIR] [--sequences N] [--tokens N] [--samples N] [--reps R]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -110,25 +111,20 @@ int main(int argc, char** argv) {
               draft_dir = std::string(UPDRAFT_SOURCE_DIR) + "/models/small-eagle3";
   int64_t sequences = 16, samples = 16, reps = 3;
   Setup s;
-  for (int i = 1; i < argc; ++i) {
-    const auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (!std::strcmp(argv[i], "--model"))
-      model_dir = next();
-    else if (!std::strcmp(argv[i], "--draft"))
-      draft_dir = next();
-    else if (!std::strcmp(argv[i], "--sequences"))
-      sequences = std::stoll(next());
-    else if (!std::strcmp(argv[i], "--tokens"))
-      s.tokens = std::stoll(next());
-    else if (!std::strcmp(argv[i], "--samples"))
-      samples = std::stoll(next());
-    else if (!std::strcmp(argv[i], "--reps"))
-      reps = std::stoll(next());
-    else {
-      std::fprintf(stderr, "confirm_bench: unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"updraft confirm_bench: batch-1 decoding beside rollback confirmations, at idle and normal priority"};
+  app.add_option("--model", model_dir, "the policy")->capture_default_str();
+  app.add_option("--draft", draft_dir, "the drafter")->capture_default_str();
+  app.add_option("--sequences", sequences, "held-out prompts decoded per phase")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--tokens", s.tokens, "new tokens per sequence")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--samples", samples, "captured completions each confirmation scores")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "interleaved repetitions")->check(CLI::Range(1, bench::kMost))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   s.policy = std::make_shared<const PolicyModel>(PolicyModel::load(model_dir));
   s.draft = std::make_shared<const DraftModel>(DraftModel::load(draft_dir, s.policy->draft_target()));
   const Tokenizer tok = Tokenizer::load(model_dir);

@@ -4,12 +4,13 @@
 // weight once (plus the KV cache), so the figure of merit at batch 1 is achieved GB/s as a
 // fraction of the measured bandwidth; at larger batches the same bytes serve more tokens.
 //
-// usage: decode_bench [--quick] [--steps N] [--batch B (only this batch size)]
+// `decode_bench --help` lists the options. usage: decode_bench [--quick] [--steps N] [--batch B (only this batch size)]
 //                     [--cpu-kernel auto|portable|fma|dot|amx]
 //                     [--teams [--model DIR]]: batch-1 decode on a second thread, alone and beside
 //                     an idle OpenMP team (kernels/core/cpu_team.h), on the bench policy or DIR's
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -103,20 +104,22 @@ int main(int argc, char** argv) {
   std::string model_dir;
   int64_t steps = 24;
   std::vector<int64_t> batches = {1, 4, 16, 64};
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick"))
-      quick = true;
-    else if (!std::strcmp(argv[i], "--cpu-kernel") && i + 1 < argc)
-      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
-      steps = std::stoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
-      batches = {std::stoll(argv[++i])};
-    else if (!std::strcmp(argv[i], "--teams"))
-      teams = true;
-    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc)
-      model_dir = argv[++i];
-  }
+  int64_t batch = 0;
+  std::string cpu_kernel;
+  CLI::App app{"updraft decode_bench: plain decoding's throughput against the machine's read bandwidth"};
+  app.add_flag("--quick", quick, "a smaller policy and fewer steps");
+  app.add_option("--steps", steps, "decode steps timed per batch size")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "one batch size instead of 1, 4, 16 and 64")->check(CLI::Range(1, bench::kMost));
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_flag("--teams", teams, "batch-1 decode on a second thread, alone and beside an idle OpenMP team");
+  app.add_option("--model", model_dir, "with --teams: this policy instead of the bench policy");
+  CLI11_PARSE(app, argc, argv);
+  if (batch > 0)
+    batches = {batch};
+  if (!cpu_kernel.empty())
+    ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(cpu_kernel));
   if (!model_dir.empty()) {
     if (!teams) {
       std::fprintf(stderr, "decode_bench: --model is read by --teams only\n");

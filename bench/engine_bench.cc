@@ -17,14 +17,15 @@
 //   --dump-prompts FILE  writes the held-out prompts (token ids, one JSON list per line) and
 //            exits: the request mix of bench/serve_load.py.
 //
-// usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens N] [--sequences S]
+// `engine_bench --help` lists the options. usage: engine_bench [--sweep] [--rl] [--model DIR] [--draft DIR] [--tokens
+// N] [--sequences S]
 //                     [--ignore-eos] [--reps R]
 //                     [--batches 1,2,4] [--prompts P] [--group G] [--max-new N] [--domain D]
 //                     [--dump-prompts FILE] [--cpu-kernel auto|portable|fma|dot|amx] [--draft-weights bf16|int8|auto]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -241,31 +242,43 @@ int main(int argc, char** argv) {
   int reps = 3;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   corpus::Mix mix;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool has = i + 1 < argc;
-    if (a == "--sweep") do_sweep = true;
-    else if (a == "--rl") do_rl = true;
-    else if (a == "--model" && has) model_dir = argv[++i];
-    else if (a == "--draft" && has) draft_dir = argv[++i];
-    else if (a == "--tokens" && has) tokens = std::stoll(argv[++i]);
-    else if (a == "--sequences" && has) sequences = std::stoll(argv[++i]);
-    else if (a == "--ignore-eos") ignore_eos = true;
-    else if (a == "--reps" && has) reps = std::stoi(argv[++i]);
-    else if (a == "--batches" && has) batches = bench::parse_int_list(argv[++i]);
-    else if (a == "--prompts" && has) prompts_n = std::stoll(argv[++i]);
-    else if (a == "--group" && has) group = std::stoll(argv[++i]);
-    else if (a == "--max-new" && has) max_new = std::stoll(argv[++i]);
-    else if (a == "--domain" && has) mix = corpus::Mix::only(corpus::domain_from_name(argv[++i]));
-    else if (a == "--dump-prompts" && has) dump = argv[++i];
-    else if (a == "--cpu-kernel" && has) ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    else if (a == "--draft-weights" && has)
-      set_draft_weights(parse_draft_weights(argv[++i]));
-    else {
-      std::fprintf(stderr, "engine_bench: unknown or incomplete option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  std::string domain, cpu_kernel, draft_weights;
+  CLI::App app{"updraft engine_bench: the engine's adaptive depth against plain decoding and always speculating"};
+  app.add_flag("--sweep", do_sweep, "batch sizes: plain, always speculating and adaptive");
+  app.add_flag("--rl", do_rl, "the RL-shaped batch: prompts x group completions decoded together");
+  app.add_option("--model", model_dir, "the policy")->capture_default_str();
+  app.add_option("--draft", draft_dir, "the drafter")->capture_default_str();
+  app.add_option("--tokens", tokens, "new tokens per sequence at most (--sweep)")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--sequences", sequences, "sequences per batch size (--sweep)")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_flag("--ignore-eos", ignore_eos, "run every sequence to its token limit");
+  app.add_option("--reps", reps, "turns of each arm")->check(CLI::Range(1, bench::kMost))->capture_default_str();
+  app.add_option("--batches", batches, "batch sizes (--sweep)")->delimiter(',')->check(CLI::Range(1, bench::kMost));
+  app.add_option("--prompts", prompts_n, "prompts per RL batch (--rl)")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--group", group, "completions per prompt (--rl)")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--max-new", max_new, "new tokens per completion at most (--rl)")
+      ->check(CLI::Range(1, bench::kMost))
+      ->capture_default_str();
+  app.add_option("--domain", domain, "prompts of one domain only (default: the mix)")
+      ->check(CLI::IsMember({"arith", "code"}));
+  app.add_option("--dump-prompts", dump, "write the prompts to this file");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8 or auto")
+      ->check(CLI::IsMember({"bf16", "int8", "auto"}));
+  CLI11_PARSE(app, argc, argv);
+  if (!domain.empty())
+    mix = corpus::Mix::only(corpus::domain_from_name(domain));
+  if (!cpu_kernel.empty())
+    ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(cpu_kernel));
+  if (!draft_weights.empty())
+    set_draft_weights(parse_draft_weights(draft_weights));
   if (!do_sweep && !do_rl)
     do_sweep = do_rl = true;
   const bench::MachineLimits mach = bench::probe_machine(size_t{256} << 20);

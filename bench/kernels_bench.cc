@@ -8,6 +8,7 @@
 // kernel this CPU has against their roofline bound.
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -154,17 +155,13 @@ void proposal_section(int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--cpu-kernel" && i + 1 < argc) {
-      ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(argv[++i]));
-    } else {
-      std::fprintf(stderr, "kernels_bench: unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  std::string cpu_kernel;
+  CLI::App app{"updraft kernels_bench: the CPU kernels against the machine's measured limits"};
+  app.add_flag("--quick", quick, "smaller shapes and fewer rounds");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  CLI11_PARSE(app, argc, argv);
+  if (!cpu_kernel.empty())
+    ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(cpu_kernel));
   std::printf("updraft kernels benchmark (%s)\n", quick ? "quick" : "full");
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, AVX-512 %s, cpu bf16 kernel %s\n", m.threads, m.avx512 ? "yes" : "no",

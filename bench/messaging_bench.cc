@@ -12,11 +12,12 @@
 // of the version is timed apart.
 //
 //   messaging_bench [--workers 4] [--seconds 8] [--tokens 512] [--hidden 1024]
-//                   [--sync both|fsync|os] [--dir /tmp] [--weights-mb 256] [--quick]
+//                   [--sync both|fsync|os] (`--help` lists the options) [--dir /tmp] [--weights-mb 256] [--quick]
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -247,32 +248,29 @@ int main(int argc, char** argv) {
   uint32_t tokens = 512, hidden = 1024, k = 8;
   std::string sync = "both", base = std::filesystem::temp_directory_path().string();
   uint64_t weights_mb = 256;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--workers")
-      workers = std::atoi(next().c_str());
-    else if (a == "--seconds")
-      seconds = std::atof(next().c_str());
-    else if (a == "--tokens")
-      tokens = static_cast<uint32_t>(std::atoi(next().c_str()));
-    else if (a == "--hidden")
-      hidden = static_cast<uint32_t>(std::atoi(next().c_str()));
-    else if (a == "--sync")
-      sync = next();
-    else if (a == "--dir")
-      base = next();
-    else if (a == "--weights-mb")
-      weights_mb = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--quick") {
-      seconds = 2;
-      weights_mb = 32;
-    }
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  bool quick = false;
+  CLI::App app{"updraft messaging_bench: records into the buffer, and the weight link"};
+  app.add_option("--workers", workers, "concurrent senders")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--seconds", seconds, "seconds of sending per setting")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app.add_option("--tokens", tokens, "tokens per record")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--hidden", hidden, "hidden size of the records' aux states")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--sync", sync, "the store's sync policy: fsync, os or both")
+      ->check(CLI::IsMember({"fsync", "os", "both"}))
+      ->capture_default_str();
+  app.add_option("--dir", base, "where the stores and weights go")->capture_default_str();
+  app.add_option("--weights-mb", weights_mb, "size of the weight version sent over the link")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--quick", quick, "2 seconds per setting and 32 MiB of weights");
+  CLI11_PARSE(app, argc, argv);
+  if (quick && app.count("--seconds") == 0)
+    seconds = 2;
+  if (quick && app.count("--weights-mb") == 0)
+    weights_mb = 32;
   const RecordData tmpl = make_template(tokens, hidden, k);
   const size_t encoded = encode_record(tmpl).size();
   std::printf("messaging_bench: %d workers -> 1 buffer over tcp loopback, RocksDB in %s\n", workers, base.c_str());

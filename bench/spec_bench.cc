@@ -146,18 +146,18 @@ int main(int argc, char** argv) {
   int64_t batch = 0;
   std::vector<int64_t> chains;
   std::string cpu_kernel, domain;
-  constexpr int kMost = 1 << 24;  // a bound for counts, so that a word is refused in words
   CLI::App app{
       "updraft spec_bench: speculative against plain decoding, side by side in one run (see the header "
       "of bench/spec_bench.cc)"};
   app.add_flag("--quick", quick, "a smaller random policy and fewer repetitions");
   app.add_flag("--capture-cost", capture_cost, "also time capturing the drafter's training data");
   app.add_flag("--ignore-eos", ignore_eos, "run every sequence to --tokens");
-  app.add_option("--reps", reps, "turns of each arm (default 3 with --model, else 1)")->check(CLI::Range(1, kMost));
+  app.add_option("--reps", reps, "turns of each arm (default 3 with --model, else 1)")
+      ->check(CLI::Range(1, bench::kMost));
   app.add_option("--sequences", sequences, "sequences per batch size (default 32 with --model, else one batch)")
-      ->check(CLI::Range(1, kMost));
-  app.add_option("--tokens", tokens, "new tokens per sequence at most")->check(CLI::Range(1, kMost));
-  app.add_option("--batch", batch, "one batch size instead of 1, 4, 16 and 64")->check(CLI::Range(1, kMost));
+      ->check(CLI::Range(1, bench::kMost));
+  app.add_option("--tokens", tokens, "new tokens per sequence at most")->check(CLI::Range(1, bench::kMost));
+  app.add_option("--batch", batch, "one batch size instead of 1, 4, 16 and 64")->check(CLI::Range(1, bench::kMost));
   app.add_option("--draft", draft_dir, "a trained drafter (EAGLE format; default: random)");
   app.add_option("--model", model_dir, "a policy with its tokenizer (default: a random policy)");
   app.add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
@@ -169,23 +169,24 @@ int main(int argc, char** argv) {
   app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
   app.add_option("--anatomy-rows", anatomy_rows, "print only the round anatomy, verifying these numbers of rows")
       ->delimiter(',')
-      ->check(CLI::Range(1, kMost));
+      ->check(CLI::Range(1, bench::kMost));
   app.add_option("--anatomy-context", anatomy_context, "cached tokens the anatomy's forwards attend to")
-      ->check(CLI::Range(1, kMost));
-  app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8 or both")
-      ->check(CLI::IsMember({"bf16", "int8", "both"}));
+      ->check(CLI::Range(1, bench::kMost));
+  app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8, auto or both")
+      ->check(CLI::IsMember({"bf16", "int8", "auto", "both"}));
   app.add_option("--group", group, "only the group-drafting comparison, groups of N siblings")
-      ->check(CLI::Range(1, kMost));
+      ->check(CLI::Range(1, bench::kMost));
   app.add_option("--suffix-nodes", suffix.max_nodes, "suffix draft nodes a sequence grafts per round at most")
-      ->check(CLI::Range(0, kMost));
+      ->check(CLI::Range(0, bench::kMost));
   app.add_flag("--adaptive", adaptive, "the eagle and merged arms choose the drafter's depth per step");
   app.add_option("--suffix-factor", suffix.spec_factor, "suffix draft nodes per matched token")
       ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--suffix-min-match", suffix.min_match, "the shortest match that drafts")->check(CLI::Range(1, kMost));
+  app.add_option("--suffix-min-match", suffix.min_match, "the shortest match that drafts")
+      ->check(CLI::Range(1, bench::kMost));
   app.add_option("--suffix-min-prob", suffix.min_prob, "the least probability of a suffix candidate")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--warmup-groups", warmup, "untimed groups of other prompts each engine decodes first (--group)")
-      ->check(CLI::Range(0, kMost));
+      ->check(CLI::Range(0, bench::kMost));
   CLI11_PARSE(app, argc, argv);
   if (batch > 0)
     batches = {batch};
