@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "bench/bench_args.h"
@@ -32,8 +33,15 @@ struct Totals {
   SpecStats spec;
 };
 
-// One turn of an arm: every group through one engine, siblings together (live) or one at a time.
-Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
+// One arm's engine for a turn: its own depth chooser, and the totals of its timed groups.
+struct ArmEngine {
+  Arm arm;
+  std::unique_ptr<AdaptiveDepth> chooser;
+  std::unique_ptr<Engine> engine;
+  Totals t;
+};
+
+ArmEngine make_arm(const GroupBenchArgs& a, Arm arm) {
   EngineOptions o;
   o.max_batch = a.group;
   o.kv_cache_bytes = int64_t{1} << 30;
@@ -44,55 +52,79 @@ Totals run_arm(const GroupBenchArgs& a, Arm arm, bool live, int rep) {
     o.suffix.mode = SuffixMode::kBoth;
   }
   const bool eagle = arm == Arm::kEagle || arm == Arm::kMerged;
-  Engine e(*a.model, o, eagle ? a.draft : nullptr);
-  AdaptiveDepth chooser(a.spec);
+  ArmEngine ae{arm,
+               std::make_unique<AdaptiveDepth>(a.spec),
+               std::make_unique<Engine>(*a.model, o, eagle ? a.draft : nullptr),
+               {}};
   if (a.adaptive)
-    e.set_depth_chooser(&chooser);
-  Totals t;
+    ae.engine->set_depth_chooser(ae.chooser.get());
+  return ae;
+}
+
+// Group `g` (prompt index) through one arm's engine, siblings together (live) or one at a time;
+// timed groups add to the arm's totals.
+void run_group(const GroupBenchArgs& a, ArmEngine& ae, int64_t g, bool timed, bool live, int rep) {
+  Engine& e = *ae.engine;
+  const std::vector<int32_t>& prompt = a.prompts[static_cast<size_t>(g) % a.prompts.size()];
+  for (int64_t j = 0; j < a.group;) {
+    const int64_t n = live ? a.group : 1;
+    for (int64_t k = 0; k < n; ++k, ++j) {
+      GenRequest q;
+      q.prompt = prompt;
+      q.params.temperature = a.temperature;
+      q.params.has_seed = true;
+      q.params.seed = static_cast<uint64_t>(1000003 * rep + 1009 * g + j + 1);
+      q.params.max_new_tokens = a.tokens + 1;
+      q.params.ignore_eos = a.ignore_eos;
+      e.submit(q);
+    }
+    e.step();  // prefill and the first token
+    const EngineStats before = e.stats();
+    const double t0 = now_s();
+    while (e.has_work())
+      e.step();
+    if (!timed)
+      continue;
+    Totals& t = ae.t;
+    t.seconds += now_s() - t0;
+    const EngineStats& after = e.stats();
+    t.tokens += after.generated_tokens - before.generated_tokens;
+    t.steps += after.steps - before.steps;
+    t.suffix_seconds += after.suffix_seconds - before.suffix_seconds;
+    t.suffix_nodes += after.suffix_nodes - before.suffix_nodes;
+    t.suffix_steps += after.suffix_steps - before.suffix_steps;
+    t.bar_sum += after.suffix_bar_sum - before.suffix_bar_sum;
+    SpecStats d = after.spec;
+    d.subtract(before.spec);
+    t.spec.merge(d);
+  }
+}
+
+// One turn: an engine per arm, every group through each of them before the next group, the arms'
+// order rotating from group to group, so that a slow spell of the host falls on every arm alike.
+std::vector<Totals> run_turn(const GroupBenchArgs& a, bool live, int rep) {
+  std::vector<ArmEngine> arms;
+  for (Arm arm : kArms)
+    arms.push_back(make_arm(a, arm));
+  const auto n = static_cast<int64_t>(arms.size());
   for (int64_t w = -a.warmup; w < a.groups; ++w) {
     const bool timed = w >= 0;  // warm-up groups take the prompts after the timed ones
     const int64_t g = timed ? w : a.groups + a.warmup + w;
-    const std::vector<int32_t>& prompt = a.prompts[static_cast<size_t>(g) % a.prompts.size()];
-    for (int64_t j = 0; j < a.group;) {
-      const int64_t n = live ? a.group : 1;
-      for (int64_t k = 0; k < n; ++k, ++j) {
-        GenRequest q;
-        q.prompt = prompt;
-        q.params.temperature = a.temperature;
-        q.params.has_seed = true;
-        q.params.seed = static_cast<uint64_t>(1000003 * rep + 1009 * g + j + 1);
-        q.params.max_new_tokens = a.tokens + 1;
-        q.params.ignore_eos = a.ignore_eos;
-        e.submit(q);
-      }
-      e.step();  // prefill and the first token
-      const EngineStats before = e.stats();
-      const double t0 = now_s();
-      while (e.has_work())
-        e.step();
-      if (!timed)
-        continue;
-      t.seconds += now_s() - t0;
-      const EngineStats& after = e.stats();
-      t.tokens += after.generated_tokens - before.generated_tokens;
-      t.steps += after.steps - before.steps;
-      t.suffix_seconds += after.suffix_seconds - before.suffix_seconds;
-      t.suffix_nodes += after.suffix_nodes - before.suffix_nodes;
-      t.suffix_steps += after.suffix_steps - before.suffix_steps;
-      t.bar_sum += after.suffix_bar_sum - before.suffix_bar_sum;
-      SpecStats d = after.spec;
-      d.subtract(before.spec);
-      t.spec.merge(d);
-    }
+    for (int64_t k = 0; k < n; ++k)
+      run_group(a, arms[static_cast<size_t>((k + g + rep) % n)], g, timed, live, rep);
   }
-  return t;
+  std::vector<Totals> out;
+  for (const ArmEngine& ae : arms)
+    out.push_back(ae.t);
+  return out;
 }
 
 void print_layout(const GroupBenchArgs& a, bool live) {
   Totals tot[4];
-  for (int rep = 0; rep < a.reps; ++rep)
+  for (int rep = 0; rep < a.reps; ++rep) {
+    const std::vector<Totals> turn = run_turn(a, live, rep);
     for (Arm arm : kArms) {
-      const Totals t = run_arm(a, arm, live, rep);
+      const Totals& t = turn[static_cast<size_t>(arm)];
       Totals& s = tot[static_cast<int>(arm)];
       s.seconds += t.seconds;
       s.suffix_seconds += t.suffix_seconds;
@@ -103,6 +135,7 @@ void print_layout(const GroupBenchArgs& a, bool live) {
       s.bar_sum += t.bar_sum;
       s.spec.merge(t.spec);
     }
+  }
   std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
               live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
   std::printf("  %-12s %9s %7s %6s %22s %9s %12s %6s\n", "arm", "t/s", "ratio", "tau", "accepted/round e|g|h",

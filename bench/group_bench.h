@@ -2,9 +2,12 @@
 // siblings (N seeded samples of one prompt), decoded plainly, with the drafter alone, with suffix
 // drafts alone (rollout/spec/suffix_drafts.h) and with both merged into one tree. Two layouts:
 // live (a group's siblings decode together, a batch of N) and one at a time (batch 1, each
-// sibling after the one before, so only the history can help). Arms take turns `reps` times in
-// one engine each per turn (the history builds up over the groups, as in a worker); figures are
-// totals over the turns, timed after each group's prefill. With adaptive, the drafter's depth (0:
+// sibling after the one before, so only the history can help). Each of `reps` turns builds one
+// engine per arm and runs every group through all four before the next group, the arms' order
+// rotating from group to group, so that a slow spell of the shared host (seen: plain decoding at
+// half speed for seconds) falls on every arm alike rather than on the one whose turn it was; the
+// history builds up over the groups, as in a worker. Figures are totals over the turns, timed
+// after each group's prefill. With adaptive, the drafter's depth (0:
 // none) is chosen per step by AdaptiveDepth in the eagle and merged arms. Before its timed groups
 // each engine decodes `warmup` untimed groups of other prompts in the same layout, as a worker
 // that has served before: the depth chooser and the suffix gate start from what they measured
