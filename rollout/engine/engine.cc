@@ -144,9 +144,10 @@ std::vector<GenResult> Engine::step() {
   const StepPlan plan = scheduler_.schedule(admission_open_, index);
   if (plan.entries.empty())
     return finish(index);
-  const bool grafted = wants_suffix(plan);
   std::vector<SuffixFound> found;
-  const int suffix = grafted ? look_up_suffix(plan, found) : DepthChooser::kNoSuffix;
+  bool gated = false;
+  const int suffix = plan_suffix(plan, found, gated);
+  const bool grafted = suffix != DepthChooser::kNoSuffix;
   const int64_t depth = choose_depth(plan, suffix);
   Drafted drafted = draft(plan, depth);
   if (grafted) {  // nodes that pay for their rows at this batch and depth (DepthChooser::row_worth)
@@ -176,7 +177,8 @@ std::vector<GenResult> Engine::step() {
   stream(plan, committed, index);
   const double seconds = seconds_since(t0);
   account(plan, committed, run, depth, drafted, seconds, suffix);
-  observe_suffix(plan, committed, run, seconds, grafted);
+  if (gated)
+    observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
     steps_since_cold_ = 0;

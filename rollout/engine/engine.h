@@ -163,7 +163,11 @@ class Engine {
   };
   int64_t choose_depth(const StepPlan& plan, int suffix);
   Drafted draft(const StepPlan& plan, int64_t depth);
-  bool wants_suffix(const StepPlan& plan);  // whether the step grafts suffix drafts (the gate's choice)
+  // The step's suffix class (DepthChooser) if it grafts suffix drafts, else kNoSuffix; `found`: the
+  // candidates by entry. A step whose lookups found none grafts none without asking the gate (its
+  // cost is any plain or drafter step's); one that found some grafts them if the gate chooses to
+  // (gated: the gate was asked, and observes the step).
+  int plan_suffix(const StepPlan& plan, std::vector<SuffixFound>& found, bool& gated);
   // The suffix indexes' candidates for each entry that grafts (found, by entry), and the step's
   // suffix class (DepthChooser).
   int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);

@@ -1,4 +1,4 @@
-// Engine::wants_suffix, look_up_suffix, graft_suffix and observe_suffix: suffix drafts in a step
+// Engine::plan_suffix, look_up_suffix, graft_suffix and observe_suffix: suffix drafts in a step
 // (rollout/engine/engine.h, rollout/spec/suffix_drafts.h, rollout/spec/suffix_gate.h).
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,15 @@
 
 namespace updraft {
 
-bool Engine::wants_suffix(const StepPlan& plan) {
-  return suffix_.options().on() && plan.decoding > 0 && (!suffix_gate_ || suffix_gate_->choose(plan.decoding));
+int Engine::plan_suffix(const StepPlan& plan, std::vector<SuffixFound>& found, bool& gated) {
+  gated = false;
+  if (!suffix_.options().on() || plan.decoding == 0)
+    return DepthChooser::kNoSuffix;
+  const int suffix = look_up_suffix(plan, found);
+  if (suffix == 0)  // nothing to graft: a step like any without suffix drafts
+    return DepthChooser::kNoSuffix;
+  gated = suffix_gate_ != nullptr;
+  return !gated || suffix_gate_->choose(plan.decoding) ? suffix : DepthChooser::kNoSuffix;
 }
 
 int Engine::look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found) {

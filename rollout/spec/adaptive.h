@@ -126,7 +126,8 @@ class DepthChooser {
   virtual ~DepthChooser() = default;
   // Suffix classes: how deep the step's suffix drafts reach, found before the depth is chosen (the
   // mean over its sequences of the deepest candidate's depth): none, shallower than the drafter's
-  // full depth, or at least as deep. kNoSuffix: the step grafts none.
+  // full depth, or at least as deep. kNoSuffix: the step grafts none (the engine passes it, not
+  // class 0, for a step whose lookups found nothing: such a step is like any other).
   static constexpr int kNoSuffix = -1, kSuffixClasses = 3;
   // For a step with `batch` decoding sequences, `backlog` committed pairs of which the drafter
   // would absorb first if the step speculated (beyond the previous step's), grafting suffix drafts

@@ -3,6 +3,11 @@
 // one more row to verify: at batch 1 on a memory-bound machine that is nearly free, at a large
 // batch it costs about what a token costs, so they pay only where they are accepted often enough.
 //
+// Asked only for steps whose lookups found candidates (the engine looks them up first: under 1%
+// of a plain step): a step with nothing to graft is any other step, and counting it in the "on"
+// arm priced grafting by the text that had no match (the first sibling of a group) and turned it
+// off for the siblings after it, which match far ahead.
+//
 // Model. Per batch bucket (AdaptiveDepth::bucket: 1, 2-3, 4-7, ..., 64+) and arm (off, on), an
 // EMA of the step's throughput per decoding sequence: tokens the decoding sequences emitted over
 // the step's seconds (less the prefill rows' share), over the batch. Cold steps (StepSample::cold)

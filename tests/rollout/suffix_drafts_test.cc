@@ -7,7 +7,6 @@
 //    suffix drafts alone and merged with the drafter's chain or tree, requests joining in waves;
 //  - the engine, temperature > 0: merged trees (point-mass suffix candidates beside the drafter's)
 //    fit the policy's exact joint distribution of two tokens; the NoResidual control must fail;
-//  - the gate: the faster arm per live batch, the other explored in at most 5% of steps;
 //  - accounting: counts by source add up; probes get no suffix drafts; the chooser's runs.
 #include "rollout/spec/suffix_drafts.h"
 
@@ -21,7 +20,6 @@
 #include "rollout/capture/record_convert.h"
 #include "rollout/engine/commit.h"
 #include "rollout/engine/engine.h"
-#include "rollout/spec/suffix_gate.h"
 #include "tests/rollout/chi2.h"
 #include "tests/rollout/random_depth.h"
 #include "tests/rollout/spec_fixture.h"
@@ -164,31 +162,6 @@ TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
   ASSERT_GT(d.graft(5, {1, 2, 3}, 1, h), 0);
   EXPECT_EQ(h.tokens[1], 8);
   EXPECT_EQ(h.source_of(1), DraftSource::kHistory);
-}
-
-// The gate: each arm measured first, then the faster one, the other explored in <= 5% of steps;
-// buckets learn apart (suffix drafts pay at batch 1 and cost at batch 64 here).
-TEST(SuffixGateTest, RunsTheFasterArmPerBatchAndExploresLittle) {
-  SuffixGate g;
-  int64_t on1 = 0, on64 = 0;
-  const int64_t steps = 2000;
-  for (int64_t i = 0; i < steps; ++i) {
-    const bool a = g.choose(1);
-    on1 += a;
-    g.observe(1, a, a ? 3 : 1, 0.001 * (a ? 1.2 : 1.0), false);  // on: 2.5x the tokens/s
-    const bool b = g.choose(64);
-    on64 += b;
-    g.observe(64, b, 64 * (b ? 1.3 : 1.0), 0.01 * (b ? 1.6 : 1.0), false);  // on: 0.81x
-  }
-  EXPECT_GE(on1, steps * 94 / 100);
-  EXPECT_LE(on64, steps * 6 / 100);
-  EXPECT_GE(on64, steps * 4 / 100) << "the slower arm was not explored";
-  EXPECT_TRUE(g.snapshot().on[0]);
-  EXPECT_FALSE(g.snapshot().on[6]);
-  // Cold steps teach nothing.
-  SuffixGate c;
-  c.observe(1, true, 100, 0.001, true);
-  EXPECT_EQ(c.snapshot().arms[0][1].samples, 0);
 }
 
 using SuffixEngine = testing_spec::SpecFixture;

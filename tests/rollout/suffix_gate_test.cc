@@ -1,0 +1,71 @@
+// The suffix gate (rollout/spec/suffix_gate.h) alone and in the engine:
+//  - the faster arm per live batch, the other explored in at most 5% of steps;
+//  - in the engine: a step whose lookups found nothing does not ask it (nor graft, nor count as a
+//    suffix step).
+#include "rollout/spec/suffix_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "rollout/engine/engine.h"
+#include "tests/rollout/spec_fixture.h"
+
+namespace updraft {
+namespace {
+
+// The gate: each arm measured first, then the faster one, the other explored in <= 5% of steps;
+// buckets learn apart (suffix drafts pay at batch 1 and cost at batch 64 here).
+TEST(SuffixGateTest, RunsTheFasterArmPerBatchAndExploresLittle) {
+  SuffixGate g;
+  int64_t on1 = 0, on64 = 0;
+  const int64_t steps = 2000;
+  for (int64_t i = 0; i < steps; ++i) {
+    const bool a = g.choose(1);
+    on1 += a;
+    g.observe(1, a, a ? 3 : 1, 0.001 * (a ? 1.2 : 1.0), false);  // on: 2.5x the tokens/s
+    const bool b = g.choose(64);
+    on64 += b;
+    g.observe(64, b, 64 * (b ? 1.3 : 1.0), 0.01 * (b ? 1.6 : 1.0), false);  // on: 0.81x
+  }
+  EXPECT_GE(on1, steps * 94 / 100);
+  EXPECT_LE(on64, steps * 6 / 100);
+  EXPECT_GE(on64, steps * 4 / 100) << "the slower arm was not explored";
+  EXPECT_TRUE(g.snapshot().on[0]);
+  EXPECT_FALSE(g.snapshot().on[6]);
+  // Cold steps teach nothing.
+  SuffixGate c;
+  c.observe(1, true, 100, 0.001, true);
+  EXPECT_EQ(c.snapshot().arms[0][1].samples, 0);
+}
+
+using SuffixEngine = testing_spec::SpecFixture;
+
+// With the history alone, a first request finds nothing to draft from: its steps are the
+// drafter's, and the gate, which weighs grafting steps against the others, never hears of them.
+// Its completion then drafts for a second request with the same prompt, whose steps ask the gate.
+TEST_F(SuffixEngine, StepsThatFindNoCandidatesLeaveTheGateOut) {
+  EngineOptions o;
+  o.kv_cache_bytes = 64 << 20;
+  o.suffix.mode = SuffixMode::kHistory;
+  o.suffix.min_match = 2;
+  o.suffix.gate = true;
+  o.spec = SpecSettings{4, 1, 5};
+  Engine e(*model_, o, draft_.get());
+  ASSERT_NE(e.suffix_gate(), nullptr);
+  const std::vector<int32_t> prompt = testing_spec::pattern_prompt(1, 6, cfg_.vocab_size);
+  e.submit(req(prompt, 0.f, 24, 0));
+  e.run();
+  EXPECT_EQ(e.suffix_gate()->snapshot().steps, 0) << "a step with nothing to graft asked the gate";
+  EXPECT_EQ(e.stats().suffix_steps, 0);
+  EXPECT_GT(e.stats().spec.rounds, 0) << "the drafter did not run";
+  e.submit(req(prompt, 0.f, 24, 0));
+  e.run();
+  const int64_t asked = e.suffix_gate()->snapshot().steps;
+  EXPECT_GT(asked, 0) << "the history never matched the repeated prompt";
+  EXPECT_GT(e.stats().suffix_steps, 0) << "the gate's first answer is yes, and it was never given";
+  EXPECT_LE(e.stats().suffix_steps, asked) << "a step grafted without asking the gate";
+}
+
+}  // namespace
+}  // namespace updraft
