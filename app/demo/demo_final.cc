@@ -19,7 +19,7 @@ namespace {
 void trainer_contention(std::vector<std::unique_ptr<Worker>>& workers, const std::vector<GenRequest>& reqs,
                         const DraftModel& drafter, const DraftTarget& target, const ReferenceData& data,
                         const train::OnlineTrainerOptions& to, Summary& sum) {
-  const Phase alone1 = run_phase(workers, reqs, GenMode::kPlain, 1);
+  const Phase alone1 = run_phase(workers, reqs, GenMode::kPlain, 1, 0);
   std::atomic<bool> done{false};
   std::atomic<int64_t> trained{0};
   std::exception_ptr error;
@@ -44,13 +44,13 @@ void trainer_contention(std::vector<std::unique_ptr<Worker>>& workers, const std
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the trainer is computing
   const int64_t trained0 = trained.load();
-  const Phase beside = run_phase(workers, reqs, GenMode::kPlain, 1);
+  const Phase beside = run_phase(workers, reqs, GenMode::kPlain, 1, 0);
   const int64_t trained_beside = trained.load() - trained0;
   done = true;
   trainer.join();
   if (error)
     std::rethrow_exception(error);
-  const Phase alone2 = run_phase(workers, reqs, GenMode::kPlain, 1);
+  const Phase alone2 = run_phase(workers, reqs, GenMode::kPlain, 1, 0);
   sum.plain_tps_trainer_paused = static_cast<double>(alone1.tokens + alone2.tokens) / (alone1.seconds + alone2.seconds);
   sum.plain_tps_trainer_running = static_cast<double>(beside.tokens) / beside.seconds;
   spdlog::info(

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "app/demo/demo_run.h"
@@ -10,6 +11,18 @@
 
 namespace updraft::demo {
 
+namespace {
+
+// Requests a worker takes at a time (run_phase): whole groups, as many as its engine decodes at
+// once; 0 (a fixed split) where it decodes its whole share at once.
+size_t pull_of(int64_t worker_batch, size_t group) {
+  return worker_batch == 0
+             ? 0
+             : group * static_cast<size_t>(std::max<int64_t>(1, worker_batch / static_cast<int64_t>(group)));
+}
+
+}  // namespace
+
 // The three runs of the step's requests on one policy version (the trainer paused), in an order
 // that rotates every step so that no mode always runs first after the update (cold caches).
 void DemoRun::generate(int64_t s, const std::vector<GenRequest>& reqs, StepRecord& rec, Phase& online, Phase& plain) {
@@ -19,14 +32,15 @@ void DemoRun::generate(int64_t s, const std::vector<GenRequest>& reqs, StepRecor
   Phase* phases[3] = {&online, &frozen, &plain};
   for (int64_t k = 0; k < 3; ++k) {
     const int64_t m = (k + s) % 3;
-    *phases[m] = run_phase(workers_, reqs, modes[m], static_cast<size_t>(o_.group));
+    *phases[m] = run_phase(workers_, reqs, modes[m], static_cast<size_t>(o_.group),
+                           pull_of(o_.worker_batch, static_cast<size_t>(o_.group)));
   }
   // The online drafter's acceptance at the full settings, as the frozen one's is measured (the
   // adaptive depths of the online run change where rounds start): every fourth request again.
   std::vector<GenRequest> every4;
   for (size_t i = 0; i < reqs.size(); i += 4)
     every4.push_back(reqs[i]);
-  const Phase full = run_phase(workers_, every4, GenMode::kFull, 1);
+  const Phase full = run_phase(workers_, every4, GenMode::kFull, 1, pull_of(o_.worker_batch, 1));
   rec.policy_version = online.batches[0].policy_version;
   rec.drafter_version = online.drafter_version;
   rec.domain = s < schedule_.switch_step ? schedule_.first_name : schedule_.second_name;

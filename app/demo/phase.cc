@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <thread>
@@ -20,15 +21,43 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+namespace {
+
+// A pull's report joined to what the worker ran before it (the pulls of one worker run in turn).
+void add_pull(BatchReport& into, BatchReport&& r) {
+  const auto n0 = static_cast<double>(into.completions.size()), n1 = static_cast<double>(r.completions.size());
+  into.mean_depth = n0 + n1 > 0 ? (into.mean_depth * n0 + r.mean_depth * n1) / (n0 + n1) : 0.0;
+  into.mode = r.mode;
+  into.policy_version = r.policy_version;
+  into.drafter_version = r.drafter_version;  // serving when its last completion finished
+  into.spec.merge(r.spec);
+  into.probe_spec.merge(r.probe_spec);
+  into.generated_tokens += r.generated_tokens;
+  into.generate_seconds += r.generate_seconds;
+  into.speculated += r.speculated;
+  for (Completion& c : r.completions)
+    into.completions.push_back(std::move(c));
+}
+
+// The pulls of a phase: request indices, whole groups; with pull 0, worker w's fixed share is pull w.
+std::vector<std::vector<size_t>> make_pulls(size_t n, size_t W, size_t group, size_t pull) {
+  std::vector<std::vector<size_t>> pulls(pull == 0 ? W : (n + pull - 1) / pull);
+  for (size_t i = 0; i < n; ++i)
+    pulls[pull == 0 ? (i / group) % W : i / pull].push_back(i);
+  return pulls;
+}
+
+}  // namespace
+
 Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector<GenRequest>& reqs, GenMode mode,
-                size_t group) {
+                size_t group, size_t pull) {
+  UPD_CHECK(group >= 1 && pull % group == 0)
+      << "run_phase: a pull of " << pull << " requests splits groups of " << group;
   const size_t W = workers.size();
-  auto worker_of = [&](size_t i) { return (i / group) % W; };
+  const std::vector<std::vector<size_t>> pulls = make_pulls(reqs.size(), W, group, pull);
   Phase ph;
   ph.batches.resize(W);
-  std::vector<std::vector<GenRequest>> parts(W);
-  for (size_t i = 0; i < reqs.size(); ++i)
-    parts[worker_of(i)].push_back(reqs[i]);
+  std::vector<std::pair<size_t, size_t>> where(reqs.size());  // request i: (worker, completion)
   std::vector<std::exception_ptr> errors(W);
   release_cpu_team();  // this thread only waits now: its CPU team must not slow the workers'
   auto stalls = [&](int64_t& steps, double& seconds) {
@@ -43,14 +72,25 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
   int64_t stall_steps0 = 0;
   double stall_seconds0 = 0;
   stalls(stall_steps0, stall_seconds0);
+  std::atomic<size_t> next{0};
   const auto t0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;
   for (size_t w = 0; w < W; ++w)
     threads.emplace_back([&, w] {
       try {
-        if (!parts[w].empty())
-          ph.batches[w] = workers[w]->generate(parts[w], mode);
+        // Fixed shares: worker w's own pull only; else the next pull not yet taken, until none is left.
+        auto take = [&](bool first) { return pull == 0 ? (first ? w : pulls.size()) : next++; };
+        for (size_t p = take(true); p < pulls.size(); p = take(false)) {
+          if (pulls[p].empty())
+            continue;
+          std::vector<GenRequest> part;
+          for (size_t i : pulls[p]) {
+            where[i] = {w, ph.batches[w].completions.size() + part.size()};
+            part.push_back(reqs[i]);
+          }
+          add_pull(ph.batches[w], workers[w]->generate(part, mode));
+        }
       } catch (...) {
         errors[w] = std::current_exception();
       }
@@ -67,15 +107,17 @@ Phase run_phase(std::vector<std::unique_ptr<Worker>>& workers, const std::vector
     if (e)
       std::rethrow_exception(e);
   ph.ordered.resize(reqs.size());
-  std::vector<size_t> next(W, 0);
   for (size_t i = 0; i < reqs.size(); ++i)
-    ph.ordered[i] = &ph.batches[worker_of(i)].completions[next[worker_of(i)]++];
+    ph.ordered[i] = &ph.batches[where[i].first].completions[where[i].second];
   for (const BatchReport& b : ph.batches) {
     ph.spec.merge(b.spec);
     ph.probe_spec.merge(b.probe_spec);
     ph.tokens += b.generated_tokens;
     ph.drafter_version = std::max(ph.drafter_version, b.drafter_version);
   }
+  for (BatchReport& b : ph.batches)  // a worker that took no pull reports the phase's policy
+    if (b.completions.empty() && !reqs.empty())
+      b.policy_version = ph.batches[where[0].first].policy_version;
   return ph;
 }
 
