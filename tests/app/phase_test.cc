@@ -84,19 +84,23 @@ TEST(DemoPhase, PullsOfWholeGroupsReturnEveryCompletionAtItsIndex) {
       EXPECT_EQ(c->result.tokens, want[i].tokens) << "pull " << pull << ", request " << i;
       tokens += static_cast<int64_t>(c->result.tokens.size());
       used.insert(worker_of(ph, c));
-      if (i % group > 0)
+      if (i % group > 0) {
         EXPECT_EQ(worker_of(ph, c), worker_of(ph, ph.ordered[i - 1])) << "pull " << pull << ": a group was split";
-      if (pull == 0)
+      }
+      if (pull == 0) {
         EXPECT_EQ(worker_of(ph, c), (i / group) % 2) << "the fixed split moved request " << i;
+      }
     }
     EXPECT_EQ(ph.tokens, tokens);
-    if (pull == 0)
+    if (pull == 0) {
       EXPECT_EQ(used.size(), 2u) << "the fixed split left a worker idle";
+    }
     // A worker runs its pulls in the order it takes them: its completions in request order.
     for (size_t i = 1; i < reqs.size(); ++i)
       for (size_t j = 0; j < i; ++j)
-        if (worker_of(ph, ph.ordered[j]) == worker_of(ph, ph.ordered[i]))
+        if (worker_of(ph, ph.ordered[j]) == worker_of(ph, ph.ordered[i])) {
           EXPECT_LT(ph.ordered[j], ph.ordered[i]) << "pull " << pull << ": requests " << j << " and " << i;
+        }
     for (const BatchReport& b : ph.batches)
       EXPECT_EQ(b.policy_version, 1u);
   }
