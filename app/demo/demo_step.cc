@@ -1,6 +1,5 @@
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <thread>
 
 #include "app/demo/demo_run.h"
@@ -13,12 +12,12 @@ namespace updraft::demo {
 
 namespace {
 
-// Requests a worker takes at a time (run_phase): whole groups, as many as its engine decodes at
-// once; 0 (a fixed split) where it decodes its whole share at once.
+// Requests a worker takes at a time (run_phase): the fewest whole groups that fill its engine's
+// batch (a batch of 6 and groups of 4: two groups, so that six decode at once); 0 (a fixed split)
+// where it decodes its whole share at once.
 size_t pull_of(int64_t worker_batch, size_t group) {
-  return worker_batch == 0
-             ? 0
-             : group * static_cast<size_t>(std::max<int64_t>(1, worker_batch / static_cast<int64_t>(group)));
+  const auto g = static_cast<int64_t>(group);
+  return worker_batch == 0 ? 0 : group * static_cast<size_t>((worker_batch + g - 1) / g);
 }
 
 }  // namespace
