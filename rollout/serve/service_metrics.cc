@@ -179,7 +179,8 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
     for (size_t b = 0; b < g.on.size(); ++b)
       sample(os, "updraft_suffix_gate_on", "batch=\"" + std::to_string(int64_t{1} << b) + "\"", g.on[b] ? 1.0 : 0.0);
     family(os, "updraft_suffix_gate_tokens_per_second", "gauge",
-           "measured tokens/s per decoding sequence without and with suffix drafts, by live-batch bucket");
+           "measured tokens/s per decoding sequence without and with suffix drafts, by live-batch bucket, over "
+           "the steps whose lookups found candidates");
     for (size_t b = 0; b < g.arms.size(); ++b)
       for (int on = 0; on < 2; ++on)
         sample(os, "updraft_suffix_gate_tokens_per_second",
