@@ -10,12 +10,15 @@ namespace updraft {
 
 SuffixGate::SuffixGate(const SuffixGateOptions& o) : o_(o) {
   UPD_REQUIRE(o.explore_share > 0 && o.explore_share <= 0.5 && o.ema > 0 && o.ema <= 1 && o.hysteresis >= 0 &&
-              o.min_samples >= 1)
-      << "suffix gate: explore_share in (0, 0.5], ema in (0, 1], hysteresis >= 0 and min_samples >= 1";
+              o.min_samples >= 1 && o.min_batch >= 1)
+      << "suffix gate: explore_share in (0, 0.5], ema in (0, 1], hysteresis >= 0, min_samples >= 1 and "
+         "min_batch >= 1";
   s_.on.fill(true);
 }
 
 bool SuffixGate::choose(int64_t batch) {
+  if (batch < o_.min_batch)
+    return true;
   const int b = AdaptiveDepth::bucket(batch);
   const auto& arm = s_.arms[static_cast<size_t>(b)];
   ++s_.steps;
@@ -35,7 +38,7 @@ bool SuffixGate::choose(int64_t batch) {
 }
 
 void SuffixGate::observe(int64_t batch, bool on, int64_t tokens, double seconds, bool cold) {
-  if (batch <= 0 || seconds <= 0 || cold)
+  if (batch < o_.min_batch || seconds <= 0 || cold)
     return;
   Arm& a = s_.arms[static_cast<size_t>(AdaptiveDepth::bucket(batch))][on ? 1 : 0];
   const double rate = static_cast<double>(tokens) / seconds / static_cast<double>(batch);

@@ -27,6 +27,17 @@
 namespace updraft {
 
 struct SuffixGateOptions {
+  // The least live batch the gate decides for. Below it every step with candidates grafts them,
+  // each node priced by the depth chooser's bar (DepthChooser::row_worth): a verification row
+  // costs a few percent of a batch-1 step, and the gate's own measurements there are of a depth
+  // chooser still learning which depth suits grafting steps (a step of the "on" arm measured
+  // early ran deep trees plus grafts), so it turned grafting off where it paid and, exploring one
+  // step in 20, left the chooser too few grafting steps to learn from. Session 32's group
+  // benchmark, one sibling at a time, merged / EAGLE-only with the gate at batch 1 and without:
+  // groups of 4 1.00 and 1.12-1.14 (int8 drafter), 1.06-1.13 and 1.12-1.26 (bf16); groups of 8
+  // 1.17-1.29 and 1.20-1.24 (int8), 1.22-1.29 and 1.30 (bf16). At batches of 4 and 8 the gate
+  // keeps merged at parity with the drafter alone, where grafting on every step costs 10-20%.
+  int64_t min_batch = 2;
   double explore_share = 0.05;
   double ema = 0.05;  // weight of the newest step in an arm's estimate
   double hysteresis = 0.03;
@@ -38,7 +49,7 @@ class SuffixGate {
   static constexpr int kBuckets = 7;
   explicit SuffixGate(const SuffixGateOptions& o = {});
 
-  bool choose(int64_t batch);
+  bool choose(int64_t batch);  // true below min_batch (such steps are not counted)
   // A step with `batch` decoding sequences that ran with suffix drafts `on` and emitted `tokens`
   // from them in `seconds`.
   void observe(int64_t batch, bool on, int64_t tokens, double seconds, bool cold);

@@ -15,35 +15,61 @@ namespace updraft {
 namespace {
 
 // The gate: each arm measured first, then the faster one, the other explored in <= 5% of steps;
-// buckets learn apart (suffix drafts pay at batch 1 and cost at batch 64 here).
+// buckets learn apart (suffix drafts pay at batch 2 and cost at batch 64 here). Below min_batch
+// (2 by default) every step grafts and none is counted.
 TEST(SuffixGateTest, RunsTheFasterArmPerBatchAndExploresLittle) {
   SuffixGate g;
-  int64_t on1 = 0, on64 = 0;
+  int64_t on2 = 0, on64 = 0;
   const int64_t steps = 2000;
   for (int64_t i = 0; i < steps; ++i) {
-    const bool a = g.choose(1);
-    on1 += a;
-    g.observe(1, a, a ? 3 : 1, 0.001 * (a ? 1.2 : 1.0), false);  // on: 2.5x the tokens/s
+    const bool a = g.choose(2);
+    on2 += a;
+    g.observe(2, a, a ? 6 : 2, 0.001 * (a ? 1.2 : 1.0), false);  // on: 2.5x the tokens/s
     const bool b = g.choose(64);
     on64 += b;
     g.observe(64, b, 64 * (b ? 1.3 : 1.0), 0.01 * (b ? 1.6 : 1.0), false);  // on: 0.81x
   }
-  EXPECT_GE(on1, steps * 94 / 100);
+  EXPECT_GE(on2, steps * 94 / 100);
   EXPECT_LE(on64, steps * 6 / 100);
   EXPECT_GE(on64, steps * 4 / 100) << "the slower arm was not explored";
-  EXPECT_TRUE(g.snapshot().on[0]);
+  EXPECT_TRUE(g.snapshot().on[1]);
   EXPECT_FALSE(g.snapshot().on[6]);
+  EXPECT_EQ(g.snapshot().steps, 2 * steps);
   // Cold steps teach nothing.
   SuffixGate c;
-  c.observe(1, true, 100, 0.001, true);
-  EXPECT_EQ(c.snapshot().arms[0][1].samples, 0);
+  c.observe(4, true, 100, 0.001, true);
+  EXPECT_EQ(c.snapshot().arms[2][1].samples, 0);
+  // Batch 1: always on, uncounted, even where the "off" arm measures faster; with min_batch 1 the
+  // gate decides there too.
+  for (const int64_t min_batch : {2, 1}) {
+    SuffixGateOptions o;
+    o.min_batch = min_batch;
+    SuffixGate one(o);
+    int64_t on1 = 0;
+    for (int64_t i = 0; i < steps; ++i) {
+      const bool a = one.choose(1);
+      on1 += a;
+      one.observe(1, a, 1, 0.001 * (a ? 1.6 : 1.0), false);  // on: 0.63x
+    }
+    if (min_batch == 2) {
+      EXPECT_EQ(on1, steps);
+      EXPECT_EQ(one.snapshot().steps, 0);
+      EXPECT_EQ(one.snapshot().arms[0][1].samples, 0);
+    } else {
+      EXPECT_LE(on1, steps * 6 / 100);
+    }
+  }
+  SuffixGateOptions bad;
+  bad.min_batch = 0;
+  EXPECT_THROW(SuffixGate{bad}, Error);
 }
 
 using SuffixEngine = testing_spec::SpecFixture;
 
-// With the history alone, a first request finds nothing to draft from: its steps are the
+// With the history alone, a first wave of requests finds nothing to draft from: its steps are the
 // drafter's, and the gate, which weighs grafting steps against the others, never hears of them.
-// Its completion then drafts for a second request with the same prompt, whose steps ask the gate.
+// Their completions then draft for a second wave with the same prompts, whose steps ask the gate
+// (two requests at a time: the gate leaves batch 1 to always graft).
 TEST_F(SuffixEngine, StepsThatFindNoCandidatesLeaveTheGateOut) {
   EngineOptions o;
   o.kv_cache_bytes = 64 << 20;
@@ -53,16 +79,21 @@ TEST_F(SuffixEngine, StepsThatFindNoCandidatesLeaveTheGateOut) {
   o.spec = SpecSettings{4, 1, 5};
   Engine e(*model_, o, draft_.get());
   ASSERT_NE(e.suffix_gate(), nullptr);
-  const std::vector<int32_t> prompt = testing_spec::pattern_prompt(1, 6, cfg_.vocab_size);
-  e.submit(req(prompt, 0.f, 24, 0));
-  e.run();
+  auto wave = [&] {
+    for (int p = 0; p < 2; ++p) {
+      GenRequest r = req(testing_spec::pattern_prompt(1 + p, 6, cfg_.vocab_size), 0.f, 24, 0);
+      r.params.ignore_eos = true;
+      e.submit(r);
+    }
+    e.run();
+  };
+  wave();
   EXPECT_EQ(e.suffix_gate()->snapshot().steps, 0) << "a step with nothing to graft asked the gate";
   EXPECT_EQ(e.stats().suffix_steps, 0);
   EXPECT_GT(e.stats().spec.rounds, 0) << "the drafter did not run";
-  e.submit(req(prompt, 0.f, 24, 0));
-  e.run();
+  wave();
   const int64_t asked = e.suffix_gate()->snapshot().steps;
-  EXPECT_GT(asked, 0) << "the history never matched the repeated prompt";
+  EXPECT_GT(asked, 0) << "the history never matched the repeated prompts";
   EXPECT_GT(e.stats().suffix_steps, 0) << "the gate's first answer is yes, and it was never given";
   EXPECT_LE(e.stats().suffix_steps, asked) << "a step grafted without asking the gate";
 }
