@@ -14,12 +14,7 @@
 // --temperature T samples (seeded per sequence) instead of greedy decoding; --domain arith|code
 // takes the prompts of one domain only (default: the mix).
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
-// depths: how the best depth moves with the drafter's acceptance.
-//
-// `spec_bench --help` lists every option (CLI11). usage: spec_bench [--quick] [--capture-cost] [--tokens N] [--batch B]
-// [--sequences S] [--reps R] [--ignore-eos]
-//                   [--draft DIR] [--model DIR] [--temperature T] [--domain D] [--chains D1,D2,..]
-//                   [--cpu-kernel auto|portable|fma|dot|amx] [--anatomy-rows 2,3,5] [--anatomy-context 64]
+// depths: how the best depth moves with the drafter's acceptance. `spec_bench --help` lists all.
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
 // --draft-weights bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8); both
@@ -29,8 +24,8 @@
 // --suffix-nodes K nodes (default 16) with candidates at --suffix-min-prob P or more (default 0.2),
 // --suffix-factor F nodes per matched token (default 2) and --suffix-min-match M (default 3);
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
-// decodes --warmup-groups W untimed groups of other prompts (default: as many as it times).
-// --warmup-groups applies to --group only.
+// decodes --warmup-groups W untimed groups of other prompts (default: as many as it times);
+// --device cuda runs them on the GPU (bf16 weights and activations). The rest is CPU-only.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -145,7 +140,7 @@ int main(int argc, char** argv) {
       {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
   int64_t batch = 0;
   std::vector<int64_t> chains;
-  std::string cpu_kernel, domain;
+  std::string cpu_kernel, domain, device = "cpu";
   CLI::App app{
       "updraft spec_bench: speculative against plain decoding, side by side in one run (see the header "
       "of bench/spec_bench.cc)"};
@@ -187,6 +182,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--warmup-groups", warmup, "untimed groups of other prompts each engine decodes first (--group)")
       ->check(CLI::Range(0, bench::kMost));
+  app.add_option("--device", device, "cpu or cuda: where the policy and the drafter run")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (batch > 0)
     batches = {batch};
@@ -199,9 +197,13 @@ int main(int argc, char** argv) {
     for (int64_t d : chains)
       settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
   }
-
-  if (warmup >= 0 && group == 0) {
-    std::fprintf(stderr, "spec_bench: --warmup-groups applies to --group only\n");
+  const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
+  const char* bad = warmup >= 0 && group == 0 ? "--warmup-groups applies to --group only"
+                    : dev == Device::CUDA && (group == 0 || draft_weights != "bf16" || !cuda_available())
+                        ? "--device cuda needs --group, --draft-weights bf16 and a usable CUDA device"
+                        : nullptr;
+  if (bad) {
+    std::fprintf(stderr, "spec_bench: %s\n", bad);
     return 2;
   }
   parse_draft_weights(draft_weights == "both" ? "int8" : draft_weights);  // Error for a bad name or no tiles
@@ -209,8 +211,9 @@ int main(int argc, char** argv) {
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
               m.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
-  PolicyModel model = model_dir.empty() ? random_policy(bench::bench_policy_config(quick), 1, DType::BF16)
-                                        : PolicyModel::load(model_dir);
+  PolicyModel model = model_dir.empty()
+                          ? random_policy(bench::bench_policy_config(quick), 1, DType::BF16, {.device = dev})
+                          : PolicyModel::load(model_dir, {.device = dev});
   const PolicyConfig cfg = model.config();
   // Prompts: held-out corpus prompts through the model's tokenizer, or fixed pseudo-random ids.
   std::vector<std::vector<int32_t>> prompts;
@@ -263,9 +266,9 @@ int main(int argc, char** argv) {
       setting_draft.push_back(&*draft_q8);
     }
   }
-  std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB\n",
+  std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB, on %s\n",
               model_dir.empty() ? "random" : model_dir.c_str(), cfg.num_layers, cfg.hidden_size, cfg.vocab_size,
-              cfg.weight_bytes(DType::BF16) / 1048576.0);
+              cfg.weight_bytes(DType::BF16) / 1048576.0, device.c_str());
   std::printf("drafter: %s, draft vocabulary %ld, weights %s\n",
               draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(), draft.config().draft_vocab_size,
               draft_weights == "both" ? "bf16 and int8 (settings marked int8)" : draft_weights.c_str());

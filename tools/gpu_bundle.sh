@@ -14,7 +14,8 @@
 set -euo pipefail
 build=${1:-build}
 out=${2:-gpu-bundle.tar.xz}
-bins=(tests/kernels_core_test tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft)
+bins=(tests/kernels_core_test tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft
+  bin/spec_bench)
 
 grep -q 'UPDRAFT_WITH_CUDA=1' "$build/build.ninja" 2>/dev/null ||
   { echo "gpu_bundle: $build is not a CUDA build (configure with -DUPDRAFT_CUDA=ON)" >&2; exit 1; }

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,19 +104,58 @@ TEST_F(CudaSpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
       if (batch == 1) {
         ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(spec, plain, where));
       } else {
-        ASSERT_EQ(spec.size(), plain.size());
-        for (size_t i = 0; i < plain.size(); ++i) {
-          ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", " << where;
-          ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i << ", " << where;
-          ASSERT_EQ(spec[i].logprobs.size(), plain[i].logprobs.size()) << "request " << i << ", " << where;
-          for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
-            ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], 0.05) << "request " << i << ", " << where;
-        }
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_tokens(spec, plain, 0.05, where));
       }
       std::printf("%s: %lld drafts accepted (the CPU: %lld)\n", where.c_str(), static_cast<long long>(st.accepted),
                   static_cast<long long>(cpu_accepted[k]));
       EXPECT_GT(st.accepted, 20) << where;
       EXPECT_GE(2 * st.accepted, cpu_accepted[k]) << where;
+    }
+  }
+}
+
+// Merged trees on CUDA: suffix drafts from the siblings and the recent completions grafted onto the
+// drafter's chain or tree (or alone), verified in one pass, give plain decoding's tokens. At batch
+// 1 a round verifies at most 1 + 8 + 6 = 15 rows, inside the row-count-independent kernel, so
+// logprobs are bitwise plain decoding's too; at batch 12 the products go through cuBLAS and the
+// logprobs are held to the bound above. Suffix drafts must be accepted, so that the grafted path
+// ran (on the CPU these weights accept about 400 of them per run). Skipped without a usable GPU.
+TEST_F(CudaSpecEngine, MergedTreesAreTokenIdenticalToPlainDecoding) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  ASSERT_NO_FATAL_FAILURE(to_cuda());
+  const std::vector<GenRequest> reqs = sibling_requests();
+  const std::vector<std::optional<SpecSettings>> drafters = {std::nullopt, SpecSettings{4, 1, 5},
+                                                             SpecSettings{3, 3, 8}};
+  for (int64_t batch : {1, 12}) {
+    EngineOptions o;
+    o.max_batch = batch;
+    o.kv_cache_bytes = 64 << 20;
+    o.prefill_chunk = 7;
+    const std::vector<GenResult> plain = testing_spec::run_waves(*model_, nullptr, reqs, o, 5);
+    for (const std::optional<SpecSettings>& s : drafters) {
+      EngineOptions so = o;
+      so.suffix = testing_spec::both();
+      if (s)
+        so.spec = *s;
+      EngineStats st;
+      const auto got = testing_spec::run_waves(*model_, s ? draft_.get() : nullptr, reqs, so, 5, &st);
+      const std::string where = "cuda, batch " + std::to_string(batch) + ", drafter " +
+                                (!s           ? "none"
+                                 : s->chain() ? "chain"
+                                              : "tree");
+      if (batch == 1) {
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(got, plain, where));
+      } else {
+        ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_tokens(got, plain, 0.05, where));
+      }
+      std::printf("%s: accepted by source (eagle, group, history) %lld, %lld, %lld\n", where.c_str(),
+                  static_cast<long long>(st.spec.accepted_by[0]), static_cast<long long>(st.spec.accepted_by[1]),
+                  static_cast<long long>(st.spec.accepted_by[2]));
+      EXPECT_GT(st.spec.accepted_by[1] + st.spec.accepted_by[2], 20) << "suffix drafts were rarely accepted: " << where;
+      if (s) {  // the drafter's nodes were in the trees (the suffix drafts take most acceptances here)
+        EXPECT_GT(st.spec.drafted_by[0], 0) << where;
+      }
     }
   }
 }

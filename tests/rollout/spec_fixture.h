@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,39 @@ inline std::vector<int32_t> pattern_prompt(int p, int len, int64_t vocab) {
   for (int j = 0; j < len; ++j)
     prompt.push_back(static_cast<int32_t>((p * 7 + j * 3 + j * j) % vocab));
   return prompt;
+}
+
+// Suffix drafts on every step (no gate: its choices depend on timing), from matches of one token,
+// at most `nodes` nodes, a lookup offering at most its match length's nodes (tests count them).
+inline SuffixOptions both(int64_t nodes = 6) {
+  SuffixOptions o;
+  o.mode = SuffixMode::kBoth;
+  o.max_nodes = nodes;
+  o.min_prob = 0.05;
+  o.gate = false;
+  o.min_match = 1;
+  o.spec_factor = 1;
+  return o;
+}
+
+// Requests submitted in waves of `wave`, three steps apart, through one engine; results by id.
+inline std::vector<GenResult> run_waves(const PolicyModel& m, const DraftModel* d, const std::vector<GenRequest>& reqs,
+                                        EngineOptions o, size_t wave, EngineStats* stats = nullptr) {
+  Engine e(m, o, d);
+  std::vector<GenResult> out;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    e.submit(reqs[i]);
+    if (i % wave == wave - 1)
+      for (int k = 0; k < 3; ++k)
+        for (GenResult& g : e.step())
+          out.push_back(std::move(g));
+  }
+  for (GenResult& g : e.run())
+    out.push_back(std::move(g));
+  std::sort(out.begin(), out.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
+  if (stats != nullptr)
+    *stats = e.stats();
+  return out;
 }
 
 class SpecFixture : public ::testing::Test {
@@ -44,6 +78,19 @@ class SpecFixture : public ::testing::Test {
     for (int i = 0; i < 64; ++i) {
       GenRequest r = req(pattern_prompt(i, 2 + (i * 5) % 17, cfg_.vocab_size), 0.f, 6 + (i * 11) % 29, 0);
       if (i % 3 == 0)
+        r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
+      reqs.push_back(r);
+    }
+    return reqs;
+  }
+  // The merged-tree tests' 30 greedy requests: 10 prompts, each three times (siblings whose
+  // completions the group and history indexes draft from), every fourth with a stop token.
+  std::vector<GenRequest> sibling_requests() const {
+    std::vector<GenRequest> reqs;
+    for (int i = 0; i < 30; ++i) {
+      const int p = i % 10;
+      GenRequest r = req(pattern_prompt(p, 2 + (p * 5) % 11, cfg_.vocab_size), 0.f, 8 + (i * 11) % 31, 0);
+      if (i % 4 == 0)
         r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
       reqs.push_back(r);
     }

@@ -27,6 +27,9 @@
 namespace updraft {
 namespace {
 
+using testing_spec::both;
+using testing_spec::run_waves;
+
 SourcedCandidate cand(int32_t token, int32_t parent, double path_prob, DraftSource src) {
   SuffixCandidate c;
   c.token = token;
@@ -103,17 +106,6 @@ TEST(SuffixGraft, OptionsAreCheckedByName) {
   }
 }
 
-SuffixOptions both(int64_t nodes = 6) {
-  SuffixOptions o;
-  o.mode = SuffixMode::kBoth;
-  o.max_nodes = nodes;
-  o.min_prob = 0.05;
-  o.gate = false;  // every step grafts (the gate's choices depend on timing)
-  o.min_match = 1;
-  o.spec_factor = 1;  // a lookup offers at most its match length's nodes (the tests count them)
-  return o;
-}
-
 TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
   SuffixDrafts d(both());
   d.join(1, 0, {1, 2, 3});
@@ -166,35 +158,8 @@ TEST(SuffixDraftsIndex, SiblingAheadDraftsForTheOneBehind) {
 
 using SuffixEngine = testing_spec::SpecFixture;
 
-// Requests submitted in waves of `wave`, three steps apart; results by id.
-std::vector<GenResult> run_waves(const PolicyModel& m, const DraftModel* d, const std::vector<GenRequest>& reqs,
-                                 EngineOptions o, size_t wave, EngineStats* stats = nullptr) {
-  Engine e(m, o, d);
-  std::vector<GenResult> out;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    e.submit(reqs[i]);
-    if (i % wave == wave - 1)
-      for (int k = 0; k < 3; ++k)
-        for (GenResult& g : e.step())
-          out.push_back(std::move(g));
-  }
-  for (GenResult& g : e.run())
-    out.push_back(std::move(g));
-  std::sort(out.begin(), out.end(), [](const GenResult& a, const GenResult& b) { return a.id < b.id; });
-  if (stats != nullptr)
-    *stats = e.stats();
-  return out;
-}
-
 TEST_F(SuffixEngine, GreedyIsTokenIdenticalToPlainDecodingWithMergedTrees) {
-  std::vector<GenRequest> reqs;
-  for (int i = 0; i < 30; ++i) {  // 10 prompts, each three times (siblings), in waves
-    const int p = i % 10;
-    GenRequest r = req(testing_spec::pattern_prompt(p, 2 + (p * 5) % 11, cfg_.vocab_size), 0.f, 8 + (i * 11) % 31, 0);
-    if (i % 4 == 0)
-      r.params.stop_token_ids = {static_cast<int32_t>(i % cfg_.vocab_size)};
-    reqs.push_back(r);
-  }
+  const std::vector<GenRequest> reqs = sibling_requests();
   EngineOptions o;
   o.kv_cache_bytes = 64 << 20;
   o.prefill_chunk = 7;

@@ -77,4 +77,18 @@ inline void expect_same_outputs(const std::vector<GenResult>& spec, const std::v
   }
 }
 
+// The same tokens and finish reasons, logprobs within `tol` (CUDA past 16 rows: cuBLAS's results
+// depend on the product's shape, so a row's last bits differ between decoding and verification).
+inline void expect_same_tokens(const std::vector<GenResult>& spec, const std::vector<GenResult>& plain, double tol,
+                               const std::string& where) {
+  ASSERT_EQ(spec.size(), plain.size()) << where;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i << ", " << where;
+    ASSERT_EQ(spec[i].finish_reason, plain[i].finish_reason) << "request " << i << ", " << where;
+    ASSERT_EQ(spec[i].logprobs.size(), plain[i].logprobs.size()) << "request " << i << ", " << where;
+    for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
+      ASSERT_NEAR(spec[i].logprobs[j], plain[i].logprobs[j], tol) << "request " << i << " token " << j << ", " << where;
+  }
+}
+
 }  // namespace updraft::testing_models
