@@ -16,6 +16,9 @@ build=${1:-build}
 out=${2:-gpu-bundle.tar.xz}
 bins=(tests/kernels_core_test tests/kernels_ops_test tests/optim_test tests/rollout_hf_test tests/cuda_backend_test bin/updraft
   bin/spec_bench)
+# BINS="tests/cuda_backend_test bin/spec_bench" (optional): pack only these (a smaller bundle, for a
+# host whose transfers are limited; tools/gpu_check.sh needs the full set).
+if [[ -n ${BINS:-} ]]; then read -ra bins <<< "$BINS"; fi
 
 grep -q 'UPDRAFT_WITH_CUDA=1' "$build/build.ninja" 2>/dev/null ||
   { echo "gpu_bundle: $build is not a CUDA build (configure with -DUPDRAFT_CUDA=ON)" >&2; exit 1; }

@@ -1,8 +1,9 @@
 // CUDA gemm / batched_gemm / linear: cuBLAS with f32 accumulation (no TF32), plus small
 // kernels for the cases cuBLAS does not cover (K == 0, f32 inputs with a bf16 output, bias), and
-// linear over a few bf16 rows (decode and verification) in a kernel of our own: cublasGemmEx
-// spends about 30 us of host time per call on an H200, which made a small model's decode step
-// launch-bound (57 products, 1.8 ms of a 2.6 ms step).
+// linear over up to a few hundred bf16 rows (decode and verification) in a kernel of our own:
+// cublasGemmEx spends about 30 us of host time per call on an H200, which made a small model's
+// decode step launch-bound (57 products, 1.8 ms of a 2.6 ms step), and past 16 rows it did the
+// same to a batch's verification.
 #include <climits>
 #include <cstdint>
 
@@ -99,16 +100,23 @@ void run_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, flo
 
 // ---- linear over a few bf16 rows -----------------------------------------------------------
 
-constexpr int kRowsMax = 16;   // rows up to this go to linear_rows_kernel
+constexpr int kRowsMax = 16;   // rows a block computes, their sums in registers
 constexpr int kRowsWarps = 8;  // warps per block, one output column each
+// Past kRowsMax rows the grid takes chunks of kRowsMax rows, each block reading its weight rows
+// again (mostly from L2): worth it while the chunks' re-reads stay under kRereadBytes (about
+// 16 us at an H200's bandwidth, against cuBLAS's 30 us of host time), up to kRowsCap rows.
+constexpr int64_t kRowsCap = 256;
+constexpr int64_t kRereadBytes = int64_t{64} << 20;
 
-// y[t, n] = sum_k x[t, k] w[n, k] for t < rows <= kRowsMax: one warp per output column reads the
-// weight row once for every row of x, with f32 partial sums in registers. Lane l takes the
-// elements l * 8 + j + 256 i (j = 0..7) and adds them in that order, loaded 16 bytes at a time
-// where K % 8 == 0 and the rows are aligned (Vec), else one by one in the same order; the warp
-// then sums its lanes by a fixed butterfly. So each row's result comes from the same arithmetic
-// in the same order whatever `rows` is and however the rows are aligned: a decode step and a
-// verification pass give a row the same bits (what greedy speculation's token identity rests on).
+// y[t, n] = sum_k x[t, k] w[n, k] for t < rows: block (b, c) computes rows [c * kRowsMax,
+// min(rows, (c + 1) * kRowsMax)) of output columns b * kRowsWarps.... One warp per output column
+// reads the weight row once for every row of its chunk, with f32 partial sums in registers. Lane
+// l takes the elements l * 8 + j + 256 i (j = 0..7) and adds them in that order, loaded 16 bytes
+// at a time where K % 8 == 0 and the rows are aligned (Vec), else one by one in the same order;
+// the warp then sums its lanes by a fixed butterfly. So each row's result comes from the same
+// arithmetic in the same order whatever `rows` is, whichever chunk holds it and however the rows
+// are aligned: a decode step and a verification pass give a row the same bits (what greedy
+// speculation's token identity rests on).
 template <typename Y, bool Vec>
 __global__ void __launch_bounds__(kRowsWarps * 32)
     linear_rows_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, Y* __restrict__ y,
@@ -117,6 +125,10 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
   const int64_t n = int64_t{blockIdx.x} * kRowsWarps + threadIdx.x / 32;
   if (n >= N)
     return;
+  const int r0 = static_cast<int>(blockIdx.y) * kRowsMax;
+  x += int64_t{r0} * K;
+  y += int64_t{r0} * N;
+  rows = min(rows - r0, kRowsMax);
   float acc[kRowsMax];
 #pragma unroll
   for (int r = 0; r < kRowsMax; ++r)
@@ -161,15 +173,18 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
   }
 }
 
-// Runs linear_rows_kernel when it applies (bf16 x and w, 1 to kRowsMax rows; tensors are
-// dense row-major); false otherwise.
+// Runs linear_rows_kernel when it applies (bf16 x and w, 1 to kRowsMax rows, or up to kRowsCap
+// where the chunks' weight re-reads stay under kRereadBytes; tensors are dense row-major); false
+// otherwise (cuBLAS runs).
 bool linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
-  if (x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || T > kRowsMax || T == 0 || K == 0 || N == 0)
+  const int64_t chunks = ceil_div(T, int64_t{kRowsMax});
+  const bool fits = T <= kRowsMax || (T <= kRowsCap && chunks * N * K * 2 <= kRereadBytes);
+  if (x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || !fits || T == 0 || K == 0 || N == 0)
     return false;
   const bool vec =
       K % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.raw()) % 16 == 0;
-  const auto blocks = static_cast<unsigned>(ceil_div(N, kRowsWarps));
+  const dim3 blocks(static_cast<unsigned>(ceil_div(N, kRowsWarps)), static_cast<unsigned>(chunks));
   dispatch_f32_bf16(y.dtype(), "linear", [&](auto ytag) {
     using Y = typename decltype(ytag)::type;
     const auto* xp = x.data<__nv_bfloat16>();

@@ -107,8 +107,8 @@ void append_dense_cases(std::vector<OpCase>& c) {
                  }
                  expect_close(fetch(out), want, atol(b) * 4, rtol(b), "batched_gemm");
                }});
-  for (auto [T, K, N] :
-       std::vector<std::array<int64_t, 3>>{{1, 100, 70}, {3, 100, 70}, {8, 256, 512}, {9, 100, 70}, {40, 96, 130}})
+  for (auto [T, K, N] : std::vector<std::array<int64_t, 3>>{
+           {1, 100, 70}, {3, 100, 70}, {8, 256, 512}, {9, 100, 70}, {40, 96, 130}, {300, 64, 40}})
     c.push_back({"linear_T" + std::to_string(T) + "_K" + std::to_string(K) + "_N" + std::to_string(N), true,
                  [=](const Backend& b) { linear_case(b, T, K, N, false); }});
   c.push_back({"linear_bias_decode", true, [](const Backend& b) { linear_case(b, 2, 48, 24, true); }});
