@@ -51,6 +51,12 @@ void top_log_softmax(const Tensor& x, int64_t k, Tensor& values, Tensor& indices
 void visible_keys(const AttentionMask& m, const uint8_t* tree, int64_t T, int64_t i, std::vector<int64_t>& out);
 }  // namespace cpu
 UPD_OPS_DECLARE_BACKEND(cuda)
+namespace cuda {
+// y_i = x w_i^T for each i in one launch of the kernel whose rows do not depend on the row count
+// (bf16 x and w_i, one output dtype, up to 4 products, up to 16 rows or a few hundred for small
+// weights: gemm_cuda.cu); false, with nothing computed, where it does not apply.
+bool linear_rows(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys);
+}  // namespace cuda
 #undef UPD_OPS_DECLARE_BACKEND
 
 }  // namespace updraft::ops

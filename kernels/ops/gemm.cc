@@ -101,6 +101,23 @@ void linear_int8_products(const Tensor& x, std::vector<LinearProduct>& products)
       linear_shared_input(x, {p});
 }
 
+#ifdef UPDRAFT_WITH_CUDA
+// Products without biases on CUDA in one launch (cuda::linear_rows), each checked as linear()
+// checks it; false where that kernel does not apply.
+bool cuda_products(const Tensor& x, std::vector<LinearProduct>& products) {
+  std::vector<const Tensor*> ws;
+  std::vector<Tensor*> ys;
+  for (LinearProduct& p : products) {
+    if (p.bias != nullptr)
+      return false;
+    check_gemm("linear", x, false, p.w->w, true, p.y, 0);
+    ws.push_back(&p.w->w);
+    ys.push_back(&p.y);
+  }
+  return cuda::linear_rows(x, ws, ys);
+}
+#endif
+
 }  // namespace
 
 void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
@@ -125,6 +142,10 @@ void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
     if (cpu::linear_panels(x, cp))
       return;
   }
+#ifdef UPDRAFT_WITH_CUDA
+  if (!x.is_cpu() && products.size() > 1 && cuda_products(x, products))
+    return;
+#endif
   for (const LinearProduct& p : products)
     linear(x, p.w->w, p.bias, p.y);
 }

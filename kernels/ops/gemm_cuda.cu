@@ -108,32 +108,48 @@ constexpr int kRowsWarps = 8;  // warps per block, one output column each
 constexpr int64_t kRowsCap = 256;
 constexpr int64_t kRereadBytes = int64_t{64} << 20;
 
-// y[t, n] = sum_k x[t, k] w[n, k] for t < rows: block (b, c) computes rows [c * kRowsMax,
-// min(rows, (c + 1) * kRowsMax)) of output columns b * kRowsWarps.... One warp per output column
-// reads the weight row once for every row of its chunk, with f32 partial sums in registers. Lane
-// l takes the elements l * 8 + j + 256 i (j = 0..7) and adds them in that order, loaded 16 bytes
-// at a time where K % 8 == 0 and the rows are aligned (Vec), else one by one in the same order;
-// the warp then sums its lanes by a fixed butterfly. So each row's result comes from the same
-// arithmetic in the same order whatever `rows` is, whichever chunk holds it and however the rows
-// are aligned: a decode step and a verification pass give a row the same bits (what greedy
+// Up to kProductsMax products of one x in one launch (q, k and v; gate and up): product p's
+// output columns are blocks [first[p], first[p + 1]) of the grid's first dimension.
+constexpr int kProductsMax = 4;
+template <typename Y>
+struct RowsProducts {
+  const __nv_bfloat16* w[kProductsMax];
+  Y* y[kProductsMax];
+  int64_t n[kProductsMax];
+  int64_t first[kProductsMax + 1];
+  int count;
+};
+
+// y[t, n] = sum_k x[t, k] w[n, k] for t < rows, for each product: block (b, c) computes rows
+// [c * kRowsMax, min(rows, (c + 1) * kRowsMax)) of its product's output columns from b's first on,
+// kRowsWarps of them. One warp per output column reads the weight row once for every row of its
+// chunk, with f32 partial sums in registers. Lane l takes the elements l * 8 + j + 256 i (j =
+// 0..7) and adds them in that order, loaded 16 bytes at a time where K % 8 == 0 and the rows are
+// aligned (Vec), else one by one in the same order; the warp then sums its lanes by a fixed
+// butterfly. So each row's result comes from the same arithmetic in the same order whatever
+// `rows` is, whichever chunk holds it, however the rows are aligned and whichever products share
+// the launch: a decode step and a verification pass give a row the same bits (what greedy
 // speculation's token identity rests on).
 template <typename Y, bool Vec>
 __global__ void __launch_bounds__(kRowsWarps * 32)
-    linear_rows_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, Y* __restrict__ y,
-                       int rows, int64_t K, int64_t N) {
+    linear_rows_kernel(const __nv_bfloat16* __restrict__ x, const RowsProducts<Y> ps, int rows, int64_t K) {
+  int p = 0;
+  while (p + 1 < ps.count && int64_t{blockIdx.x} >= ps.first[p + 1])
+    ++p;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t n = int64_t{blockIdx.x} * kRowsWarps + threadIdx.x / 32;
+  const int64_t n = (int64_t{blockIdx.x} - ps.first[p]) * kRowsWarps + threadIdx.x / 32;
+  const int64_t N = ps.n[p];
   if (n >= N)
     return;
   const int r0 = static_cast<int>(blockIdx.y) * kRowsMax;
   x += int64_t{r0} * K;
-  y += int64_t{r0} * N;
+  Y* __restrict__ y = ps.y[p] + int64_t{r0} * N;
   rows = min(rows - r0, kRowsMax);
   float acc[kRowsMax];
 #pragma unroll
   for (int r = 0; r < kRowsMax; ++r)
     acc[r] = 0.f;
-  const __nv_bfloat16* wn = w + n * K;
+  const __nv_bfloat16* wn = ps.w[p] + n * K;
   if constexpr (Vec) {
     for (int64_t k = int64_t{lane} * 8; k < K; k += 256) {
       const uint4 wv = *reinterpret_cast<const uint4*>(wn + k);
@@ -173,34 +189,44 @@ __global__ void __launch_bounds__(kRowsWarps * 32)
   }
 }
 
-// Runs linear_rows_kernel when it applies (bf16 x and w, 1 to kRowsMax rows, or up to kRowsCap
-// where the chunks' weight re-reads stay under kRereadBytes; tensors are dense row-major); false
-// otherwise (cuBLAS runs).
-bool linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
-  const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
+}  // namespace
+
+// Runs linear_rows_kernel when it applies (bf16 x and weights, one output dtype, dense row-major
+// tensors, at most kProductsMax products, 1 to kRowsMax rows, or up to kRowsCap where the chunks'
+// weight re-reads stay under kRereadBytes); false otherwise (the caller runs cuBLAS).
+bool linear_rows(const Tensor& x, const std::vector<const Tensor*>& ws, const std::vector<Tensor*>& ys) {
+  const int64_t T = x.size(0), K = x.size(1);
   const int64_t chunks = ceil_div(T, int64_t{kRowsMax});
-  const bool fits = T <= kRowsMax || (T <= kRowsCap && chunks * N * K * 2 <= kRereadBytes);
-  if (x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || !fits || T == 0 || K == 0 || N == 0)
+  int64_t bytes = 0;
+  bool ok = x.dtype() == DType::BF16 && T > 0 && K > 0 && !ws.empty() && ws.size() <= kProductsMax;
+  bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0;
+  for (size_t i = 0; ok && i < ws.size(); ++i) {
+    ok = ws[i]->dtype() == DType::BF16 && ws[i]->size(0) > 0 && ys[i]->dtype() == ys[0]->dtype();
+    vec = vec && reinterpret_cast<uintptr_t>(ws[i]->raw()) % 16 == 0;
+    bytes += chunks * ws[i]->size(0) * K * 2;
+  }
+  if (!ok || !(T <= kRowsMax || (T <= kRowsCap && bytes <= kRereadBytes)))
     return false;
-  const bool vec =
-      K % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.raw()) % 16 == 0;
-  const dim3 blocks(static_cast<unsigned>(ceil_div(N, kRowsWarps)), static_cast<unsigned>(chunks));
-  dispatch_f32_bf16(y.dtype(), "linear", [&](auto ytag) {
+  dispatch_f32_bf16(ys[0]->dtype(), "linear", [&](auto ytag) {
     using Y = typename decltype(ytag)::type;
+    RowsProducts<Y> ps{};
+    ps.count = static_cast<int>(ws.size());
+    for (int i = 0; i < ps.count; ++i) {
+      ps.w[i] = ws[static_cast<size_t>(i)]->data<__nv_bfloat16>();
+      ps.y[i] = ys[static_cast<size_t>(i)]->data<Y>();
+      ps.n[i] = ws[static_cast<size_t>(i)]->size(0);
+      ps.first[i + 1] = ps.first[i] + ceil_div(ps.n[i], kRowsWarps);
+    }
+    const dim3 blocks(static_cast<unsigned>(ps.first[ps.count]), static_cast<unsigned>(chunks));
     const auto* xp = x.data<__nv_bfloat16>();
-    const auto* wp = w.data<__nv_bfloat16>();
     if (vec)
-      linear_rows_kernel<Y, true>
-          <<<blocks, kRowsWarps * 32, 0, stream()>>>(xp, wp, y.data<Y>(), static_cast<int>(T), K, N);
+      linear_rows_kernel<Y, true><<<blocks, kRowsWarps * 32, 0, stream()>>>(xp, ps, static_cast<int>(T), K);
     else
-      linear_rows_kernel<Y, false>
-          <<<blocks, kRowsWarps * 32, 0, stream()>>>(xp, wp, y.data<Y>(), static_cast<int>(T), K, N);
+      linear_rows_kernel<Y, false><<<blocks, kRowsWarps * 32, 0, stream()>>>(xp, ps, static_cast<int>(T), K);
     UPD_CUDA_CHECK_LAUNCH();
   });
   return true;
 }
-
-}  // namespace
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
   run_gemm(a, ta, b, tb, c, alpha, beta, false);
@@ -211,7 +237,7 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 }
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
-  if (!linear_rows(x, w, y))
+  if (!linear_rows(x, {&w}, {&y}))
     run_gemm(x, false, w, true, y, 1.f, 0.f, false);
   const int64_t n = y.numel(), cols = y.size(1);
   if (bias == nullptr || n == 0)

@@ -224,6 +224,38 @@ TEST(Gemv, CudaLinearRowsAreBitwiseTheSameWhateverTheRowCount) {
   }
 }
 
+// On CUDA, products of one input (q, k and v; gate and up) run in one launch: each output is
+// bitwise what linear() gives it alone, for weights of different heights (one not a multiple of
+// the block's 8 columns), row counts inside one chunk and across several, and both K paths.
+// Skipped without a GPU.
+TEST(Gemv, CudaSharedInputProductsGiveEachLinearsBits) {
+  if (!cuda_available())
+    GTEST_SKIP() << "no usable CUDA device on this machine";
+  for (int64_t K : {448, 77}) {
+    const std::vector<int64_t> heights = {150, 77, 8};
+    std::vector<ops::LinearWeight> ws;
+    for (size_t i = 0; i < heights.size(); ++i)
+      ws.push_back(
+          ops::prepare_linear(Tensor::from_f32(rand_vec(heights[i] * K, 20 + static_cast<uint64_t>(i)), {heights[i], K})
+                                  .to_dtype(DType::BF16)
+                                  .to(Device::CUDA)));
+    for (int64_t T : {1, 5, 16, 17, 40}) {
+      const Tensor x = Tensor::from_f32(rand_vec(T * K, 30 + T), {T, K}).to_dtype(DType::BF16).to(Device::CUDA);
+      std::vector<ops::LinearProduct> products;
+      for (size_t i = 0; i < ws.size(); ++i)
+        products.push_back({&ws[i], nullptr, Tensor::empty({T, heights[i]}, DType::BF16, Device::CUDA)});
+      ops::linear_shared_input(x, products);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        Tensor alone = Tensor::empty({T, heights[i]}, DType::BF16, Device::CUDA);
+        ops::linear(x, ws[i].w, nullptr, alone);
+        const auto want = alone.to_f32_vector(), got = products[i].y.to_f32_vector();
+        for (size_t j = 0; j < want.size(); ++j)
+          ASSERT_EQ(got[j], want[j]) << "K=" << K << " T=" << T << " product " << i << " element " << j;
+      }
+    }
+  }
+}
+
 TEST(Gemv, KernelsAgreeWithEachOtherToRounding) {
   // Every kernel multiplies the same bf16-rounded activations by the same weights; only the
   // order of the f32 sums differs.
