@@ -7,8 +7,10 @@
 # Runs every test that exercises the CUDA backend (op parity against the CPU references, the
 # optimizer, the policy against transformers, the drafter against speculators, greedy
 # speculation against plain decoding), then `updraft generate` on the policy fixture on both
-# devices, and, where models/small is in the checkout, its decoding speed on the GPU. Each binary's output goes to LOG_DIR/<name>.log and a JUnit XML beside it; the exit
-# status is the number of failed steps.
+# devices, and, where models/small is in the checkout, its decoding speed on the GPU and the group
+# drafting benchmark there (spec_bench in the bundle). Each binary's output goes to
+# LOG_DIR/<name>.log and a JUnit XML beside it; the exit status is the number of failed steps.
+# Steps whose binaries the bundle lacks are reported as not run.
 set -u
 bundle=$1
 logs=$2
@@ -42,14 +44,25 @@ run() {  # NAME COMMAND...: run, log, count a failure
   grep -E '^\[==========\] [0-9]+ tests? from .* ran|^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' \
     "$logs/$name.log" | head -40
 }
-# On a GPU host a skipped CUDA test means the device was not usable: a failure here.
+# On a GPU host a skipped CUDA test means the device was not usable: a failure here. A bundle made
+# with BINS= (tools/gpu_bundle.sh) may lack some binaries: those steps are reported as not run.
+not_run=0
 for t in kernels_core_test kernels_ops_test optim_test rollout_hf_test cuda_backend_test; do
+  if [[ ! -x $root/bin/$t ]]; then
+    echo "== $t: NOT RUN (not in the bundle)"
+    not_run=$((not_run + 1))
+    continue
+  fi
   run "$t" "$root/bin/$t" --gtest_filter='*cuda*:*Cuda*-Device.CudaWithoutGpuIsAnError' --gtest_output="xml:$logs/$t.xml"
   if grep -q '^\[  SKIPPED \]' "$logs/$t.log"; then
     echo "   FAILED: CUDA tests were skipped"
     failed=$((failed + 1))
   fi
 done
+if [[ ! -x $root/bin/updraft ]]; then
+  echo "== the CLI and the decoding speeds: NOT RUN (updraft is not in the bundle)"
+  not_run=$((not_run + 1))
+else
 # The CLI end to end: greedy tokens on each device, plain and speculative (the fixture drafter).
 # CPU and CUDA need not agree token for token (bf16 activations on CUDA, f32 on the CPU); plain
 # and speculative decoding on CUDA must.
@@ -87,5 +100,15 @@ if [[ -f models/small/model.safetensors ]]; then
     done
   done
 fi
-echo "gpu_check: $failed failed step(s); logs in $logs"
+fi
+# Group drafting on the GPU (not a check): plain, the drafter alone, suffix drafts alone and both
+# merged, groups of 8 at temperature 1, side by side (docs/benchmarks.md, "Session 33").
+if [[ -x $root/bin/spec_bench && -f models/small-eagle3/model.safetensors ]]; then
+  echo "== group drafting on CUDA (spec_bench --group 8 --device cuda)"
+  "$root/bin/spec_bench" --model models/small --draft models/small-eagle3 --group 8 --temperature 1 \
+    --sequences 32 --tokens 64 --reps 3 --adaptive --device cuda > "$logs/group8_cuda.log" 2>&1 ||
+    { echo "   FAILED"; failed=$((failed + 1)); }
+  grep -E '^(live|one sibling)|^  (plain|eagle|suffix|merged)' "$logs/group8_cuda.log"
+fi
+echo "gpu_check: $failed failed step(s), $not_run not run; logs in $logs"
 exit "$failed"
