@@ -138,8 +138,8 @@ void print_layout(const GroupBenchArgs& a, bool live) {
   }
   std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
               live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
-  std::printf("  %-12s %9s %7s %6s %22s %9s %12s %6s %6s %6s %6s\n", "arm", "t/s", "ratio", "tau",
-              "accepted/round e|g|h", "drafted", "suffix cost", "bar", "step", "draft", "verify");
+  std::printf("  %-12s %9s %7s %6s %22s %9s %12s %6s %8s %6s %6s %6s\n", "arm", "t/s", "ratio", "tau",
+              "accepted/round e|g|h", "drafted", "suffix cost", "bar", "grafting", "step", "draft", "verify");
   const Totals& plain = tot[0];
   const double plain_tps = static_cast<double>(plain.tokens) / plain.seconds;
   const double plain_step = plain.seconds / static_cast<double>(plain.steps);
@@ -147,15 +147,18 @@ void print_layout(const GroupBenchArgs& a, bool live) {
     const Totals& t = tot[static_cast<int>(arm)];
     const double tps = static_cast<double>(t.tokens) / t.seconds;
     const double r = t.spec.rounds > 0 ? static_cast<double>(t.spec.rounds) : 1.0;
-    char by[64], cost[32] = "-", bar[32] = "-";
+    char by[64], cost[32] = "-", bar[32] = "-", grafting[32] = "-";
     std::snprintf(by, sizeof by, "%.2f|%.2f|%.2f", t.spec.accepted_by[0] / r, t.spec.accepted_by[1] / r,
                   t.spec.accepted_by[2] / r);
     if (t.suffix_nodes > 0 || arm == Arm::kSuffix || arm == Arm::kMerged)  // per step, in plain steps
       std::snprintf(cost, sizeof cost, "%.2f%%", 100.0 * t.suffix_seconds / static_cast<double>(t.steps) / plain_step);
-    if (t.suffix_steps > 0)
+    if (t.suffix_steps > 0) {
       std::snprintf(bar, sizeof bar, "%.3f", t.bar_sum / static_cast<double>(t.suffix_steps));
-    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s %6s %6.2f %5.0f%% %5.0f%%\n", arm_name(arm), tps,
-                tps / plain_tps, t.spec.tau(), by, static_cast<double>(t.spec.drafted) / r, cost, bar,
+      std::snprintf(grafting, sizeof grafting, "%.0f%%",
+                    100.0 * static_cast<double>(t.suffix_steps) / static_cast<double>(t.steps));
+    }
+    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s %6s %8s %6.2f %5.0f%% %5.0f%%\n", arm_name(arm), tps,
+                tps / plain_tps, t.spec.tau(), by, static_cast<double>(t.spec.drafted) / r, cost, bar, grafting,
                 t.seconds / static_cast<double>(t.steps) / plain_step, 100.0 * t.spec.draft_seconds / t.seconds,
                 100.0 * t.spec.verify_seconds / t.seconds);
     std::fflush(stdout);
@@ -187,7 +190,8 @@ bool run_group_bench(GroupBenchArgs a) {
   std::printf(
       "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
       "verified per round; suffix cost: lookups and grafting per step as a share of a plain step; bar: the least "
-      "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth); step: an "
+      "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth); grafting: "
+      "the steps that grafted suffix drafts; step: an "
       "engine step's wall time in plain steps; draft, verify: the drafter's passes and the speculating steps' policy "
       "forwards as shares of the arm's time (the rest: plain forwards, sampling, verification, bookkeeping).\n");
   return true;
