@@ -25,7 +25,8 @@
 // --suffix-factor F nodes per matched token (default 2) and --suffix-min-match M (default 3);
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
 // decodes --warmup-groups W untimed groups of other prompts (default: as many as it times);
-// --device cuda runs them on the GPU (bf16 weights and activations). The rest is CPU-only.
+// --device cuda runs the policy and the drafter on the GPU (bf16 weights and activations), without
+// the round anatomy and the roofline, which measure the CPU.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -39,6 +40,7 @@
 #include "bench/group_bench.h"
 #include "bench/machine_probe.h"
 #include "bench/round_anatomy.h"
+#include "bench/spec_measure.h"
 #include "drafter/random_draft.h"
 #include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
@@ -48,80 +50,9 @@
 
 using namespace updraft;
 
-namespace {
-
+using bench::measure;
 using bench::median;
-using bench::now_s;
-
-struct Run {
-  double tokens_per_s = 0, seconds = 0;
-  double capture_seconds = 0;  // in-engine time of the capture work (EngineStats::capture_seconds)
-  int64_t tokens = 0;
-  SpecStats spec;
-  ForwardProfile forwards;  // the engine's policy forwards after prefill (Engine::decode_forward_parts)
-
-  void add(const Run& o) {  // totals of interleaved repeats
-    forwards.matmul_s += o.forwards.matmul_s;
-    forwards.attention_s += o.forwards.attention_s;
-    forwards.total_s += o.forwards.total_s;
-    forwards.forwards += o.forwards.forwards;
-    seconds += o.seconds;
-    tokens += o.tokens;
-    tokens_per_s = static_cast<double>(tokens) / seconds;
-    spec.merge(o.spec);
-  }
-};
-
-// Decode-phase throughput over `groups` batches of B sequences each: every batch is prefilled (and
-// its first tokens drawn) before its decode phase is timed; times, tokens and counters add up.
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t groups,
-            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool ignore_eos,
-            bool capture = false) {
-  size_t longest = 0;
-  for (const auto& p : prompts)
-    longest = std::max(longest, p.size());
-  EngineOptions o;
-  o.max_batch = B;
-  o.prefill_chunk = B * static_cast<int64_t>(longest);
-  o.kv_cache_bytes = int64_t{1} << 30;
-  o.spec = s;
-  Engine e(model, o, draft);
-  Run r;
-  int64_t generated = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t i = g * B + b;
-      GenRequest q;
-      q.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
-      q.params.temperature = temperature;
-      q.params.has_seed = true;
-      q.params.seed = static_cast<uint64_t>(i + 1);
-      q.params.max_new_tokens = tokens + 1;
-      q.params.ignore_eos = ignore_eos;
-      q.capture = capture;  // the drafter's training data (aux states + teacher top-k) while generating
-      e.submit(q);
-    }
-    e.step();  // prefill (+ the first token, + the first proposal)
-    const SpecStats before = e.stats().spec;
-    const int64_t gen0 = e.stats().generated_tokens;
-    const double cap0 = e.stats().capture_seconds;
-    const double t0 = now_s();
-    while (e.has_work())
-      e.step();
-    r.seconds += now_s() - t0;
-    r.capture_seconds += e.stats().capture_seconds - cap0;
-    generated += e.stats().generated_tokens - gen0;
-    SpecStats d = e.stats().spec;
-    d.subtract(before);
-    r.spec.merge(d);
-  }
-  r.tokens = generated;
-  r.tokens_per_s = static_cast<double>(generated) / r.seconds;
-  r.forwards = e.decode_forward_parts();
-  return r;
-}
-
-}  // namespace
+using bench::Run;
 
 int main(int argc, char** argv) {
   bool quick = false, capture_cost = false, ignore_eos = false;
@@ -199,8 +130,8 @@ int main(int argc, char** argv) {
   }
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
   const char* bad = warmup >= 0 && group == 0 ? "--warmup-groups applies to --group only"
-                    : dev == Device::CUDA && (group == 0 || draft_weights != "bf16" || !cuda_available())
-                        ? "--device cuda needs --group, --draft-weights bf16 and a usable CUDA device"
+                    : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights != "bf16" || !cuda_available())
+                        ? "--device cuda needs --draft-weights bf16 and a usable CUDA device (no --anatomy-rows)"
                         : nullptr;
   if (bad) {
     std::fprintf(stderr, "spec_bench: %s\n", bad);
@@ -307,10 +238,12 @@ int main(int argc, char** argv) {
     bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     return 0;
   }
-  // The roofline's bandwidth: reads over as many bytes as the weights (the cache's where they fit
-  // and stay between steps; the streaming probe above measures memory).
-  const double weights_gbps = bench::probe_read_gbps(static_cast<size_t>(wbytes));
-  std::printf("read bandwidth over the weights' %.0f MiB: %.1f GB/s\n\n", wbytes / 1048576.0, weights_gbps);
+  // The roofline's bandwidth (the CPU's): reads over as many bytes as the weights (the cache's
+  // where they fit and stay between steps; the streaming probe above measures memory).
+  const bool cpu = dev == Device::CPU;
+  const double weights_gbps = cpu ? bench::probe_read_gbps(static_cast<size_t>(wbytes)) : 0.0;
+  if (cpu)
+    std::printf("read bandwidth over the weights' %.0f MiB: %.1f GB/s\n\n", wbytes / 1048576.0, weights_gbps);
   std::printf("%-18s %5s %10s %10s %7s %6s %8s %7s %7s %7s  %s\n", "setting", "batch", "plain t/s", "spec t/s", "ratio",
               "tau", "roofline", "draft", "verify", "other", "accept per position");
   for (int64_t B : batches) {
@@ -326,7 +259,9 @@ int main(int argc, char** argv) {
             measure(model, setting_draft[k], settings[k].second, B, groups, prompts, tokens, temperature, ignore_eos));
     }
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
-    const double roof = wbytes * steps_per_s / 1e9 / weights_gbps;
+    char roof[16] = "-";
+    if (cpu)
+      std::snprintf(roof, sizeof roof, "%.0f%%", 100.0 * wbytes * steps_per_s / 1e9 / weights_gbps);
     for (size_t k = 0; k < settings.size(); ++k) {
       const auto& [name, s] = settings[k];
       const Run& sp = spec[k];
@@ -338,13 +273,13 @@ int main(int argc, char** argv) {
                              : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
         acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
       }
-      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %7.0f%% %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
-                  plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(),
-                  100.0 * roof, 100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
+      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %8s %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
+                  plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(), roof,
+                  100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
                   100.0 * other / sp.seconds, acc.c_str());
       std::fflush(stdout);
     }
-    if (B == 1) {  // what a round costs in plain steps, and the ratio that predicts at each tau
+    if (B == 1 && cpu) {  // what a round costs in plain steps, and the ratio that predicts at each tau
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k) {
         const SpecStats& st = spec[k].spec;
