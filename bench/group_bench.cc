@@ -31,6 +31,18 @@ struct Totals {
   double seconds = 0, suffix_seconds = 0, bar_sum = 0, forward_seconds = 0;
   int64_t tokens = 0, steps = 0, suffix_nodes = 0, suffix_steps = 0;
   SpecStats spec;
+
+  void add(const Totals& t) {
+    seconds += t.seconds;
+    suffix_seconds += t.suffix_seconds;
+    bar_sum += t.bar_sum;
+    forward_seconds += t.forward_seconds;
+    tokens += t.tokens;
+    steps += t.steps;
+    suffix_nodes += t.suffix_nodes;
+    suffix_steps += t.suffix_steps;
+    spec.merge(t.spec);
+  }
 };
 
 // One arm's engine for a turn: its own depth chooser, and the totals of its timed groups.
@@ -125,19 +137,8 @@ void print_layout(const GroupBenchArgs& a, bool live) {
   Totals tot[4];
   for (int rep = 0; rep < a.reps; ++rep) {
     const std::vector<Totals> turn = run_turn(a, live, rep);
-    for (Arm arm : kArms) {
-      const Totals& t = turn[static_cast<size_t>(arm)];
-      Totals& s = tot[static_cast<int>(arm)];
-      s.seconds += t.seconds;
-      s.suffix_seconds += t.suffix_seconds;
-      s.forward_seconds += t.forward_seconds;
-      s.tokens += t.tokens;
-      s.steps += t.steps;
-      s.suffix_nodes += t.suffix_nodes;
-      s.suffix_steps += t.suffix_steps;
-      s.bar_sum += t.bar_sum;
-      s.spec.merge(t.spec);
-    }
+    for (Arm arm : kArms)
+      tot[static_cast<int>(arm)].add(turn[static_cast<size_t>(arm)]);
   }
   std::printf("\n%s: groups of %ld siblings, %s\n", live ? "live groups" : "one sibling at a time", a.group,
               live ? "decoding together (batch = group)" : "each after the one before (batch 1)");
