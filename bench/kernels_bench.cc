@@ -4,8 +4,9 @@
 //   build/bin/kernels_bench [--quick] [--cpu-kernel auto|portable|fma|dot|amx]
 //
 // Prints the machine limits, then one line per shape with the achieved rate and its fraction
-// (the process's bf16 kernel), then a decode step's matmuls at policy shapes for every bf16
-// kernel this CPU has against their roofline bound.
+// (the process's bf16 kernel), the draft proposal's top k, the built-in policy's attention over
+// 1-16 rows, then a decode step's matmuls at policy shapes for every bf16 kernel this CPU has
+// against their roofline bound.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -151,6 +152,46 @@ void proposal_section(int reps) {
     }
 }
 
+// The built-in policy's attention (8 layers of 8 query heads over 4 kv heads of 56) for T new rows
+// of one sequence after `ctx` cached keys, each row seeing the context and the rows before it
+// through a tree mask (a chain: what verifying T - 1 drafts computes): the time of the 8 layers'
+// paged_attention, its cost per row against one row's, and its share of the f32 FMA peak (2 x 2
+// flops per row, head, visible key and dimension: scores and value sums).
+void attention_section(const bench::MachineLimits& m, int reps) {
+  const int64_t layers = 8, NH = 8, NKV = 4, HD = 56, BS = 16;
+  std::printf(
+      "\nattention at the built-in policy's shapes (%ld layers, %ld heads over %ld kv heads of %ld; median of %d)\n",
+      layers, NH, NKV, HD, reps);
+  std::printf("%-6s %-4s %10s %14s %10s\n", "ctx", "T", "us", "per row / 1", "of peak");
+  for (const int64_t ctx : {int64_t{64}, int64_t{1024}}) {
+    const int64_t slots = (ctx + 16 + BS - 1) / BS * BS;
+    ops::PagedKv kv{random_tensor({slots, NKV, HD}, DType::F32, 6), random_tensor({slots, NKV, HD}, DType::F32, 7), BS};
+    std::vector<int32_t> blocks(static_cast<size_t>(slots / BS));
+    for (size_t b = 0; b < blocks.size(); ++b)
+      blocks[b] = static_cast<int32_t>(blocks.size() - 1 - b);  // scattered the other way round
+    double one_row = 0;
+    for (const int64_t T : {1, 2, 5, 10, 16}) {
+      Tensor q = random_tensor({T, NH, HD}, DType::F32, 8), out = Tensor::empty({T, NH, HD}, DType::F32);
+      Tensor mask = Tensor::zeros({T, T}, DType::Bool);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          mask.data<uint8_t>()[i * T + j] = 1;
+      const Tensor table = Tensor::from_i32(blocks, {1, static_cast<int64_t>(blocks.size())});
+      const Tensor kv_len = Tensor::from_i32({static_cast<int32_t>(ctx + T)}, {1});
+      const Tensor q_start = Tensor::from_i32({0, static_cast<int32_t>(T)}, {2});
+      const double s = median_seconds(reps, [&] {
+        for (int64_t l = 0; l < layers; ++l)
+          ops::paged_attention(q, kv, table, kv_len, q_start, mask, 0.13f, out);
+      });
+      if (T == 1)
+        one_row = s;
+      const double flops = 4.0 * static_cast<double>(layers * NH * HD) * static_cast<double>(T * ctx + T * (T + 1) / 2);
+      std::printf("%-6ld %-4ld %10.1f %13.2fx %9.0f%%\n", ctx, T, s * 1e6, s / static_cast<double>(T) / one_row,
+                  100 * flops / s / 1e9 / m.fma_gflops);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +267,7 @@ int main(int argc, char** argv) {
     }
   }
   proposal_section(quick ? 5 : 15);
+  attention_section(m, quick ? 15 : 101);
   policy_shapes_section(m, {"the built-in policy", 8, 448, 1216, 448, 224, 1964}, quick ? 5 : 15);
   if (!quick)
     policy_shapes_section(m, {"the benchmarks' 383 MiB policy", 12, 1024, 2816, 1024, 256, 32000}, 5);

@@ -22,7 +22,8 @@
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
 // --suffix-nodes K nodes (default 16) with candidates at --suffix-min-prob P or more (default 0.2),
-// --suffix-factor F nodes per matched token (default 2) and --suffix-min-match M (default 3);
+// --suffix-factor F nodes per matched token (default 2), --suffix-min-match M (default 3) and
+// --suffix-depth D tokens deep at most (default 8);
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
 // decodes --warmup-groups W untimed groups of other prompts (default: as many as it times);
 // --device cuda runs the policy and the drafter on the GPU (bf16 weights and activations), without
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, bench::kMost));
   app.add_option("--suffix-nodes", suffix.max_nodes, "suffix draft nodes a sequence grafts per round at most")
       ->check(CLI::Range(0, bench::kMost));
+  app.add_option("--suffix-depth", suffix.max_depth, "the deepest suffix draft, in tokens after the root")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--adaptive", adaptive, "the eagle and merged arms choose the drafter's depth per step");
   app.add_option("--suffix-factor", suffix.spec_factor, "suffix draft nodes per matched token")
       ->check(CLI::Range(0.0, 1000.0));

@@ -1,5 +1,6 @@
 // CPU paged attention: work items of (sequence, kv head, up to 8 new rows); the query heads that
-// share the kv head are scored together. Softmax in f32.
+// share the kv head are scored together, two queries at a time over each key and value loaded
+// (paged_attention_rows_cpu.h). Softmax in f32.
 #include <omp.h>
 
 #include <algorithm>
@@ -10,85 +11,13 @@
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/paged_attention_rows_cpu.h"
 #include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
 namespace {
 
-// Chunk j of a row of HD floats, zero past the row's end (HD need not be a multiple of 16). A
-// half chunk (HD 56) is one 8-float load widened in registers: filling a zeroed vector in
-// memory and loading it back stalls on store forwarding (it cost a third of the attention).
-template <int HD>
-[[gnu::always_inline]] inline v16f chunk(const float* row, int j) {
-  constexpr int kTail = HD % 16;
-  if (kTail == 0 || 16 * (j + 1) <= HD)
-    return load16(row + 16 * j);
-  if constexpr (kTail == 8) {
-    typedef float v8f __attribute__((vector_size(32)));
-    v8f h;
-    std::memcpy(&h, row + 16 * j, sizeof(h));
-    return __builtin_shufflevector(h, v8f{}, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  }
-  v16f v{};
-  std::memcpy(&v, row + 16 * j, sizeof(float) * kTail);
-  return v;
-}
-
-// r[i] = sum of the lanes of p[i]: four rounds of pairwise shuffles and adds (15 adds for 16
-// sums) instead of a horizontal reduction per dot product.
-[[gnu::always_inline]] inline v16f lane_sums(v16f* p) {
-  v16f t[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i)
-    t[i] =
-        __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-        __builtin_shufflevector(p[2 * i], p[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  for (int i = 0; i < 4; ++i)
-    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  for (int i = 0; i < 2; ++i)
-    v[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-           __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  return __builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-         __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-}
-
-// sc[i] = exp(sc[i] - max) for i < n (16 at a time); returns their sum (lane sums, then the
-// lanes in order: a fixed order for a given n).
-[[gnu::always_inline]] inline float softmax_numerators(float* sc, int64_t n) {
-  // The maximum 16 at a time (a scalar max is a chain of dependent compares: it took an eighth
-  // of a long context's attention); a maximum is exact, so the lanes' order does not matter.
-  v16f mv = -__builtin_inff() - v16f{};
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    const v16f x = load16(sc + k);
-    mv = x > mv ? x : mv;
-  }
-  if (k < n) {
-    const v16f x = load16_partial(sc + k, n - k, -__builtin_inff());
-    mv = x > mv ? x : mv;
-  }
-  float m = mv[0];
-  for (int l = 1; l < 16; ++l)
-    m = mv[l] > m ? mv[l] : m;
-  v16f sum{};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const v16f e = exp16(load16(sc + i) - m);
-    std::memcpy(sc + i, &e, sizeof(e));
-    sum += e;
-  }
-  if (i < n) {
-    const v16f e = exp16(load16_partial(sc + i, n - i, -__builtin_inff()) - m);
-    std::memcpy(sc + i, &e, sizeof(float) * static_cast<size_t>(n - i));
-    const v16i live = __builtin_convertvector(v16f{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, v16i) <
-                      static_cast<int32_t>(n - i);
-    sum += live ? e : v16f{};
-  }
-  float total = 0.f;
-  for (int l = 0; l < 16; ++l)
-    total += sum[l];
-  return total;
-}
+using namespace attention_rows;
 
 // The generic loop, for head sizes without a specialisation (attend_rows below): the G query
 // heads q[hh * HD ..] that share a kv head, over the nk visible key and value rows, in key order.
@@ -125,56 +54,21 @@ template <int HD>
   }
 }
 
-// Asks for the cache lines of m (may be <= 0: none) rows of HDc floats.
-template <int HDc>
-[[gnu::always_inline]] inline void prefetch_rows(const float* const* rows, int64_t m) {
-  for (int64_t l = 0; l < m; ++l)
-    for (int c = 0; c < HDc; c += 16)
-      __builtin_prefetch(rows[l] + c, 0, 3);
-}
+// A thread's buffers for attend_rows, kept across calls: scores (a query's row of ld), value
+// accumulators and softmax denominators' inverses, per query.
+struct Scratch {
+  std::vector<float> scores, acc, inv;
+};
 
-// The scores of m (<= 16) keys for one query, each from its own 16-lane partial sums and then
-// lane_sums, so a score does not depend on which keys or queries are computed beside it.
+// accumulate_values for queries a and b over m value rows, their scores from column `from`.
 template <int HDc>
-[[gnu::always_inline]] inline void score_chunk(const float* q, const float* const* krows, int64_t m, float scale,
-                                               float* dst) {
-  constexpr int J = (HDc + 15) / 16;
-  v16f qv[J];
-#pragma GCC unroll 8
-  for (int j = 0; j < J; ++j)
-    qv[j] = chunk<HDc>(q, j);
-  v16f part[16];
-  for (int l = 0; l < 16; ++l) {
-    if (l >= m) {
-      part[l] = v16f{};
-      continue;
-    }
-    // Started from the first product, not from zero: no 16 vectors zeroed in memory for every 16
-    // keys. (The compiler may fuse the first two products either way, so the last bits differ
-    // from a zero start; every query still runs this same code whatever rows are beside it.)
-    part[l] = qv[0] * chunk<HDc>(krows[l], 0);
-#pragma GCC unroll 8
-    for (int j = 1; j < J; ++j)
-      part[l] += qv[j] * chunk<HDc>(krows[l], j);
-  }
-  const v16f sums = lane_sums(part) * scale;
-  std::memcpy(dst, &sums, sizeof(float) * static_cast<size_t>(m));
-}
-
-// acc (J vectors in memory) += sc[n] * inv * v[n] for n < m, in key order.
-template <int HDc>
-[[gnu::always_inline]] inline void accumulate_values(float* acc_mem, const float* sc, float inv,
-                                                     const float* const* vrows, int64_t m) {
-  constexpr int J = (HDc + 15) / 16;
-  v16f acc[J];
-  std::memcpy(acc, acc_mem, sizeof(acc));
-  for (int64_t n = 0; n < m; ++n) {
-    const float p = sc[n] * inv;
-#pragma GCC unroll 8
-    for (int j = 0; j < J; ++j)
-      acc[j] += p * chunk<HDc>(vrows[n], j);
-  }
-  std::memcpy(acc_mem, acc, sizeof(acc));
+[[gnu::always_inline]] inline void values_pair(Scratch& s, int64_t a, int64_t b, int64_t ld, int64_t from,
+                                               const float* const* vrows, int64_t m) {
+  constexpr int64_t JF = (HDc + 15) / 16 * 16;
+  float* const accs[2] = {s.acc.data() + a * JF, s.acc.data() + b * JF};
+  const float* const sc[2] = {s.scores.data() + a * ld + from, s.scores.data() + b * ld + from};
+  const float invs[2] = {s.inv[static_cast<size_t>(a)], s.inv[static_cast<size_t>(b)]};
+  accumulate_values<HDc>(accs, sc, invs, vrows, m);
 }
 
 // Several query rows of one work item at once (its rows x the G heads of its kv head): the keys
@@ -190,7 +84,8 @@ template <int HDc>
                                                const float* const* keys, const float* const* vals, int64_t ns,
                                                const std::vector<const float*>* extra_k,
                                                const std::vector<const float*>* extra_v, float scale,
-                                               std::vector<float>& scores, std::vector<float>& acc) {
+                                               Scratch& scratch) {
+  std::vector<float>&scores = scratch.scores, &acc = scratch.acc, &inv = scratch.inv;
   constexpr int64_t JF = (HDc + 15) / 16 * 16;  // floats of a query's accumulators
   const int64_t Q = rows * G;
   int64_t ld = ns;
@@ -200,33 +95,50 @@ template <int HDc>
   scores.resize(static_cast<size_t>(Q * ld));
   acc.assign(static_cast<size_t>(Q * JF), 0.f);
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HDc; };
+  // The queries in pairs within a row (a row's heads see the same keys); with G odd, a row's
+  // last head pairs with itself (its two results are the same, written twice).
+  const int64_t P = rows * ((G + 1) / 2);
+  auto pair = [&](int64_t pi, int64_t i) {
+    const int64_t r = pi / ((G + 1) / 2), h = 2 * (pi % ((G + 1) / 2)) + i;
+    return r * G + std::min(h, G - 1);
+  };
   for (int64_t n0 = 0; n0 < ns; n0 += 16) {
     // Rows come from KV blocks anywhere in the cache: ask for the next 16 keys now, and for
     // these 16 keys' values, which the value pass below reads.
     prefetch_rows<HDc>(keys + n0 + 16, std::min<int64_t>(16, ns - n0 - 16));
     prefetch_rows<HDc>(vals + n0, std::min<int64_t>(16, ns - n0));
-    for (int64_t qi = 0; qi < Q; ++qi)
-      score_chunk<HDc>(query(qi), keys + n0, std::min<int64_t>(16, ns - n0), scale, scores.data() + qi * ld + n0);
+    for (int64_t pi = 0; pi < P; ++pi) {
+      const int64_t a = pair(pi, 0), b = pair(pi, 1);
+      const float* const qs[2] = {query(a), query(b)};
+      float* const dst[2] = {scores.data() + a * ld + n0, scores.data() + b * ld + n0};
+      score_chunk<HDc>(qs, keys + n0, std::min<int64_t>(16, ns - n0), scale, dst);
+    }
   }
-  std::vector<float> inv(static_cast<size_t>(Q));
-  for (int64_t qi = 0; qi < Q; ++qi) {
-    const std::vector<const float*>& ek = extra_k[qi / G];
+  inv.resize(static_cast<size_t>(Q));
+  for (int64_t pi = 0; pi < P; ++pi) {
+    const int64_t a = pair(pi, 0), b = pair(pi, 1);
+    const std::vector<const float*>& ek = extra_k[a / G];  // a and b are heads of one row
     const int64_t ne = static_cast<int64_t>(ek.size()), nk = ns + ne;
-    float* sc = scores.data() + qi * ld;
-    for (int64_t e0 = 0; e0 < ne; e0 += 16)
-      score_chunk<HDc>(query(qi), ek.data() + e0, std::min<int64_t>(16, ne - e0), scale, sc + ns + e0);
-    inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(sc, nk);
+    const float* const qs[2] = {query(a), query(b)};
+    for (int64_t e0 = 0; e0 < ne; e0 += 16) {
+      float* const dst[2] = {scores.data() + a * ld + ns + e0, scores.data() + b * ld + ns + e0};
+      score_chunk<HDc>(qs, ek.data() + e0, std::min<int64_t>(16, ne - e0), scale, dst);
+    }
+    for (int64_t i = 0; i < (b != a ? 2 : 1); ++i) {  // a query paired with itself: its scores exponentiated once
+      const int64_t qi = i == 0 ? a : b;
+      inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(scores.data() + qi * ld, nk);
+    }
   }
+  // (No lambda holds vector code: a lambda is not cloned with the function for AVX-512.)
   for (int64_t n0 = 0; n0 < ns; n0 += 16)
-    for (int64_t qi = 0; qi < Q; ++qi)
-      accumulate_values<HDc>(acc.data() + qi * JF, scores.data() + qi * ld + n0, inv[static_cast<size_t>(qi)],
-                             vals + n0, std::min<int64_t>(16, ns - n0));
-  for (int64_t qi = 0; qi < Q; ++qi) {
-    const std::vector<const float*>& ev = extra_v[qi / G];
-    accumulate_values<HDc>(acc.data() + qi * JF, scores.data() + qi * ld + ns, inv[static_cast<size_t>(qi)], ev.data(),
-                           static_cast<int64_t>(ev.size()));
-    std::memcpy(out + (qi / G) * row_stride + (qi % G) * HDc, acc.data() + qi * JF, sizeof(float) * HDc);
+    for (int64_t pi = 0; pi < P; ++pi)
+      values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(16, ns - n0));
+  for (int64_t pi = 0; pi < P; ++pi) {
+    const std::vector<const float*>& ev = extra_v[pair(pi, 0) / G];
+    values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, ns, ev.data(), static_cast<int64_t>(ev.size()));
   }
+  for (int64_t qi = 0; qi < Q; ++qi)
+    std::memcpy(out + (qi / G) * row_stride + (qi % G) * HDc, acc.data() + qi * JF, sizeof(float) * HDc);
 }
 
 // An item's key and value rows (kv head g of one sequence): all S of them, the first ns that
@@ -274,11 +186,10 @@ struct ItemKeys {
 [[gnu::always_inline]] inline bool rows_dispatch(int64_t HD, const float* q, float* out, int64_t rows, int64_t G,
                                                  int64_t row_stride, const float* const* keys, const float* const* vals,
                                                  int64_t ns, const std::vector<const float*>* ek,
-                                                 const std::vector<const float*>* ev, float scale,
-                                                 std::vector<float>& scores, std::vector<float>& acc) {
-#define UPD_ROWS(H)                                                                          \
-  case H:                                                                                    \
-    attend_rows<H>(q, out, rows, G, row_stride, keys, vals, ns, ek, ev, scale, scores, acc); \
+                                                 const std::vector<const float*>* ev, float scale, Scratch& scratch) {
+#define UPD_ROWS(H)                                                                      \
+  case H:                                                                                \
+    attend_rows<H>(q, out, rows, G, row_stride, keys, vals, ns, ek, ev, scale, scratch); \
     return true;
   switch (HD) {
     UPD_ROWS(32)
@@ -338,7 +249,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     // Per-thread buffers kept across calls (a forward calls this once per layer).
     thread_local ItemKeys it;
     thread_local std::vector<const float*> krows, vrows;
-    thread_local std::vector<float> scores, acc;
+    thread_local Scratch scratch;
 #pragma omp for schedule(static, per)
     for (int64_t item = 0; item < items; ++item) {
       const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
@@ -346,7 +257,7 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
       gather_item(it, kp, vp, bt + b * MAXB, BS, NKV, HD, g, S, prefix, r0 - qs[b], rows,
                   tm != nullptr ? tm + r0 * tm_cols : nullptr, tm_cols);
       if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
-                        it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scores, acc))
+                        it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
         continue;
       for (int64_t r = 0; r < rows; ++r) {  // other head sizes: a row's visible keys, then the generic loop
         const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
@@ -356,8 +267,8 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
         vrows.assign(it.vals.begin(), it.vals.begin() + it.ns);
         vrows.insert(vrows.end(), ev.begin(), ev.end());
         const int64_t nk = static_cast<int64_t>(krows.size()), i = r0 + r;
-        scores.resize(static_cast<size_t>(G * nk + 16));
-        attend_generic(qp + (i * NH + g * G) * HD, G, HD, krows.data(), vrows.data(), nk, scale, scores.data(),
+        scratch.scores.resize(static_cast<size_t>(G * nk + 16));
+        attend_generic(qp + (i * NH + g * G) * HD, G, HD, krows.data(), vrows.data(), nk, scale, scratch.scores.data(),
                        op + (i * NH + g * G) * HD);
       }
     }
