@@ -1,4 +1,4 @@
-// CPU paged attention: work items of (sequence, kv head, up to 8 new rows); the query heads that
+// CPU paged attention: work items of (sequence, kv head, up to 32 new rows); the query heads that
 // share the kv head are scored together, two queries at a time over each key and value loaded
 // (paged_attention_rows_cpu.h). Softmax in f32.
 #include <omp.h>
@@ -224,14 +224,20 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
   const float* vp = kv.v_cache.data<float>();
   float* op = out.data<float>();
 
-  // Work items: (sequence, kv head, chunk of at most kRowsPerItem of the sequence's new rows); an
-  // item gathers its key and value rows once and attends each of its rows over the visible ones
-  // (a causal row: a prefix of them; a tree row: its ancestors, gathered in key order).
-  constexpr int64_t kRowsPerItem = 8;
+  // Work items: (sequence, kv head, chunk of the sequence's new rows); an item gathers its key and
+  // value rows once and attends each of its rows over the visible ones (a causal row: a prefix of
+  // them; a tree row: its ancestors, gathered in key order). Every chunk reads the keys and values
+  // again (at 1024 keys, 10 rows took 1.12x as long in two chunks of 5 as in one, 24 rows
+  // 1.1-1.4x in three chunks), so a sequence's rows are split only as far as the threads need
+  // items, into chunks of 8 to 32 rows (32: a causal prefill's chunks stay even across threads,
+  // and an item's scores stay a few hundred KiB). A query's result does not depend on its chunk.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t splits = std::max<int64_t>(1, threads / std::max<int64_t>(1, B * NKV));
   std::vector<std::array<int64_t, 3>> chunks;  // (sequence, first new row, rows): as even as possible
   int64_t work = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = qs[b + 1] - qs[b], parts = (n + kRowsPerItem - 1) / kRowsPerItem;
+    const int64_t n = qs[b + 1] - qs[b];
+    const int64_t rows = std::clamp<int64_t>((n + splits - 1) / splits, 8, 32), parts = (n + rows - 1) / rows;
     for (int64_t p = 0; p < parts; ++p)
       chunks.push_back({b, qs[b] + n * p / parts, n * (p + 1) / parts - n * p / parts});
     work += n * kl[b];
@@ -240,7 +246,6 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
   // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
   // between threads (a causal prefill's later chunks see more keys); with fewer chunks than
   // threads (a verification or a decode at batch 1) the heads are split between the threads.
-  const int64_t threads = omp_get_max_threads();
   const int64_t per =
       static_cast<int64_t>(chunks.size()) >= threads ? NKV : std::max<int64_t>(1, (items + threads - 1) / threads);
 

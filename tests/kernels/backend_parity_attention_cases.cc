@@ -51,9 +51,10 @@ enum class PagedMode { Causal, Tree, Window };
 
 // HD 16 runs the generic CPU loop; 32, 56, 64, 80, 96 and 128 the unrolled ones, whose scores go
 // 16 keys at a time (the long case has 37 keys: two full groups and a tail); 56 and 80 end each
-// row in a half chunk of 8 floats.
-void paged_attention_case(const Backend& b, PagedMode mode, int64_t HD = 16, bool long_ctx = false) {
-  const int64_t NH = 4, NKV = 2, BS = 4, NB = long_ctx ? 24 : 12, MAXB = long_ctx ? 10 : 5, W = 6;
+// row in a half chunk of 8 floats. NH 6 puts three query heads on each kv head (the CPU kernel
+// pairs a kv head's queries, and an odd last one with itself).
+void paged_attention_case(const Backend& b, PagedMode mode, int64_t HD = 16, bool long_ctx = false, int64_t NH = 4) {
+  const int64_t NKV = 2, BS = 4, NB = long_ctx ? 24 : 12, MAXB = long_ctx ? 10 : 5, W = 6;
   const std::vector<int32_t> kv_len = long_ctx ? std::vector<int32_t>{5, 37, 21} : std::vector<int32_t>{5, 17, 9};
   const std::vector<int32_t> n_new = {1, 4, 3};
   const std::vector<int32_t> win = mode == PagedMode::Window ? std::vector<int32_t>{2, 6, 5} : n_new;
@@ -109,7 +110,8 @@ void paged_attention_case(const Backend& b, PagedMode mode, int64_t HD = 16, boo
   }
   const char* names[] = {"paged_attention causal", "paged_attention tree", "paged_attention window"};
   expect_close(fetch(out), want, atol(b), rtol(b),
-               std::string(names[static_cast<int>(mode)]) + " HD " + std::to_string(HD) + (long_ctx ? " long" : ""));
+               std::string(names[static_cast<int>(mode)]) + " HD " + std::to_string(HD) + " NH " + std::to_string(NH) +
+                   (long_ctx ? " long" : ""));
 }
 
 void copy_rows_case(const Backend& b) {
@@ -151,6 +153,13 @@ void append_attention_cases(std::vector<OpCase>& c) {
                  [=](const Backend& b) { paged_attention_case(b, PagedMode::Tree, hd, true); }});
     c.push_back({"paged_attention_window" + h, false,
                  [=](const Backend& b) { paged_attention_case(b, PagedMode::Window, hd, true); }});
+  }
+  for (int64_t hd : {56, 64}) {
+    const std::string h = "_hd" + std::to_string(hd) + "_g3";
+    c.push_back({"paged_attention_causal" + h, false,
+                 [=](const Backend& b) { paged_attention_case(b, PagedMode::Causal, hd, true, 6); }});
+    c.push_back({"paged_attention_tree" + h, false,
+                 [=](const Backend& b) { paged_attention_case(b, PagedMode::Tree, hd, true, 6); }});
   }
   c.push_back({"copy_rows", false, copy_rows_case});
 }

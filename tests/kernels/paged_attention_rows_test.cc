@@ -3,6 +3,7 @@
 // of its sequence (verification, chunked prefill), for causal rows and tree rows, head sizes with
 // and without a compiled specialisation, and contexts that cross the kernels' 16-key chunks.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstring>
 #include <random>
@@ -42,11 +43,13 @@ bool same_bits(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, sizeof(float) * static_cast<size_t>(n)) == 0;
 }
 
-TEST(PagedAttentionRows, EachRowAloneEqualsItsRowAmongTheOthers) {
+// Every row of a sequence against the same row computed alone, causal and tree, for NH query
+// heads over NKV kv heads.
+void expect_rows_alone_equal(int64_t NH, int64_t NKV, const char* what) {
   for (int64_t HD : {56, 64, 12}) {  // 12: no specialisation, the generic loop
     for (int64_t prefix : {0, 5, 37, 70}) {
-      for (int64_t n : {1, 5, 11}) {  // 11 rows: two work items of the sequence
-        const int64_t NH = 4, NKV = 2, S = prefix + n, W = NH * HD;
+      for (int64_t n : {1, 5, 11, 40}) {  // 40 rows: two work items of the sequence, more with more threads
+        const int64_t S = prefix + n, W = NH * HD;
         PagedSeq seq(S, NH, NKV, HD, 100 + HD + prefix + n);
         const Tensor q = Tensor::from_f32(rand_vec(n * W, 7 + n), {n, NH, HD});
         // Causal: row i alone sees the prefix and new keys 0..i.
@@ -54,7 +57,7 @@ TEST(PagedAttentionRows, EachRowAloneEqualsItsRowAmongTheOthers) {
         for (int64_t i = 0; i < n; ++i) {
           const auto one = seq.run(q.row(i), prefix + i + 1);
           ASSERT_TRUE(same_bits(all.data() + i * W, one.data(), W))
-              << "causal HD=" << HD << " prefix=" << prefix << " n=" << n << " row " << i;
+              << what << " causal HD=" << HD << " prefix=" << prefix << " n=" << n << " row " << i;
         }
         // Tree: random ancestors (each row sees itself), every row against the same window.
         std::mt19937 rng(static_cast<uint32_t>(HD * 1000 + prefix * 10 + n));
@@ -71,11 +74,24 @@ TEST(PagedAttentionRows, EachRowAloneEqualsItsRowAmongTheOthers) {
           std::memcpy(row_mask.data<uint8_t>(), mask.data<uint8_t>() + i * n, static_cast<size_t>(n));
           const auto one = seq.run(q.row(i), S, row_mask, n);
           ASSERT_TRUE(same_bits(tree.data() + i * W, one.data(), W))
-              << "tree HD=" << HD << " prefix=" << prefix << " n=" << n << " row " << i;
+              << what << " tree HD=" << HD << " prefix=" << prefix << " n=" << n << " row " << i;
         }
       }
     }
   }
+}
+
+TEST(PagedAttentionRows, EachRowAloneEqualsItsRowAmongTheOthers) {
+  expect_rows_alone_equal(4, 2, "two heads per kv head");
+  expect_rows_alone_equal(6, 2, "three heads per kv head (the last paired with itself)");
+}
+
+// With more threads than the batch's kv heads, a sequence's rows are split into more work items.
+TEST(PagedAttentionRows, RowsSplitAcrossMoreThreadsKeepTheirBits) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(8);
+  expect_rows_alone_equal(4, 2, "8 threads");
+  omp_set_num_threads(before);
 }
 
 }  // namespace
