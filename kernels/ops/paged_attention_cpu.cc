@@ -102,16 +102,17 @@ template <int HDc>
     const int64_t r = pi / ((G + 1) / 2), h = 2 * (pi % ((G + 1) / 2)) + i;
     return r * G + std::min(h, G - 1);
   };
-  for (int64_t n0 = 0; n0 < ns; n0 += 16) {
-    // Rows come from KV blocks anywhere in the cache: ask for the next 16 keys now, and for
-    // these 16 keys' values, which the value pass below reads.
-    prefetch_rows<HDc>(keys + n0 + 16, std::min<int64_t>(16, ns - n0 - 16));
-    prefetch_rows<HDc>(vals + n0, std::min<int64_t>(16, ns - n0));
+  constexpr int64_t kBlock = 64;  // keys scored (and weighed, below) per pass over the queries
+  for (int64_t n0 = 0; n0 < ns; n0 += kBlock) {
+    // Rows come from KV blocks anywhere in the cache: ask for the next block's keys now, and for
+    // this block's values, which the value pass below reads.
+    prefetch_rows<HDc>(keys + n0 + kBlock, std::min<int64_t>(kBlock, ns - n0 - kBlock));
+    prefetch_rows<HDc>(vals + n0, std::min<int64_t>(kBlock, ns - n0));
     for (int64_t pi = 0; pi < P; ++pi) {
       const int64_t a = pair(pi, 0), b = pair(pi, 1);
       const float* const qs[2] = {query(a), query(b)};
       float* const dst[2] = {scores.data() + a * ld + n0, scores.data() + b * ld + n0};
-      score_chunk<HDc>(qs, keys + n0, std::min<int64_t>(16, ns - n0), scale, dst);
+      score_chunk<HDc>(qs, keys + n0, std::min<int64_t>(kBlock, ns - n0), scale, dst);
     }
   }
   inv.resize(static_cast<size_t>(Q));
@@ -120,19 +121,17 @@ template <int HDc>
     const std::vector<const float*>& ek = extra_k[a / G];  // a and b are heads of one row
     const int64_t ne = static_cast<int64_t>(ek.size()), nk = ns + ne;
     const float* const qs[2] = {query(a), query(b)};
-    for (int64_t e0 = 0; e0 < ne; e0 += 16) {
-      float* const dst[2] = {scores.data() + a * ld + ns + e0, scores.data() + b * ld + ns + e0};
-      score_chunk<HDc>(qs, ek.data() + e0, std::min<int64_t>(16, ne - e0), scale, dst);
-    }
+    float* const dst[2] = {scores.data() + a * ld + ns, scores.data() + b * ld + ns};
+    score_chunk<HDc>(qs, ek.data(), ne, scale, dst);
     for (int64_t i = 0; i < (b != a ? 2 : 1); ++i) {  // a query paired with itself: its scores exponentiated once
       const int64_t qi = i == 0 ? a : b;
       inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(scores.data() + qi * ld, nk);
     }
   }
   // (No lambda holds vector code: a lambda is not cloned with the function for AVX-512.)
-  for (int64_t n0 = 0; n0 < ns; n0 += 16)
+  for (int64_t n0 = 0; n0 < ns; n0 += kBlock)
     for (int64_t pi = 0; pi < P; ++pi)
-      values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(16, ns - n0));
+      values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(kBlock, ns - n0));
   for (int64_t pi = 0; pi < P; ++pi) {
     const std::vector<const float*>& ev = extra_v[pair(pi, 0) / G];
     values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, ns, ev.data(), static_cast<int64_t>(ev.size()));

@@ -4,6 +4,7 @@
 // queries or keys are computed beside it, which keeps decode and verification bitwise equal.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -76,7 +77,7 @@ template <int HDc>
       __builtin_prefetch(rows[l] + c, 0, 3);
 }
 
-// Two queries' scores of m (<= 16) keys: each key's chunks are loaded once for both. A query's
+// Two queries' scores of m keys: each key's chunks are loaded once for both. A query's
 // score of key l comes from its own 16-lane partial sums (its chunk products in chunk order), then
 // a fixed tree of pairwise shuffles and adds that sums the 16 keys' lanes together (15 adds for 16
 // sums, not a horizontal reduction per key), built four keys at a time (pairs, quads, then the
@@ -91,58 +92,62 @@ template <int HDc>
     qv[0][j] = chunk<HDc>(q[0], j);
     qv[1][j] = chunk<HDc>(q[1], j);
   }
-  v16f u[2][4];
+  for (int64_t c0 = 0; c0 < m; c0 += 16) {  // 16 keys at a time, the queries kept in registers
+    const int64_t mm = std::min<int64_t>(16, m - c0);
+    v16f u[2][4];
 #pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    v16f p[2][4];
+    for (int g = 0; g < 4; ++g) {
+      v16f p[2][4];
 #pragma GCC unroll 4
-    for (int l4 = 0; l4 < 4; ++l4) {
-      const int l = 4 * g + l4;
-      if (l >= m) {
-        p[0][l4] = p[1][l4] = v16f{};
-        continue;
-      }
-      // Started from the first product, not from zero: no vectors zeroed in memory for every 16
-      // keys. (The compiler may fuse the first two products either way, so the last bits may
-      // differ from a zero start; every query still runs this same code whatever is beside it.)
-      const v16f k0 = chunk<HDc>(krows[l], 0);
-      p[0][l4] = qv[0][0] * k0;
-      p[1][l4] = qv[1][0] * k0;
+      for (int l4 = 0; l4 < 4; ++l4) {
+        const int l = 4 * g + l4;
+        if (l >= mm) {
+          p[0][l4] = p[1][l4] = v16f{};
+          continue;
+        }
+        // Started from the first product, not from zero: no vectors zeroed in memory for every 16
+        // keys. (The compiler may fuse the first two products either way, so the last bits may
+        // differ from a zero start; every query still runs this same code whatever is beside it.)
+        const v16f k0 = chunk<HDc>(krows[c0 + l], 0);
+        p[0][l4] = qv[0][0] * k0;
+        p[1][l4] = qv[1][0] * k0;
 #pragma GCC unroll 8
-      for (int j = 1; j < J; ++j) {
-        const v16f kj = chunk<HDc>(krows[l], j);
-        p[0][l4] += qv[0][j] * kj;
-        p[1][l4] += qv[1][j] * kj;
+        for (int j = 1; j < J; ++j) {
+          const v16f kj = chunk<HDc>(krows[c0 + l], j);
+          p[0][l4] += qv[0][j] * kj;
+          p[1][l4] += qv[1][j] * kj;
+        }
+      }
+#pragma GCC unroll 2
+      for (int i = 0; i < 2; ++i) {
+        const v16f t0 =
+            __builtin_shufflevector(p[i][0], p[i][1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+            __builtin_shufflevector(p[i][0], p[i][1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        const v16f t1 =
+            __builtin_shufflevector(p[i][2], p[i][3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+            __builtin_shufflevector(p[i][2], p[i][3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        u[i][g] = __builtin_shufflevector(t0, t1, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+                  __builtin_shufflevector(t0, t1, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
       }
     }
 #pragma GCC unroll 2
     for (int i = 0; i < 2; ++i) {
-      const v16f t0 =
-          __builtin_shufflevector(p[i][0], p[i][1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-          __builtin_shufflevector(p[i][0], p[i][1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-      const v16f t1 =
-          __builtin_shufflevector(p[i][2], p[i][3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-          __builtin_shufflevector(p[i][2], p[i][3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-      u[i][g] = __builtin_shufflevector(t0, t1, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-                __builtin_shufflevector(t0, t1, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+      v16f v[2];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h)
+        v[h] = __builtin_shufflevector(u[i][2 * h], u[i][2 * h + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25,
+                                       28, 29) +
+               __builtin_shufflevector(u[i][2 * h], u[i][2 * h + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27,
+                                       30, 31);
+      const v16f sums =
+          (__builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)) *
+          scale;
+      if (mm == 16)  // a whole chunk: one store (a copy of a variable size is a call)
+        std::memcpy(dst[i] + c0, &sums, sizeof(sums));
+      else
+        std::memcpy(dst[i] + c0, &sums, sizeof(float) * static_cast<size_t>(mm));
     }
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {
-    v16f v[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h)
-      v[h] = __builtin_shufflevector(u[i][2 * h], u[i][2 * h + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28,
-                                     29) +
-             __builtin_shufflevector(u[i][2 * h], u[i][2 * h + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27,
-                                     30, 31);
-    const v16f sums = (__builtin_shufflevector(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-                       __builtin_shufflevector(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)) *
-                      scale;
-    if (m == 16)  // a whole chunk: one store (a copy of a variable size is a call)
-      std::memcpy(dst[i], &sums, sizeof(sums));
-    else
-      std::memcpy(dst[i], &sums, sizeof(float) * static_cast<size_t>(m));
   }
 }
 
