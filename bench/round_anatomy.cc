@@ -132,12 +132,26 @@ Bound matmul_bound(const PolicyModel& m, int64_t T, double read_gbps, double pea
   return by_bytes >= by_flops ? Bound{by_bytes, "bytes"} : Bound{by_flops, "flops"};
 }
 
-void print_forward(const char* what, const Timed& f, const Bound& b, double plain_s) {
-  std::printf("%s %.3f ms (%.2f plain steps): matmuls %.3f ms (their bound %.3f ms by %s: %.0f%%), attention "
-              "%.3f ms, the rest %.3f ms\n",
-              what, 1e3 * f.seconds, f.seconds / plain_s, 1e3 * f.parts.matmul_s, 1e3 * b.seconds, b.by,
-              100.0 * b.seconds / f.parts.matmul_s, 1e3 * f.parts.attention_s,
-              1e3 * (f.parts.total_s - f.parts.matmul_s - f.parts.attention_s));
+// Attention over T new causal rows after ctx cached keys (row i sees ctx + i + 1 keys): every
+// layer's keys and values read once, and 4 flops per head, visible key and dimension (scores and
+// value sums) at the f32 FMA peak.
+Bound attention_bound(const PolicyModel& m, int64_t ctx, int64_t T, double read_gbps, double fma_gflops) {
+  const PolicyConfig& c = m.config();
+  const double per_key = static_cast<double>(c.num_layers * c.head_dim);
+  const double bytes = 2.0 * per_key * static_cast<double>(c.num_kv_heads * (ctx + T) * dtype_size(m.act_dtype()));
+  const double visible = static_cast<double>(T * ctx) + static_cast<double>(T * (T + 1)) / 2.0;
+  const double flops = 4.0 * per_key * static_cast<double>(c.num_heads) * visible;
+  const double by_bytes = bytes / (read_gbps * 1e9), by_flops = flops / (fma_gflops * 1e9);
+  return by_bytes >= by_flops ? Bound{by_bytes, "bytes"} : Bound{by_flops, "flops"};
+}
+
+void print_forward(const char* what, const Timed& f, const Bound& b, const Bound& a, double plain_s) {
+  std::printf(
+      "%s %.3f ms (%.2f plain steps): matmuls %.3f ms (their bound %.3f ms by %s: %.0f%%), attention "
+      "%.3f ms (its bound %.3f ms by %s: %.0f%%), the rest %.3f ms\n",
+      what, 1e3 * f.seconds, f.seconds / plain_s, 1e3 * f.parts.matmul_s, 1e3 * b.seconds, b.by,
+      100.0 * b.seconds / f.parts.matmul_s, 1e3 * f.parts.attention_s, 1e3 * a.seconds, a.by,
+      100.0 * a.seconds / f.parts.attention_s, 1e3 * (f.parts.total_s - f.parts.matmul_s - f.parts.attention_s));
 }
 
 }  // namespace
@@ -146,12 +160,15 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
                          const MachineLimits& machine, int64_t ctx, int reps) {
   const double wbytes = matmul_params(policy.config()) * static_cast<double>(dtype_size(policy.lm_head().dtype()));
   const double bw = probe_read_gbps(static_cast<size_t>(wbytes));
-  const double peak = bf16_peak_gflops(machine, ops::cpu_bf16_kernel());
-  std::printf("\nround anatomy at batch 1, context %ld (median of %d; cpu bf16 kernel %s, bounds at %.1f GB/s read over "
-              "the weights' %.0f MiB and a %.0f GFLOP/s peak):\n",
-              ctx, reps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), bw, wbytes / 1048576.0, peak);
+  const double peak = bf16_peak_gflops(machine, ops::cpu_bf16_kernel()), fma = machine.fma_gflops;
+  std::printf(
+      "\nround anatomy at batch 1, context %ld (median of %d; cpu bf16 kernel %s, bounds at %.1f GB/s read over "
+      "the weights' %.0f MiB, a %.0f GFLOP/s peak for the matmuls and the f32 FMA peak of %.0f GFLOP/s for "
+      "attention):\n",
+      ctx, reps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), bw, wbytes / 1048576.0, peak, fma);
   const Timed p1 = policy_forward(policy, ctx, 1, reps);
-  print_forward("  plain step", p1, matmul_bound(policy, 1, bw, peak), p1.seconds);
+  print_forward("  plain step", p1, matmul_bound(policy, 1, bw, peak), attention_bound(policy, ctx, 1, bw, fma),
+                p1.seconds);
   for (const AnatomySetting& r : rows) {
     const SpecSettings& s = r.settings;
     const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
@@ -169,7 +186,8 @@ void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, con
     const double round = v.seconds + absorb + static_cast<double>(s.steps - 1) * d;
     char what[96];
     std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
-    print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak), p1.seconds);
+    print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak),
+                  attention_bound(policy, ctx, s.draft_tokens, bw, fma), p1.seconds);
     const ForwardProfile& ef = r.engine_forwards;
     if (ef.forwards > 0) {
       const double n = static_cast<double>(ef.forwards);

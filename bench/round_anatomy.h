@@ -5,7 +5,9 @@
 // policy's parts (matmuls, attention, the rest) with the matmuls against their roofline bound
 // max(weight bytes / bandwidth, flops / peak), the bandwidth measured over a buffer the size of
 // the weights (so it is the cache's where they fit, as they stay there from step to step) and the
-// peak the process's bf16 kernel's; and the engine's measured round next to the anatomy's sum.
+// peak the process's bf16 kernel's, and attention against max(key and value bytes / the same
+// bandwidth, its flops / the f32 FMA peak); and the engine's measured round next to the
+// anatomy's sum.
 #pragma once
 
 #include <string>
