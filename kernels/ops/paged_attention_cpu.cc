@@ -71,14 +71,14 @@ template <int HDc>
   accumulate_values<HDc>(accs, sc, invs, vrows, m);
 }
 
-// Several query rows of one work item at once (its rows x the G heads of its kv head): the keys
-// every row sees (`ns` of them: the prefix, and for causal rows the first row's new keys) are
-// scored and weighed 16 at a time for all queries while those 16 are in L1, instead of each
-// query streaming all of them from L2; then each row's own keys (a tree row's ancestors, a
-// causal row's later keys) per query. Each query's scores, softmax and value sums are the same
-// operations in the same order as over its keys alone, so its output is bitwise the same
-// whatever rows are computed with it (a decode row is one such item of one row). extra_k/extra_v[r]: row r's own key
-// and value rows.
+// Several query rows of one work item at once (its rows x the G heads of its kv head), two
+// queries at a time: the keys every row sees (`ns` of them: the prefix, and for causal rows the
+// first row's new keys) are scored, then weighed, a block of 64 at a time for every pair while
+// the block is in L1, instead of each query streaming all of them from L2; then each row's own
+// keys (a tree row's ancestors, a causal row's later keys). Each query's scores, softmax and
+// value sums are the same operations in the same order as over its keys alone, so its output is
+// bitwise the same whatever rows are computed with it (a decode row is one such item of one
+// row). extra_k/extra_v[r]: row r's own key and value rows.
 template <int HDc>
 [[gnu::always_inline]] inline void attend_rows(const float* q, float* out, int64_t rows, int64_t G, int64_t row_stride,
                                                const float* const* keys, const float* const* vals, int64_t ns,
@@ -128,7 +128,7 @@ template <int HDc>
       inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(scores.data() + qi * ld, nk);
     }
   }
-  // (No lambda holds vector code: a lambda is not cloned with the function for AVX-512.)
+  // values_pair, not a lambda: a lambda is not cloned with the function for AVX-512.
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock)
     for (int64_t pi = 0; pi < P; ++pi)
       values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(kBlock, ns - n0));
