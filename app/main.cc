@@ -40,8 +40,9 @@ int run_info() {
       kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
   std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
               updraft::ops::cpu_bf16_kernel_name(updraft::ops::cpu_bf16_kernel()));
-  std::printf("  CPU int8 tiles     : %s (a CPU drafter's weights: %s)\n",
-              updraft::ops::cpu_has_int8_tiles() ? "AMX-INT8" : "no (--draft-weights int8 unavailable)",
+  const std::string int8 = updraft::ops::cpu_int8_kernel_name();
+  std::printf("  CPU int8 kernel    : %s (a CPU drafter's weights: %s)\n",
+              int8 == "none" ? "none (--draft-weights int8 unavailable)" : int8.c_str(),
               updraft::draft_weights_name(updraft::resolved_draft_weights(updraft::Device::CPU)));
   std::printf("  CUDA backend built : %s\n", updraft::cuda_compiled() ? "yes" : "no");
   std::printf("  CUDA device usable : %s\n", updraft::cuda_available() ? "yes" : "no");

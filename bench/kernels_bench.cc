@@ -6,7 +6,8 @@
 // Prints the machine limits, then one line per shape with the achieved rate and its fraction
 // (the process's bf16 kernel), the draft proposal's top k, the built-in policy's attention over
 // 1-16 rows, then a decode step's matmuls at policy shapes for every bf16 kernel this CPU has
-// against their roofline bound.
+// against their roofline bound: one call per product, and (lines "-grp", "amx-panel") grouped
+// as the policy's forward issues them, the two taking turns.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +52,26 @@ double median_seconds(int reps, F&& f) {
   return ts[ts.size() / 2];
 }
 
+// Two ways of doing the same work, taking turns (`reps` rounds after a warm-up of each): the
+// median seconds of each, so that their ratio holds on a host whose speed drifts.
+template <typename F, typename G>
+std::pair<double, double> median_seconds_pair(int reps, F&& f, G&& g) {
+  f();
+  g();
+  std::vector<double> tf, tg;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = bench::now_s();
+    f();
+    tf.push_back(bench::now_s() - t0);
+    t0 = bench::now_s();
+    g();
+    tg.push_back(bench::now_s() - t0);
+  }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tg.begin(), tg.end());
+  return {tf[tf.size() / 2], tg[tg.size() / 2]};
+}
+
 // One decode step's matmuls of a Llama-shaped policy (q, k, v, o, gate, up, down per layer, then
 // the LM head), bf16 weights, T rows each.
 struct PolicyShapes {
@@ -77,13 +99,16 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
               "%.1f GB/s; median of %d rounds)\n%-9s %4s %10s %12s %9s\n",
               p.name, bytes / 1048576.0, bw, reps, "kernel", "T", "ms", "bound ms", "of bound");
   const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
-  // The AMX kernel twice: reading the row-major weights, one call per product, and their tile
-  // panels (prepare_linear), grouped as the policy groups them.
-  std::vector<ops::LinearWeight> panels;
-  if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAmx)) {
-    ops::set_cpu_bf16_kernel(ops::CpuBf16Kernel::kAmx);
+  // Each kernel twice: one call per product, then grouped as the policy's forward issues them (q,
+  // k and v in one call, gate and up in one, each group sharing its input: one pass of the thread
+  // team, one rounding or packing), from the weights' tile panels (prepare_linear) on AMX.
+  std::map<ops::CpuBf16Kernel, std::vector<ops::LinearWeight>> prepared;
+  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+    if (!ops::cpu_bf16_kernel_available(k))
+      continue;
+    ops::set_cpu_bf16_kernel(k);
     for (const Tensor& w : ws)
-      panels.push_back(ops::prepare_linear(w));
+      prepared[k].push_back(ops::prepare_linear(w));
   }
   for (int64_t T : {1, 2, 3, 5, 7, 10, 16}) {
     std::vector<Tensor> xs, ys;
@@ -96,28 +121,31 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
       if (!ops::cpu_bf16_kernel_available(k))
         continue;
       ops::set_cpu_bf16_kernel(k);
-      const double s = median_seconds(reps, [&] {
+      const auto one_by_one = [&] {
         for (size_t i = 0; i < ws.size(); ++i)
           ops::linear(xs[i], ws[i], nullptr, ys[i]);
-      });
+      };
       const double bound = std::max(bytes / (bw * 1e9), T * bytes / (bench::bf16_peak_gflops(m, k) * 1e9));
-      std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", ops::cpu_bf16_kernel_name(k), T, s * 1e3, bound * 1e3,
-                  100 * bound / s);
-      if (k == ops::CpuBf16Kernel::kAmx) {
-        // The panels as the policy's forward issues its products: q, k and v in one call, gate
-        // and up in one, each sharing its input (one pass of the thread team, one packing).
-        const double sp = median_seconds(reps, [&] {
-          for (size_t i = 0; i < ws.size();) {
-            const size_t n = i == ws.size() - 1 ? 1 : std::array<size_t, 7>{3, 0, 0, 1, 2, 0, 1}[i % 7];
-            std::vector<ops::LinearProduct> group;
-            for (size_t j = i; j < i + n; ++j)
-              group.push_back({&panels[j], nullptr, ys[j]});
-            ops::linear_shared_input(xs[i], group);
-            i += n;
-          }
-        });
-        std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", "amx-panel", T, sp * 1e3, bound * 1e3, 100 * bound / sp);
+      const auto print = [&](const std::string& name, double s) {
+        std::printf("%-9s %4ld %10.3f %12.3f %8.0f%%\n", name.c_str(), T, s * 1e3, bound * 1e3, 100 * bound / s);
+      };
+      if (prepared.count(k) == 0) {
+        print(ops::cpu_bf16_kernel_name(k), median_seconds(reps, one_by_one));
+        continue;
       }
+      const std::vector<ops::LinearWeight>& pw = prepared[k];
+      const auto [s, sg] = median_seconds_pair(reps, one_by_one, [&] {
+        for (size_t i = 0; i < ws.size();) {
+          const size_t n = i == ws.size() - 1 ? 1 : std::array<size_t, 7>{3, 0, 0, 1, 2, 0, 1}[i % 7];
+          std::vector<ops::LinearProduct> group;
+          for (size_t j = i; j < i + n; ++j)
+            group.push_back({&pw[j], nullptr, ys[j]});
+          ops::linear_shared_input(xs[i], group);
+          i += n;
+        }
+      });
+      print(ops::cpu_bf16_kernel_name(k), s);
+      print(k == ops::CpuBf16Kernel::kAmx ? "amx-panel" : ops::cpu_bf16_kernel_name(k) + std::string("-grp"), sg);
     }
   }
   ops::set_cpu_bf16_kernel(saved);

@@ -52,8 +52,8 @@ const char* draft_weights_name(DraftWeights w) {
 
 DraftWeights resolved_draft_weights(Device d) {
   const DraftWeights want = draft_weights();
-  const bool int8 =
-      want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU && ops::cpu_has_int8_tiles());
+  const bool int8 = want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU &&
+                                                    std::string(ops::cpu_int8_kernel_name()) != "none");
   return int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
 }
 
@@ -61,10 +61,10 @@ DraftWeights parse_draft_weights(const std::string& name) {
   for (DraftWeights w : {DraftWeights::kAsStored, DraftWeights::kInt8, DraftWeights::kAuto}) {
     if (name != draft_weights_name(w))
       continue;
-    if (w == DraftWeights::kInt8 && !ops::cpu_has_int8_tiles())
+    if (w == DraftWeights::kInt8 && std::string(ops::cpu_int8_kernel_name()) == "none")
       throw Error(
-          "drafter weights int8: this CPU has no AMX-INT8 tiles, where int8 drafter weights would run slower "
-          "than bf16 (`updraft info` lists what it has)");
+          "drafter weights int8: this CPU has neither AMX-INT8 tiles nor AVX512-VNNI, where int8 drafter weights "
+          "would run slower than bf16 (`updraft info` lists what it has)");
     return w;
   }
   throw Error("drafter weights: '" + name + "' is not one of bf16, int8, auto");

@@ -33,6 +33,16 @@ void check_gemm(const char* op, const Tensor& a, bool ta, const Tensor& b, bool 
   }
 }
 
+// linear()'s checks: x [T, K], w [N, K], y [T, N], and a bias of N values if any.
+void check_linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  check_gemm("linear", x, false, w, true, y, 0);
+  if (bias != nullptr) {
+    check_shape("linear", "bias", *bias, {w.size(0)});
+    check_same_device("linear", {&x, bias});
+    check_dtype("linear", "bias", *bias, {DType::F32, w.dtype()});
+  }
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor c, float alpha, float beta) {
@@ -46,12 +56,7 @@ void batched_gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, 
 }
 
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
-  check_gemm("linear", x, false, w, true, y, 0);
-  if (bias != nullptr) {
-    check_shape("linear", "bias", *bias, {w.size(0)});
-    check_same_device("linear", {&x, bias});
-    check_dtype("linear", "bias", *bias, {DType::F32, w.dtype()});
-  }
+  check_linear(x, w, bias, y);
   UPD_DISPATCH(x.device(), linear, x, w, bias, y);
 }
 
@@ -74,6 +79,10 @@ bool cpu_has_int8_tiles() {
   return cpu::cpu_has_amx_int8();
 }
 
+const char* cpu_int8_kernel_name() {
+  return cpu::cpu_has_amx_int8() ? "AMX-INT8" : cpu::cpu_has_avx512_vnni() ? "AVX512-VNNI" : "none";
+}
+
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y) {
   linear_shared_input(x, {{&w, bias, y}});
 }
@@ -84,11 +93,7 @@ namespace {
 void linear_int8_products(const Tensor& x, std::vector<LinearProduct>& products) {
   std::vector<cpu::Int8Product> q8;
   for (LinearProduct& p : products) {
-    check_gemm("linear", x, false, p.w->w, true, p.y, 0);
-    if (p.bias != nullptr) {
-      check_shape("linear", "bias", *p.bias, {p.w->w.size(0)});
-      check_dtype("linear", "bias", *p.bias, {DType::F32, p.w->w.dtype()});
-    }
+    check_linear(x, p.w->w, p.bias, p.y);
     if (p.w->q8 != nullptr)
       q8.push_back({p.w->q8.get(), p.bias, &p.y});
   }
@@ -124,22 +129,23 @@ void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
   for (const LinearProduct& p : products)
     if (p.w->q8 != nullptr)
       return linear_int8_products(x, products);
-  bool panels = x.is_cpu();
-  for (const LinearProduct& p : products) {
-    panels = panels && p.w->panels.defined();
-    if (p.w->panels.defined() && x.is_cpu()) {  // linear() checks the others below
-      check_gemm("linear", x, false, p.w->w, true, p.y, 0);
-      if (p.bias != nullptr) {
-        check_shape("linear", "bias", *p.bias, {p.w->w.size(0)});
-        check_dtype("linear", "bias", *p.bias, {DType::F32, p.w->w.dtype()});
-      }
+  if (x.is_cpu()) {  // one pass of the thread team for them all: from panels, else row-major
+    bool panels = true;
+    for (const LinearProduct& p : products) {
+      check_linear(x, p.w->w, p.bias, p.y);
+      panels = panels && p.w->panels.defined();
     }
-  }
-  if (panels) {
-    std::vector<cpu::PanelProduct> cp;
+    if (panels) {
+      std::vector<cpu::PanelProduct> cp;
+      for (LinearProduct& p : products)
+        cp.push_back({&p.w->panels, p.w->w.size(0), p.bias, &p.y});
+      if (cpu::linear_panels(x, cp))
+        return;
+    }
+    std::vector<cpu::Bf16Product> bp;
     for (LinearProduct& p : products)
-      cp.push_back({&p.w->panels, p.w->w.size(0), p.bias, &p.y});
-    if (cpu::linear_panels(x, cp))
+      bp.push_back({&p.w->w, p.bias, &p.y});
+    if (cpu::linear_bf16(x, bp))
       return;
   }
 #ifdef UPDRAFT_WITH_CUDA

@@ -68,10 +68,12 @@ LinearWeight prepare_linear(Tensor w);
 // weight quantized per row, and each input row per call (kernels/ops/gemv_cpu.h, "int8
 // weights"), so y approximates x w^T to about 1% and is no longer bitwise the bf16 product.
 // Every output row is the same whatever T is and however threads split the work (exact int32
-// sums). AMX-INT8 tiles where cpu_has_int8_tiles() and K is a multiple of 64, else a scalar
-// loop (correct, slow). CheckFailure for a CUDA weight: int8 weights are a CPU path.
+// sums). AMX-INT8 tiles where cpu_has_int8_tiles() and K is a multiple of 64, else AVX512-VNNI
+// where the CPU has it, else a scalar loop (correct, slow). CheckFailure for a CUDA weight: int8
+// weights are a CPU path. cpu_int8_kernel_name(): "AMX-INT8", "AVX512-VNNI" or "none" (the loop).
 LinearWeight prepare_linear_int8(Tensor w);
 bool cpu_has_int8_tiles();
+const char* cpu_int8_kernel_name();
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y);
 
 // Products of one input with several weights (q, k and v; gate and up): each y = x w^T (+ bias)

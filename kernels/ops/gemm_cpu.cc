@@ -43,6 +43,22 @@ void add_bias(const Tensor* bias, int64_t T, int64_t N, float* yp) {
       yp[t * N + n] += bp[n];
 }
 
+// x's rows quantized to int8 (quantize_row_int8's bytes) into xq, their scales into xscale; with
+// `amx`, zero rows pad xq to the AMX tiles' row count (K is a multiple of 64 there).
+// quantize_rows_int8_avx512 where it applies (K a multiple of 16), else the scalar rule.
+void quantize_x_int8(const float* xp, int64_t T, int64_t K, bool amx, std::vector<int8_t>& xq,
+                     std::vector<float>& xscale) {
+  xq.resize(static_cast<size_t>(amx ? amx_rows_a_elems(T, K) : T * K));
+  xscale.resize(static_cast<size_t>(T));
+  if (amx || (K % 16 == 0 && cpu_has_avx512())) {  // the same bytes, in vectors
+    quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
+    std::fill(xq.begin() + T * K, xq.end(), int8_t{0});
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
+  }
+}
+
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
            int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
@@ -83,14 +99,16 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 
 namespace {
 
-// Runs fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against weight rows [n0, n1) — over
-// the whole [T, N] output, in parallel. T <= 8: contiguous chunks of weight rows (multiples of
-// 8), one per thread, each streamed once; next = -1. Larger T: blocks of weight rows small
-// enough to stay in L2 while every tile of tokens is multiplied with them, so the weights are
-// read from memory once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short
-// tile would pay the full per-row overhead for little work). Each thread takes a contiguous run
-// of blocks, and its last tile of a block gets next = the first row of the thread's next block
-// (else -1), so that a kernel can fetch that block from memory while it computes from L2.
+// Thread `id` of `nt`'s share of fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against
+// weight rows [n0, n1) — over the whole [T, N] output. T <= 8: contiguous chunks of weight rows
+// (multiples of 8), one per thread, each streamed once; next = -1. Larger T: blocks of weight rows
+// small enough to stay in L2 while every tile of tokens is multiplied with them, so the weights
+// are read from memory once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the
+// short tile would pay the full per-row overhead for little work). Each thread takes a contiguous
+// run of blocks, and its last tile of a block gets next = the first row of the thread's next
+// block (else -1), so that a kernel can fetch that block from memory while it computes from L2.
+// How the rows are split never changes a row's bits (each kernel computes a row the same way
+// wherever it falls in a chunk).
 // Token rows per tile: T itself up to kGemvMaxT, else tiles as even as possible.
 int64_t gemv_tile_rows(int64_t T) {
   const int64_t tiles = (T + kGemvMaxT - 1) / kGemvMaxT;
@@ -98,42 +116,49 @@ int64_t gemv_tile_rows(int64_t T) {
 }
 
 template <typename Fn>
-void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
+void gemv_tiles_share(int64_t T, int64_t K, int64_t N, int64_t id, int64_t nt, Fn&& fn) {
   if (T <= kGemvMaxT) {
-    // ceil(N / threads), rounded up to 8: at most one chunk per thread (a floor could leave a
-    // last chunk of a few rows, and static scheduling would give one thread two chunks).
-    const int64_t nthreads = omp_get_max_threads();
-    const int64_t chunk = std::max<int64_t>(8, ((N + nthreads - 1) / nthreads + 7) / 8 * 8);
-#pragma omp parallel for schedule(static) if (N * K > (1 << 15))
-    for (int64_t n0 = 0; n0 < N; n0 += chunk)
+    // ceil(N / threads), rounded up to 8: at most one chunk per thread.
+    const int64_t chunk = std::max<int64_t>(8, ((N + nt - 1) / nt + 7) / 8 * 8), n0 = id * chunk;
+    if (n0 < N)
       fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
   const int64_t tile = gemv_tile_rows(T);
   // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
-  const int64_t per_thread = ((N + omp_get_max_threads() - 1) / omp_get_max_threads() + 7) / 8 * 8;
+  const int64_t per_thread = ((N + nt - 1) / nt + 7) / 8 * 8;
   const int64_t block =
       std::max<int64_t>(8, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8));
-  const int64_t nblocks = (N + block - 1) / block;
-#pragma omp parallel if (N * K > (1 << 15))
-  {
-    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t b_end = nblocks * (id + 1) / nt;
-    for (int64_t b = nblocks * id / nt; b < b_end; ++b) {
-      const int64_t n0 = b * block, n1 = std::min(N, n0 + block);
-      for (int64_t t0 = 0; t0 < T; t0 += tile) {
-        const bool last = t0 + tile >= T;
-        fn(t0, std::min(tile, T - t0), n0, n1, last && b + 1 < b_end ? n1 : int64_t{-1});
-      }
+  const int64_t nblocks = (N + block - 1) / block, b_end = nblocks * (id + 1) / nt;
+  for (int64_t b = nblocks * id / nt; b < b_end; ++b) {
+    const int64_t n0 = b * block, n1 = std::min(N, n0 + block);
+    for (int64_t t0 = 0; t0 < T; t0 += tile) {
+      const bool last = t0 + tile >= T;
+      fn(t0, std::min(tile, T - t0), n0, n1, last && b + 1 < b_end ? n1 : int64_t{-1});
     }
   }
 }
 
+// gemv_tiles_share over the whole output, in parallel.
+template <typename Fn>
+void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
+#pragma omp parallel if (N * K > (1 << 15))
+  gemv_tiles_share(T, K, N, omp_get_thread_num(), omp_get_num_threads(), fn);
+}
+
 // bf16 weights through a GEMV kernel for every T (kDot: vdpbf16ps on x rounded to bf16; kFma:
 // f32 FMAs on x rounded and split into even/odd halves): x prepared once, tile by tile (each of
-// for_gemv_tiles' token tiles one contiguous block at t0 * Kp), then the kernel over the tiles.
+// gemv_tiles_share's token tiles one contiguous block at t0 * Kp), then one thread team for every
+// product of that x, each thread taking its share of each (q, k and v, or gate and up, pay one
+// team start and join, not one per product: each costs microseconds against products of tens).
+struct GemvProduct {
+  const uint16_t* w;  // row-major [N, K]
+  int64_t N;
+  float* y;  // [T, N]
+};
+
 template <typename Prep, typename Kernel, typename Elem>
-void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const uint16_t* w, int64_t N, float* yp, Prep prep,
+void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* products, size_t count, Prep prep,
                       Kernel kernel, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
   const int64_t Kp = (K + 31) / 32 * 32;
   buf.resize(static_cast<size_t>(T * Kp));
@@ -143,9 +168,19 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const uint16_t* w, 
 #pragma omp parallel for schedule(static) if (T > tile && T * K > (1 << 13))
   for (int64_t t0 = 0; t0 < T; t0 += tile)
     prep(xp + t0 * K, std::min(tile, T - t0), K, Kp, xb + t0 * Kp);
-  for_gemv_tiles(T, K, N, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
-    kernel(xb + t0 * Kp, tn, K, Kp, w, n0, n1, yp + t0 * N, N, next < 0 ? nullptr : w + next * K);
-  });
+  int64_t work = 0;
+  for (size_t i = 0; i < count; ++i)
+    work += products[i].N * K;
+#pragma omp parallel if (work > (1 << 15))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    for (size_t i = 0; i < count; ++i) {
+      const GemvProduct& p = products[i];
+      gemv_tiles_share(T, K, p.N, id, nt, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
+        kernel(xb + t0 * Kp, tn, K, Kp, p.w, n0, n1, p.y + t0 * p.N, p.N, next < 0 ? nullptr : p.w + next * K);
+      });
+    }
+  }
 }
 
 // bf16 weights with K a multiple of 32 on a CPU with AMX-BF16: each thread packs x into tiles
@@ -194,31 +229,48 @@ void linear_amx(const float* xp, int64_t T, int64_t K, const AmxProduct* product
 
 }  // namespace
 
+bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
+  const int64_t T = x.size(0), K = x.size(1);
+  const CpuBf16Kernel kernel = cpu_bf16_kernel();
+  if (kernel == CpuBf16Kernel::kPortable)
+    return false;
+  for (const Bf16Product& p : products)
+    if (p.w->dtype() != DType::BF16)
+      return false;
+  if (T == 0)
+    return true;  // nothing to compute
+  const float* xp = x.data<float>();
+  if (kernel == CpuBf16Kernel::kAmx && K % 32 == 0) {
+    std::vector<AmxProduct> amx;
+    for (const Bf16Product& p : products)
+      amx.push_back({p.w->data<uint16_t>(), nullptr, p.w->size(0), p.y->data<float>()});
+    linear_amx(xp, T, K, amx.data(), amx.size());
+  } else {
+    std::vector<GemvProduct> gemv;
+    for (const Bf16Product& p : products)
+      gemv.push_back({p.w->data<uint16_t>(), p.w->size(0), p.y->data<float>()});
+    if (kernel == CpuBf16Kernel::kDot) {
+      thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, gemv_rows_bf16dot, buf);
+    } else {  // kFma, or AMX where K is not a multiple of 32
+      thread_local std::vector<float, AlignedAllocator<float>> buf;
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, gemv_rows_bf16fma, buf);
+    }
+  }
+  for (const Bf16Product& p : products)
+    add_bias(p.bias, T, p.w->size(0), p.y->data<float>());
+  return true;
+}
+
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   const int64_t T = x.size(0), K = x.size(1), N = w.size(0);
+  if (T == 0 || N == 0 || linear_bf16(x, {{&w, bias, &y}}))
+    return;
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-  if (T == 0 || N == 0)
-    return;
   // bf16 weights multiply bf16 activations, as on the GPU: x is rounded first on every path.
   std::vector<float> xr;
   if (w.dtype() == DType::BF16) {
-    const auto* wp = static_cast<const uint16_t*>(w.raw());
-    const CpuBf16Kernel kernel = cpu_bf16_kernel();
-    if (kernel == CpuBf16Kernel::kAmx && K % 32 == 0) {
-      const AmxProduct product{wp, nullptr, N, yp};
-      linear_amx(xp, T, K, &product, 1);
-    } else if (kernel == CpuBf16Kernel::kFma || kernel == CpuBf16Kernel::kAmx) {
-      thread_local std::vector<float, AlignedAllocator<float>> buf;
-      linear_bf16_gemv(xp, T, K, wp, N, yp, split_rows_bf16fma, gemv_rows_bf16fma, buf);
-    } else if (kernel == CpuBf16Kernel::kDot) {
-      thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
-      linear_bf16_gemv(xp, T, K, wp, N, yp, round_rows_bf16, gemv_rows_bf16dot, buf);
-    }
-    if (kernel != CpuBf16Kernel::kPortable) {
-      add_bias(bias, T, N, yp);
-      return;
-    }
     xr.assign(xp, xp + T * K);
     for (float& v : xr)
       v = bf16_to_f32(f32_to_bf16(v));
@@ -262,12 +314,14 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
     amx = amx && !p.w->panels.empty();
     work += p.w->N * K * T;
   }
+  const bool vnni = !amx && K <= kVnniMaxK && cpu_has_avx512_vnni();
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     // Each thread with blocks to compute quantizes x itself (as linear_amx packs: no waiting on
     // the other core's stores); quantization is deterministic, so both get the same bytes.
     thread_local std::vector<int8_t> xq;  // with AMX, zero rows pad it to the tiles' row count
+    thread_local std::vector<uint8_t> xu;  // with VNNI, xq offset by 128
     thread_local std::vector<float> xscale;
     bool ready = false;
     for (const Int8Product& p : products) {
@@ -275,22 +329,21 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
       if (b0 >= b1)
         continue;
       if (!ready) {
-        xq.resize(static_cast<size_t>(amx ? amx_rows_a_elems(T, K) : T * K));
-        xscale.resize(static_cast<size_t>(T));
-        if (amx) {  // (K is a multiple of 64 there)
-          quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
-          std::fill(xq.begin() + T * K, xq.end(), int8_t{0});
-        } else {
-          for (int64_t t = 0; t < T; ++t)
-            xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
+        quantize_x_int8(xp, T, K, amx, xq, xscale);
+        if (vnni) {
+          xu.resize(static_cast<size_t>(T * K));
+          offset_rows_u8(xq.data(), T * K, xu.data());
         }
         ready = true;
       }
+      float* y = p.y->data<float>();
+      const int64_t n0 = b0 * 16, n1 = std::min(p.w->N, b1 * 16);
       if (amx)
-        gemv_panels_amx_i8(xq.data(), T, xscale.data(), *p.w, b0, b1, p.y->data<float>(), p.w->N);
+        gemv_panels_amx_i8(xq.data(), T, xscale.data(), *p.w, b0, b1, y, p.w->N);
+      else if (vnni)
+        linear_int8_vnni(xu.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
       else
-        linear_int8_reference(xq.data(), xscale.data(), T, *p.w, b0 * 16, std::min(p.w->N, b1 * 16), p.y->data<float>(),
-                              p.w->N);
+        linear_int8_reference(xq.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
     }
   }
   for (const Int8Product& p : products)

@@ -19,6 +19,14 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+bool cpu_has_avx512_vnni() {  // here, not in the AVX-512 unit: it runs on every CPU
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+}
+
 namespace {
 
 template <typename Load>

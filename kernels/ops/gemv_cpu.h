@@ -102,6 +102,7 @@ struct Int8Weight {
   int64_t N = 0, K = 0;
   std::vector<int8_t> q;       // [N, K]
   std::vector<float> scale;    // [N]
+  std::vector<int32_t> row_sums;  // [N]: sum_k q[n, k] (the VNNI kernel's correction)
   std::vector<int8_t> panels;  // empty, or q in AMX panels (cpu_has_amx_int8(), K % 64 == 0)
 };
 Int8Weight quantize_weight_int8(const Tensor& w);               // w: CPU [N, K] f32, bf16 or f16
@@ -116,6 +117,15 @@ void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, con
 // are never stored).
 void gemv_panels_amx_i8(const int8_t* xq, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy);
+// AVX512-VNNI (linear_int8_vnni_avx512.cc): linear_int8_vnni computes weight rows
+// [n_begin, n_end) of y as linear_int8_reference does, bit for bit, from xu [T, K], the int8 rows
+// offset by 128 into unsigned bytes (offset_rows_u8 writes `count` of them), for K <= 65,536 (so
+// that the offset sums stay within int32). Only where cpu_has_avx512_vnni().
+bool cpu_has_avx512_vnni();
+void offset_rows_u8(const int8_t* xq, int64_t count, uint8_t* xu);
+void linear_int8_vnni(const uint8_t* xu, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
+                      int64_t n_end, float* y, int64_t ldy);
+constexpr int64_t kVnniMaxK = 65536;
 // quantize_row_int8 for T rows of x (row stride K, K a multiple of 16) in AVX-512: the same
 // bytes and scales (IEEE products, rounding to nearest even). Only where cpu_has_avx512().
 void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, float* scale);
@@ -128,6 +138,17 @@ struct Int8Product {
   Tensor* y;           // f32 [T, N]
 };
 void linear_int8(const Tensor& x, const std::vector<Int8Product>& products);
+
+// Every y = x w^T (+ bias) of bf16 row-major weights w [N, K] sharing one input x (f32 [T, K]),
+// through the process's bf16 kernel in one pass of the thread team (x rounded or packed once),
+// each y bitwise what linear() gives it alone; false (nothing done) where the kernel is the
+// portable one or a weight is not bf16. Shapes are the caller's to check.
+struct Bf16Product {
+  const Tensor* w;
+  const Tensor* bias;  // nullptr: none
+  Tensor* y;
+};
+bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products);
 
 // ops::LinearWeight's CPU side. pack_linear_panels: w's panels (pack_panels_amx) as a bf16
 // tensor, or an undefined tensor where w is not bf16, K is not a multiple of 32 or the CPU lacks

@@ -40,6 +40,10 @@ Int8Weight quantize_weight_int8(const Tensor& w) {
   else
     for (int64_t n = 0; n < out.N; ++n)
       out.scale[n] = quantize_row_int8(v.data() + n * out.K, out.K, out.q.data() + n * out.K);
+  out.row_sums.assign(static_cast<size_t>(out.N), 0);
+  for (int64_t n = 0; n < out.N; ++n)
+    for (int64_t k = 0; k < out.K; ++k)
+      out.row_sums[n] += out.q[n * out.K + k];
   if (out.K % 64 == 0 && cpu_has_amx_int8()) {
     out.panels.resize(static_cast<size_t>((out.N + 15) / 16 * 16 * out.K));
     // The bf16 panels' VNNI layout: a 4-byte k-quad where those have a bf16 pair.

@@ -2,6 +2,7 @@
 // and the property greedy speculation rests on: a row of y is bitwise the same whatever the
 // number of rows computed with it.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -161,14 +162,21 @@ struct KernelGuard {
   ~KernelGuard() { ops::set_cpu_bf16_kernel(saved); }
 };
 
+// The bf16 kernels this CPU offers, portable first.
+std::vector<ops::CpuBf16Kernel> available_kernels() {
+  std::vector<ops::CpuBf16Kernel> out;
+  for (ops::CpuBf16Kernel k :
+       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx})
+    if (ops::cpu_bf16_kernel_available(k))
+      out.push_back(k);
+  return out;
+}
+
 TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
   // Through linear(), on every kernel this CPU has, with the built-in policy's K and a ragged K,
   // row counts that cross the kernels' tiles (8 for the GEMVs, 16 for AMX).
   KernelGuard guard;
-  for (ops::CpuBf16Kernel kernel :
-       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
-    if (!ops::cpu_bf16_kernel_available(kernel))
-      continue;
+  for (ops::CpuBf16Kernel kernel : available_kernels()) {
     ops::set_cpu_bf16_kernel(kernel);
     for (int64_t K : {448, 77}) {
       const int64_t N = 150, Tmax = 40;
@@ -193,6 +201,46 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
       }
     }
   }
+}
+
+// On the CPU, products of one input (q, k and v; gate and up) share one pass of the thread team
+// on every bf16 kernel: each output, bias included, is bitwise what linear() gives it alone, for
+// weights of different heights (one shorter than a thread's chunk, one empty), row counts inside
+// one tile and across several, both K paths, and 1-3 threads.
+TEST(Gemv, CpuSharedInputProductsGiveEachLinearsBitsOnEveryKernel) {
+  KernelGuard guard;
+  const int threads_before = omp_get_max_threads();
+  const std::vector<int64_t> heights = {150, 77, 8, 0};
+  for (ops::CpuBf16Kernel kernel : available_kernels()) {
+    ops::set_cpu_bf16_kernel(kernel);
+    for (int64_t K : {448, 77}) {
+      std::vector<ops::LinearWeight> ws;
+      for (size_t i = 0; i < heights.size(); ++i)
+        ws.push_back(ops::prepare_linear(
+            Tensor::from_f32(rand_vec(heights[i] * K, 20 + static_cast<uint64_t>(i)), {heights[i], K})
+                .to_dtype(DType::BF16)));
+      const Tensor bias = Tensor::from_f32(rand_vec(heights[1], 7), {heights[1]});
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        for (int64_t T : {1, 5, 9, 17}) {
+          const Tensor x = Tensor::from_f32(rand_vec(T * K, 30 + T), {T, K});
+          std::vector<ops::LinearProduct> products;
+          for (size_t i = 0; i < ws.size(); ++i)
+            products.push_back({&ws[i], i == 1 ? &bias : nullptr, Tensor::empty({T, heights[i]}, DType::F32)});
+          ops::linear_shared_input(x, products);
+          for (size_t i = 0; i < ws.size(); ++i) {
+            Tensor alone = Tensor::empty({T, heights[i]}, DType::F32);
+            ops::linear(x, ws[i].w, products[i].bias, alone);
+            const auto want = alone.to_f32_vector(), got = products[i].y.to_f32_vector();
+            for (size_t j = 0; j < want.size(); ++j)
+              ASSERT_EQ(got[j], want[j]) << ops::cpu_bf16_kernel_name(kernel) << " K=" << K << " threads=" << threads
+                                         << " T=" << T << " product " << i << " element " << j;
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(threads_before);
 }
 
 // On CUDA, linear over bf16 rows (decode and verification steps) runs one kernel whose rows do

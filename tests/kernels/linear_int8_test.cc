@@ -1,5 +1,5 @@
 // int8 weights (ops::prepare_linear_int8): the quantization rule, the AMX-INT8 kernel against
-// the reference loop bit for bit, rows independent of the row count, the error against the f32
+// the reference loop bit for bit, the VNNI kernel too, rows independent of the row count, the error against the f32
 // product, and products of one input mixing int8 and bf16 weights.
 #include <gtest/gtest.h>
 
@@ -61,6 +61,34 @@ TEST(LinearInt8, AmxTilesEqualTheReferenceLoopBitForBit) {
       for (int64_t T : {1, 2, 5, 16, 17, 32, 40})
         expect_amx_equals_reference(T, K, N, 3);
   expect_amx_equals_reference(7, 448, 1024, 9);
+}
+
+TEST(LinearInt8, VnniKernelEqualsTheReferenceLoopBitForBit) {
+  // Every row count through the register blocks (1-8 rows, then chunks of 8), K with and without
+  // a masked last step, N ragged against every block height, split between two calls anywhere.
+  if (!ops::cpu::cpu_has_avx512_vnni())
+    GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  for (int64_t K : {64, 77, 448, 1216, 1344})
+    for (int64_t N : {1, 7, 17, 100}) {
+      const Tensor w = Tensor::from_f32(rand_vec(N * K, 80 + N + K), {N, K});
+      const ops::cpu::Int8Weight q = ops::cpu::quantize_weight_int8(w);
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+        const auto x = rand_vec(T * K, 90 + T);
+        std::vector<int8_t> xq(static_cast<size_t>(T * K));
+        std::vector<uint8_t> xu(xq.size());
+        std::vector<float> xs(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t)
+          xs[t] = ops::cpu::quantize_row_int8(x.data() + t * K, K, xq.data() + t * K);
+        ops::cpu::offset_rows_u8(xq.data(), T * K, xu.data());
+        std::vector<float> y(static_cast<size_t>(T * N), NAN), ref(y.size(), NAN);
+        const int64_t split = N / 3;
+        ops::cpu::linear_int8_vnni(xu.data(), xs.data(), T, q, 0, split, y.data(), N);
+        ops::cpu::linear_int8_vnni(xu.data(), xs.data(), T, q, split, N, y.data(), N);
+        ops::cpu::linear_int8_reference(xq.data(), xs.data(), T, q, 0, N, ref.data(), N);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(y[i], ref[i]) << "T=" << T << " K=" << K << " N=" << N << " i=" << i;
+      }
+    }
 }
 
 TEST(LinearInt8, VectorQuantizerGivesTheScalarRulesBytes) {
