@@ -61,16 +61,20 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
 }
 
 LinearWeight prepare_linear(Tensor w) {
-  LinearWeight lw{std::move(w), {}, {}};
-  if (lw.w.defined() && lw.w.is_cpu() && lw.w.dim() == 2 && cpu_bf16_kernel() == CpuBf16Kernel::kAmx)
+  LinearWeight lw{std::move(w), {}, {}, {}};
+  if (!lw.w.defined() || !lw.w.is_cpu() || lw.w.dim() != 2)
+    return lw;
+  if (cpu_bf16_kernel() == CpuBf16Kernel::kAmx)
     lw.panels = cpu::pack_linear_panels(lw.w);
+  else if (cpu_bf16_kernel() == CpuBf16Kernel::kDot)
+    lw.dot_panels = cpu::pack_linear_dot_panels(lw.w);
   return lw;
 }
 
 LinearWeight prepare_linear_int8(Tensor w) {
   UPD_CHECK(w.defined() && w.is_cpu() && w.dim() == 2)
       << "prepare_linear_int8: int8 weights run only on the CPU, from a [N, K] weight; got " << w.str();
-  LinearWeight lw{std::move(w), {}, {}};
+  LinearWeight lw{std::move(w), {}, {}, {}};
   lw.q8 = std::make_shared<const cpu::Int8Weight>(cpu::quantize_weight_int8(lw.w));
   return lw;
 }
@@ -144,7 +148,7 @@ void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products) {
     }
     std::vector<cpu::Bf16Product> bp;
     for (LinearProduct& p : products)
-      bp.push_back({&p.w->w, p.bias, &p.y});
+      bp.push_back({&p.w->w, p.bias, &p.y, p.w->dot_panels.defined() ? &p.w->dot_panels : nullptr});
     if (cpu::linear_bf16(x, bp))
       return;
   }

@@ -152,10 +152,26 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
 // product of that x, each thread taking its share of each (q, k and v, or gate and up, pay one
 // team start and join, not one per product: each costs microseconds against products of tens).
 struct GemvProduct {
-  const uint16_t* w;  // row-major [N, K]
+  const uint16_t* w;       // row-major [N, K]
+  const uint16_t* panels;  // nullptr, or w in the dot kernel's panels (read instead of w)
   int64_t N;
   float* y;  // [T, N]
 };
+
+// The kernels as linear_bf16_gemv calls them: rows [n0, n1) of product p for the x tile at xb,
+// into y (p.y's rows of that tile), the rows from `next` on fetched ahead where next >= 0.
+void dot_rows(const uint16_t* xb, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
+              float* y, int64_t next) {
+  if (p.panels != nullptr && tn <= kDotPanelsMaxT)
+    gemv_panels_bf16dot(xb, tn, K, Kp, p.panels, n0, n1, y, p.N, next < 0 ? nullptr : p.panels + next * Kp);
+  else
+    gemv_rows_bf16dot(xb, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
+}
+
+void fma_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
+              float* y, int64_t next) {
+  gemv_rows_bf16fma(xs, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
+}
 
 template <typename Prep, typename Kernel, typename Elem>
 void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* products, size_t count, Prep prep,
@@ -177,7 +193,7 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* 
     for (size_t i = 0; i < count; ++i) {
       const GemvProduct& p = products[i];
       gemv_tiles_share(T, K, p.N, id, nt, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
-        kernel(xb + t0 * Kp, tn, K, Kp, p.w, n0, n1, p.y + t0 * p.N, p.N, next < 0 ? nullptr : p.w + next * K);
+        kernel(xb + t0 * Kp, tn, K, Kp, p, n0, n1, p.y + t0 * p.N, next);
       });
     }
   }
@@ -247,14 +263,17 @@ bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
     linear_amx(xp, T, K, amx.data(), amx.size());
   } else {
     std::vector<GemvProduct> gemv;
-    for (const Bf16Product& p : products)
-      gemv.push_back({p.w->data<uint16_t>(), p.w->size(0), p.y->data<float>()});
+    for (const Bf16Product& p : products) {
+      const bool panels = kernel == CpuBf16Kernel::kDot && p.dot_panels != nullptr;
+      gemv.push_back(
+          {p.w->data<uint16_t>(), panels ? p.dot_panels->data<uint16_t>() : nullptr, p.w->size(0), p.y->data<float>()});
+    }
     if (kernel == CpuBf16Kernel::kDot) {
       thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
-      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, gemv_rows_bf16dot, buf);
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, dot_rows, buf);
     } else {  // kFma, or AMX where K is not a multiple of 32
       thread_local std::vector<float, AlignedAllocator<float>> buf;
-      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, gemv_rows_bf16fma, buf);
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, fma_rows, buf);
     }
   }
   for (const Bf16Product& p : products)
@@ -348,6 +367,15 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
   }
   for (const Int8Product& p : products)
     add_bias(p.bias, T, p.w->N, p.y->data<float>());
+}
+
+Tensor pack_linear_dot_panels(const Tensor& w) {
+  const int64_t N = w.size(0), K = w.size(1);
+  if (w.dtype() != DType::BF16 || !cpu_has_avx512_bf16())
+    return {};
+  Tensor panels = Tensor::empty({dot_panel_elems(N, K)}, DType::BF16);
+  pack_panels_bf16dot(w.data<uint16_t>(), N, K, panels.data<uint16_t>());
+  return panels;
 }
 
 Tensor pack_linear_panels(const Tensor& w) {

@@ -35,6 +35,23 @@ void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t*
 void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 bool cpu_has_avx512_bf16();
+// The same products from the weights in 4-row panels, which a thread reads as one sequential
+// stream (row-major rows are several streams at once, which the hardware prefetches poorly: on
+// Zen 4, 0.6x the read bandwidth at one row). pack_panels_bf16dot writes w [N, K] as
+// dot_panel_elems(N, K) values: for each block of 4 rows (the last zero-padded), for each 32-k
+// step (zeros beyond K), the 4 rows' 32 values one after another. gemv_panels_bf16dot computes
+// rows [n_begin, n_end) (n_begin a multiple of 4) of T <= kDotPanelsMaxT rows of x (7 and 8 rows
+// would need a second pass over each panel, measured slower than the row-major kernel) with
+// gemv_rows_bf16dot's bits: each element
+// sums the same products through the same instructions in the same order. ahead: nullptr, or the
+// panels of the first of the rows the caller multiplies next (a multiple of 4), fetched into L2.
+constexpr int64_t kDotPanelsMaxT = 6;
+constexpr int64_t dot_panel_elems(int64_t N, int64_t K) {
+  return (N + 3) / 4 * 4 * ((K + 31) / 32 * 32);
+}
+void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
+void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* panels, int64_t n_begin,
+                         int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 
 // bf16 x bf16 products summed on the f32 FMA units. split_rows_bf16fma writes x [T, K] rounded
 // to bf16, step-major: for each 32-k step, the T rows' 16 even then 16 odd elements (f32, zeros
@@ -147,8 +164,12 @@ struct Bf16Product {
   const Tensor* w;
   const Tensor* bias;  // nullptr: none
   Tensor* y;
+  const Tensor* dot_panels = nullptr;  // w's pack_linear_dot_panels, read when the kernel is dot
 };
 bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products);
+// w's pack_panels_bf16dot as a bf16 tensor, or an undefined tensor where w is not bf16 or the CPU
+// lacks AVX512-BF16.
+Tensor pack_linear_dot_panels(const Tensor& w);
 
 // ops::LinearWeight's CPU side. pack_linear_panels: w's panels (pack_panels_amx) as a bf16
 // tensor, or an undefined tensor where w is not bf16, K is not a multiple of 32 or the CPU lacks

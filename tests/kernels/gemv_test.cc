@@ -204,7 +204,8 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
 }
 
 // On the CPU, products of one input (q, k and v; gate and up) share one pass of the thread team
-// on every bf16 kernel: each output, bias included, is bitwise what linear() gives it alone, for
+// on every bf16 kernel, from the dot kernel's panels on that kernel: each output, bias included,
+// is bitwise what linear() gives it alone from the row-major weight, for
 // weights of different heights (one shorter than a thread's chunk, one empty), row counts inside
 // one tile and across several, both K paths, and 1-3 threads.
 TEST(Gemv, CpuSharedInputProductsGiveEachLinearsBitsOnEveryKernel) {
@@ -219,10 +220,12 @@ TEST(Gemv, CpuSharedInputProductsGiveEachLinearsBitsOnEveryKernel) {
         ws.push_back(ops::prepare_linear(
             Tensor::from_f32(rand_vec(heights[i] * K, 20 + static_cast<uint64_t>(i)), {heights[i], K})
                 .to_dtype(DType::BF16)));
+      // The dot kernel reads its own panels, so the comparison below pins them to the row-major bits.
+      ASSERT_EQ(ws[0].dot_panels.defined(), kernel == ops::CpuBf16Kernel::kDot) << ops::cpu_bf16_kernel_name(kernel);
       const Tensor bias = Tensor::from_f32(rand_vec(heights[1], 7), {heights[1]});
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        for (int64_t T : {1, 5, 9, 17}) {
+        for (int64_t T : {1, 5, 7, 8, 9, 17}) {
           const Tensor x = Tensor::from_f32(rand_vec(T * K, 30 + T), {T, K});
           std::vector<ops::LinearProduct> products;
           for (size_t i = 0; i < ws.size(); ++i)
