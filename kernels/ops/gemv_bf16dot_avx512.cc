@@ -36,7 +36,7 @@ enum Prefetch { kNone, kNextRows, kAhead };
 // and zero beyond K, so only the weight loads of the last step need a mask. With kNextRows each
 // step also prefetches R cache lines from pf on: the next R rows (into L1); with kAhead R rows
 // of the caller's next block (into L2), so that memory streams while this block computes. The
-// panels need no kNextRows: they are one sequential stream, which the hardware prefetches.
+// panels, one sequential stream, take kNextRows only from 4 rows of x on (panels_t).
 template <int T, int R, Prefetch kPf, typename Src>
 void block(const uint16_t* x, int64_t K, int64_t Kp, Src src, int64_t n, float* y, int64_t ldy, const char* pf) {
   __m512 acc[R][T];
@@ -150,8 +150,9 @@ void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out)
   for (int64_t n = 0; n < Np; ++n)
     for (int64_t k = 0; k < Kp; k += 32) {
       uint16_t* dst = out + (n >> 2) * 4 * Kp + k * 4 + (n & 3) * 32;
-      const int64_t valid = n < N ? std::clamp<int64_t>(K - k, 0, 32) : 0;
-      std::copy(w + n * K + k, w + n * K + k + valid, dst);
+      const int64_t valid = n < N ? std::clamp<int64_t>(K - k, 0, 32) : 0;  // the rest is padding
+      if (valid > 0)
+        std::copy(w + n * K + k, w + n * K + k + valid, dst);
       std::fill(dst + valid, dst + 32, uint16_t{0});
     }
 }
