@@ -52,8 +52,8 @@ const char* draft_weights_name(DraftWeights w) {
 
 DraftWeights resolved_draft_weights(Device d) {
   const DraftWeights want = draft_weights();
-  const bool int8 = want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU &&
-                                                    std::string(ops::cpu_int8_kernel_name()) != "none");
+  const bool int8 =
+      want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU && ops::cpu_has_int8_tiles());
   return int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
 }
 
