@@ -33,32 +33,6 @@ Tensor as_f32(const Tensor& t) {
   return t.dtype() == DType::F32 ? t : t.to_dtype(DType::F32);
 }
 
-void add_bias(const Tensor* bias, int64_t T, int64_t N, float* yp) {
-  if (bias == nullptr)
-    return;
-  Tensor bf = as_f32(*bias);
-  const float* bp = bf.data<float>();
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t n = 0; n < N; ++n)
-      yp[t * N + n] += bp[n];
-}
-
-// x's rows quantized to int8 (quantize_row_int8's bytes) into xq, their scales into xscale; with
-// `amx`, zero rows pad xq to the AMX tiles' row count (K is a multiple of 64 there).
-// quantize_rows_int8_avx512 where it applies (K a multiple of 16), else the scalar rule.
-void quantize_x_int8(const float* xp, int64_t T, int64_t K, bool amx, std::vector<int8_t>& xq,
-                     std::vector<float>& xscale) {
-  xq.resize(static_cast<size_t>(amx ? amx_rows_a_elems(T, K) : T * K));
-  xscale.resize(static_cast<size_t>(T));
-  if (amx || (K % 16 == 0 && cpu_has_avx512())) {  // the same bytes, in vectors
-    quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
-    std::fill(xq.begin() + T * K, xq.end(), int8_t{0});
-  } else {
-    for (int64_t t = 0; t < T; ++t)
-      xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
-  }
-}
-
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
            int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
@@ -80,6 +54,16 @@ void gemm_2d(const float* a, bool ta, int64_t a_rows, int64_t a_cols, const floa
 }
 
 }  // namespace
+
+void add_bias_rows(const Tensor* bias, int64_t T, int64_t N, float* yp) {
+  if (bias == nullptr)
+    return;
+  Tensor bf = as_f32(*bias);
+  const float* bp = bf.data<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n)
+      yp[t * N + n] += bp[n];
+}
 
 void gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, float alpha, float beta) {
   // Products with 16-bit weights outside linear() are rare (tools, training): widen b whole.
@@ -283,7 +267,7 @@ bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
     }
   }
   for (const Bf16Product& p : products)
-    add_bias(p.bias, T, p.w->size(0), p.y->data<float>());
+    add_bias_rows(p.bias, T, p.w->size(0), p.y->data<float>());
   return true;
 }
 
@@ -310,7 +294,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
   } else {
     sgemm(false, true, T, N, K, 1.f, xp, K, w.data<float>(), K, 0.f, yp, N);
   }
-  add_bias(bias, T, N, yp);
+  add_bias_rows(bias, T, N, yp);
 }
 
 bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products) {
@@ -324,55 +308,8 @@ bool linear_panels(const Tensor& x, const std::vector<PanelProduct>& products) {
     amx.push_back({nullptr, p.panels->data<uint16_t>(), p.N, p.y->data<float>()});
   linear_amx(x.data<float>(), T, K, amx.data(), amx.size());
   for (const PanelProduct& p : products)
-    add_bias(p.bias, T, p.N, p.y->data<float>());
+    add_bias_rows(p.bias, T, p.N, p.y->data<float>());
   return true;
-}
-
-void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
-  const int64_t T = x.size(0), K = x.size(1);
-  if (T == 0)
-    return;
-  const float* xp = x.data<float>();
-  bool amx = true;
-  int64_t work = 0;
-  for (const Int8Product& p : products) {
-    amx = amx && !p.w->panels.empty();
-    work += p.w->N * K * T;
-  }
-  const bool vnni = !amx && K <= kVnniMaxK && cpu_has_avx512_vnni();
-#pragma omp parallel if (work > (1 << 15))
-  {
-    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    // Each thread with blocks to compute quantizes x itself (as linear_amx packs: no waiting on
-    // the other core's stores); quantization is deterministic, so both get the same bytes.
-    thread_local std::vector<int8_t> xq;  // with AMX, zero rows pad it to the tiles' row count
-    thread_local std::vector<uint8_t> xu;  // with VNNI, xq offset by 128
-    thread_local std::vector<float> xscale;
-    bool ready = false;
-    for (const Int8Product& p : products) {
-      const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
-      if (b0 >= b1)
-        continue;
-      if (!ready) {
-        quantize_x_int8(xp, T, K, amx, xq, xscale);
-        if (vnni) {
-          xu.resize(static_cast<size_t>(T * K));
-          offset_rows_u8(xq.data(), T * K, xu.data());
-        }
-        ready = true;
-      }
-      float* y = p.y->data<float>();
-      const int64_t n0 = b0 * 16, n1 = std::min(p.w->N, b1 * 16);
-      if (amx)
-        gemv_panels_amx_i8(xq.data(), T, xscale.data(), *p.w, b0, b1, y, p.w->N);
-      else if (vnni)
-        linear_int8_vnni(xu.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
-      else
-        linear_int8_reference(xq.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
-    }
-  }
-  for (const Int8Product& p : products)
-    add_bias(p.bias, T, p.w->N, p.y->data<float>());
 }
 
 Tensor pack_linear_dot_panels(const Tensor& w) {

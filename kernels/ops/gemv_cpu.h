@@ -155,6 +155,8 @@ struct Int8Product {
   Tensor* y;           // f32 [T, N]
 };
 void linear_int8(const Tensor& x, const std::vector<Int8Product>& products);
+// y [T, N] += bias (f32, bf16 or f16 [N]) on every row; nothing where bias is nullptr.
+void add_bias_rows(const Tensor* bias, int64_t T, int64_t N, float* y);
 
 // Every y = x w^T (+ bias) of bf16 row-major weights w [N, K] sharing one input x (f32 [T, K]),
 // through the process's bf16 kernel in one pass of the thread team (x rounded or packed once),

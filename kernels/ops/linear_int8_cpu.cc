@@ -1,13 +1,36 @@
 // int8 weights on the CPU (gemv_cpu.h, "int8 weights"): quantization of weights and activation
-// rows, and the reference loop every int8 kernel must match bit for bit.
+// rows, the reference loop every int8 kernel must match bit for bit, and linear_int8, which runs
+// the products of one input through AMX-INT8, VNNI or that loop.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::ops::cpu {
+namespace {
+
+// x's rows quantized to int8 (quantize_row_int8's bytes) into xq, their scales into xscale; with
+// `amx`, zero rows pad xq to the AMX tiles' row count (K is a multiple of 64 there).
+// quantize_rows_int8_avx512 where it applies (K a multiple of 16), else the scalar rule.
+void quantize_x_int8(const float* xp, int64_t T, int64_t K, bool amx, std::vector<int8_t>& xq,
+                     std::vector<float>& xscale) {
+  xq.resize(static_cast<size_t>(amx ? amx_rows_a_elems(T, K) : T * K));
+  xscale.resize(static_cast<size_t>(T));
+  if (amx || (K % 16 == 0 && cpu_has_avx512())) {  // the same bytes, in vectors
+    quantize_rows_int8_avx512(xp, T, K, xq.data(), xscale.data());
+    std::fill(xq.begin() + T * K, xq.end(), int8_t{0});
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      xscale[t] = quantize_row_int8(xp + t * K, K, xq.data() + t * K);
+  }
+}
+
+}  // namespace
 
 float quantize_row_int8(const float* x, int64_t K, int8_t* q) {
   float amax = 0;
@@ -65,6 +88,53 @@ void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, con
         acc += static_cast<int32_t>(a[k]) * static_cast<int32_t>(b[k]);
       y[t * ldy + n] = (static_cast<float>(acc) * xscale[t]) * w.scale[n];
     }
+}
+
+void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
+  const int64_t T = x.size(0), K = x.size(1);
+  if (T == 0)
+    return;
+  const float* xp = x.data<float>();
+  bool amx = true;
+  int64_t work = 0;
+  for (const Int8Product& p : products) {
+    amx = amx && !p.w->panels.empty();
+    work += p.w->N * K * T;
+  }
+  const bool vnni = !amx && K <= kVnniMaxK && cpu_has_avx512_vnni();
+#pragma omp parallel if (work > (1 << 15))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    // Each thread with blocks to compute quantizes x itself (as linear_amx packs: no waiting on
+    // the other core's stores); quantization is deterministic, so both get the same bytes.
+    thread_local std::vector<int8_t> xq;   // with AMX, zero rows pad it to the tiles' row count
+    thread_local std::vector<uint8_t> xu;  // with VNNI, xq offset by 128
+    thread_local std::vector<float> xscale;
+    bool ready = false;
+    for (const Int8Product& p : products) {
+      const int64_t blocks = (p.w->N + 15) / 16, b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
+      if (b0 >= b1)
+        continue;
+      if (!ready) {
+        quantize_x_int8(xp, T, K, amx, xq, xscale);
+        if (vnni) {
+          xu.resize(static_cast<size_t>(T * K));
+          offset_rows_u8(xq.data(), T * K, xu.data());
+        }
+        ready = true;
+      }
+      float* y = p.y->data<float>();
+      const int64_t n0 = b0 * 16, n1 = std::min(p.w->N, b1 * 16);
+      if (amx)
+        gemv_panels_amx_i8(xq.data(), T, xscale.data(), *p.w, b0, b1, y, p.w->N);
+      else if (vnni)
+        linear_int8_vnni(xu.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
+      else
+        linear_int8_reference(xq.data(), xscale.data(), T, *p.w, n0, n1, y, p.w->N);
+    }
+  }
+  for (const Int8Product& p : products)
+    add_bias_rows(p.bias, T, p.w->N, p.y->data<float>());
 }
 
 }  // namespace updraft::ops::cpu
