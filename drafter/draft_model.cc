@@ -61,7 +61,7 @@ DraftWeights parse_draft_weights(const std::string& name) {
   for (DraftWeights w : {DraftWeights::kAsStored, DraftWeights::kInt8, DraftWeights::kAuto}) {
     if (name != draft_weights_name(w))
       continue;
-    if (w == DraftWeights::kInt8 && std::string(ops::cpu_int8_kernel_name()) == "none")
+    if (w == DraftWeights::kInt8 && !ops::cpu_has_int8_tiles() && !ops::cpu_has_int8_vectors())
       throw Error(
           "drafter weights int8: this CPU has neither AMX-INT8 tiles nor AVX512-VNNI, where int8 drafter weights "
           "would run slower than bf16 (`updraft info` lists what it has)");

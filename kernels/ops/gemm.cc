@@ -83,8 +83,12 @@ bool cpu_has_int8_tiles() {
   return cpu::cpu_has_amx_int8();
 }
 
+bool cpu_has_int8_vectors() {
+  return cpu::cpu_has_avx512_vnni();
+}
+
 const char* cpu_int8_kernel_name() {
-  return cpu::cpu_has_amx_int8() ? "AMX-INT8" : cpu::cpu_has_avx512_vnni() ? "AVX512-VNNI" : "none";
+  return cpu_has_int8_tiles() ? "AMX-INT8" : cpu_has_int8_vectors() ? "AVX512-VNNI" : "none";
 }
 
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y) {

@@ -76,13 +76,15 @@ LinearWeight prepare_linear(Tensor w);
 // weights are a CPU path. cpu_int8_kernel_name(): "AMX-INT8", "AVX512-VNNI" or "none" (the loop).
 LinearWeight prepare_linear_int8(Tensor w);
 bool cpu_has_int8_tiles();
+bool cpu_has_int8_vectors();  // AVX512-VNNI
 const char* cpu_int8_kernel_name();
 void linear(const Tensor& x, const LinearWeight& w, const Tensor* bias, Tensor y);
 
 // Products of one input with several weights (q, k and v; gate and up): each y = x w^T (+ bias)
-// exactly as linear() computes it. Where every weight has panels and the kernel is AMX, they run
-// in one pass of the CPU's thread team that packs x once (a team's start and join cost a few
-// microseconds each, a twentieth of a small policy's decode step). On CUDA, bf16 products without
+// exactly as linear() computes it. On the CPU, bf16 weights on any kernel but the portable one
+// run in one pass of the thread team that rounds or packs x once (a team's start and join cost a
+// few microseconds each, a twentieth of a small policy's decode step), from the panels made for
+// the process's kernel where the weights have them; int8 weights likewise. On CUDA, bf16 products without
 // biases over up to 16 rows (more for small weights) run in one launch of the kernel linear()
 // uses for them, with the same bits. Otherwise one linear() each.
 struct LinearProduct {
