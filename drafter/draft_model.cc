@@ -52,8 +52,8 @@ const char* draft_weights_name(DraftWeights w) {
 
 DraftWeights resolved_draft_weights(Device d) {
   const DraftWeights want = draft_weights();
-  const bool int8 =
-      want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU && ops::cpu_has_int8_tiles());
+  const bool cpu_int8 = ops::cpu_has_int8_tiles() || ops::cpu_has_int8_vectors();
+  const bool int8 = want == DraftWeights::kInt8 || (want == DraftWeights::kAuto && d == Device::CPU && cpu_int8);
   return int8 ? DraftWeights::kInt8 : DraftWeights::kAsStored;
 }
 

@@ -38,11 +38,10 @@ namespace updraft {
 // weights (bf16 products; AMX panels where the CPU kernel is AMX); kInt8 quantizes each linear
 // layer's weights per row (ops::prepare_linear_int8: half the bytes a draft step streams,
 // products within about 1% of the bf16 ones; CPU only: building a CUDA drafter then fails);
-// kAuto (the CLI's default) is kInt8 for a drafter on a CPU with AMX-INT8 tiles
-// (ops::cpu_has_int8_tiles(), where int8 pays), else kAsStored: with AVX512-VNNI alone int8 is
-// accepted when asked for, but measured no faster than the bf16 panels (docs/benchmarks.md,
-// "Session 35"). The library's default is
-// kAsStored. Speculation stays lossless either way: the drafter only proposes.
+// kAuto (the CLI's default) is kInt8 for a drafter on a CPU with AMX-INT8 tiles or AVX512-VNNI
+// (ops::cpu_has_int8_tiles() / cpu_has_int8_vectors(): both measured faster than bf16 there,
+// docs/benchmarks.md "Session 36"), else kAsStored. The library's default is kAsStored.
+// Speculation stays lossless either way: the drafter only proposes.
 enum class DraftWeights { kAsStored, kInt8, kAuto };
 void set_draft_weights(DraftWeights w);
 DraftWeights draft_weights();

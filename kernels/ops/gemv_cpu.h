@@ -121,6 +121,7 @@ struct Int8Weight {
   std::vector<float> scale;    // [N]
   std::vector<int32_t> row_sums;  // [N]: sum_k q[n, k] (the VNNI kernel's correction)
   std::vector<int8_t> panels;  // empty, or q in AMX panels (cpu_has_amx_int8(), K % 64 == 0)
+  std::vector<int8_t> vnni_panels;  // empty, or q in pack_panels_vnni's layout (where `panels` is not built)
 };
 Int8Weight quantize_weight_int8(const Tensor& w);               // w: CPU [N, K] f32, bf16 or f16
 float quantize_row_int8(const float* x, int64_t K, int8_t* q);  // returns the row's scale
@@ -135,14 +136,25 @@ void linear_int8_reference(const int8_t* xq, const float* xscale, int64_t T, con
 void gemv_panels_amx_i8(const int8_t* xq, int64_t T, const float* xscale, const Int8Weight& w, int64_t b_begin,
                         int64_t b_end, float* y, int64_t ldy);
 // AVX512-VNNI (linear_int8_vnni_avx512.cc): linear_int8_vnni computes weight rows
-// [n_begin, n_end) of y as linear_int8_reference does, bit for bit, from xu [T, K], the int8 rows
-// offset by 128 into unsigned bytes (offset_rows_u8 writes `count` of them), for K <= 65,536 (so
-// that the offset sums stay within int32). Only where cpu_has_avx512_vnni().
+// [n_begin, n_end) (any) of y as linear_int8_reference does, bit for bit, from xu [T, K], the int8
+// rows offset by 128 into unsigned bytes (offset_rows_u8 writes `count` of them), and w's VNNI
+// panels (an Error without them), for K <= 65,536 (so that the offset sums stay within int32).
+// pack_panels_vnni writes q [N, K] as vnni_panel_elems(N, K) bytes: for each block of 4 rows (the
+// last zero-padded), for each 64-byte step (zeros past K), the 4 rows' 64 bytes one after
+// another. quantize_weight_int8 builds them where cpu_has_avx512_vnni(), K <= kVnniMaxK and no
+// AMX panels are built. Only where cpu_has_avx512_vnni().
 bool cpu_has_avx512_vnni();
+constexpr int64_t kVnniMaxK = 65536;
+constexpr int64_t vnni_panel_k(int64_t K) {
+  return (K + 63) / 64 * 64;
+}
+constexpr int64_t vnni_panel_elems(int64_t N, int64_t K) {
+  return (N + 3) / 4 * 4 * vnni_panel_k(K);
+}
+void pack_panels_vnni(const int8_t* q, int64_t N, int64_t K, int8_t* out);
 void offset_rows_u8(const int8_t* xq, int64_t count, uint8_t* xu);
 void linear_int8_vnni(const uint8_t* xu, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
                       int64_t n_end, float* y, int64_t ldy);
-constexpr int64_t kVnniMaxK = 65536;
 // quantize_row_int8 for T rows of x (row stride K, K a multiple of 16) in AVX-512: the same
 // bytes and scales (IEEE products, rounding to nearest even). Only where cpu_has_avx512().
 void quantize_rows_int8_avx512(const float* x, int64_t T, int64_t K, int8_t* q, float* scale);

@@ -72,6 +72,9 @@ Int8Weight quantize_weight_int8(const Tensor& w) {
     // The bf16 panels' VNNI layout: a 4-byte k-quad where those have a bf16 pair.
     pack_panels_amx(reinterpret_cast<const uint16_t*>(out.q.data()), out.N, out.K / 2,
                     reinterpret_cast<uint16_t*>(out.panels.data()));
+  } else if (out.K <= kVnniMaxK && cpu_has_avx512_vnni()) {
+    out.vnni_panels.resize(static_cast<size_t>(vnni_panel_elems(out.N, out.K)));
+    pack_panels_vnni(out.q.data(), out.N, out.K, out.vnni_panels.data());
   }
   return out;
 }
@@ -95,13 +98,14 @@ void linear_int8(const Tensor& x, const std::vector<Int8Product>& products) {
   if (T == 0)
     return;
   const float* xp = x.data<float>();
-  bool amx = true;
+  bool amx = true, vnni = true;
   int64_t work = 0;
   for (const Int8Product& p : products) {
     amx = amx && !p.w->panels.empty();
+    vnni = vnni && !p.w->vnni_panels.empty();
     work += p.w->N * K * T;
   }
-  const bool vnni = !amx && K <= kVnniMaxK && cpu_has_avx512_vnni();
+  vnni = vnni && !amx;
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();

@@ -1,66 +1,113 @@
 // int8 weights through AVX512-VNNI (gemv_cpu.h, "int8 weights"): vpdpbusd multiplies 64 unsigned
 // bytes by 64 signed bytes and adds each lane's four products into a 32-bit sum. The activations
 // are the unsigned operand, offset by 128 (xu = xq + 128, the sign bit flipped), and each row's
-// sum is corrected by 128 * sum_k q[n, k] (Int8Weight::row_sums): every sum is exact in int32,
-// so y has linear_int8_reference's bits whatever T is and however the rows are split.
-// Compiled with -mavx512vnni; only called when cpu_has_avx512_vnni().
+// sum is corrected by 128 * sum_k q[n, k] (Int8Weight::row_sums): every sum is exact in int32
+// (wrapping on the way changes nothing: the true sum fits), so y has linear_int8_reference's
+// bits whatever T is and however the rows are split.
+//
+// The weights come from Int8Weight::vnni_panels, 4 rows at a time, each 64-byte step of the 4
+// rows one after another, so a thread reads one sequential stream (as the bf16 panels of
+// gemv_bf16dot_avx512.cc; row-major rows, 3-8 streams at once, were as slow as bf16 panels at
+// half the bytes). Compiled with -mavx512vnni; only called when cpu_has_avx512_vnni().
 #include <immintrin.h>
 
 #include <algorithm>
 
+#include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::ops::cpu {
 namespace {
 
-// y[t * ldy + n + r] for r < R, t < T: R weight rows against T activation rows, the weight bytes
-// loaded once per 64-byte step for all T rows; the last step loads under a mask (zeros add 0).
-template <int T, int R>
-void block(const uint8_t* xu, int64_t K, const Int8Weight& w, const float* xscale, int64_t n, float* y, int64_t ldy) {
+constexpr int64_t kTileT = 6;  // x rows per pass: 4 x 6 accumulators + 4 weight vectors + x in 32 zmm
+// From 4 rows of x on, the kernel also fetches its own stream this far ahead into L2 (as the bf16
+// panels: the products of a step hold the out-of-order window long enough for the hardware's
+// prefetch to fall behind).
+constexpr int64_t kFarBytes = 16 << 10;
+
+// The 4 accumulators' sums as 4 int32 lanes (any order of adds: integer sums are exact).
+[[gnu::always_inline]] inline __m128i sums4(const __m512i* a) {
+  __m256i h[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    h[i] = _mm256_add_epi32(_mm512_castsi512_si256(a[i]), _mm512_extracti64x4_epi64(a[i], 1));
+  __m128i q[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    q[i] = _mm_add_epi32(_mm256_castsi256_si128(h[i]), _mm256_extracti128_si256(h[i], 1));
+  return _mm_hadd_epi32(_mm_hadd_epi32(q[0], q[1]), _mm_hadd_epi32(q[2], q[3]));
+}
+
+// y[t * ldy + n + r] for r < R, t < T: weight rows n .. n + R - 1 (all in the panel of n) against
+// T rows of xu (row stride K). The panels are zero past K, so only the activations' last step
+// loads under a mask (their bytes past K would multiply zeros anyway, but lie outside xu).
+template <int T, int R, bool kFar>
+void block(const uint8_t* xu, int64_t K, int64_t Kp, const int8_t* panels, const Int8Weight& w, const float* xscale,
+           int64_t n, float* y, int64_t ldy) {
   __m512i acc[R][T];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 6
     for (int t = 0; t < T; ++t)
       acc[r][t] = _mm512_setzero_si512();
-  const int8_t* wq = w.q.data() + n * K;
-  for (int64_t k = 0; k < K; k += 64) {
+  const int8_t* p = panels + (n >> 2) * 4 * Kp + (n & 3) * 64;
+  for (int64_t k = 0; k < Kp; k += 64, p += 256) {
+    if constexpr (kFar)
+      for (int l = 0; l < 4; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kFarBytes + l * 64, _MM_HINT_T1);  // only a hint past the end
     const __mmask64 m = K - k >= 64 ? ~__mmask64{0} : (__mmask64{1} << (K - k)) - 1;
     __m512i wv[R];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      wv[r] = _mm512_maskz_loadu_epi8(m, wq + r * K + k);
-#pragma GCC unroll 8
+      wv[r] = _mm512_loadu_si512(p + r * 64);
+#pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
       const __m512i xv = _mm512_maskz_loadu_epi8(m, xu + t * K + k);
-#pragma GCC unroll 8
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
         acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], xv, wv[r]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+  if constexpr (R == 4) {
+    const __m128i offset = _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.row_sums.data() + n)), 7);
+    const __m128 scale = _mm_loadu_ps(w.scale.data() + n);
+#pragma GCC unroll 6
     for (int t = 0; t < T; ++t) {
-      // The exact sum of (xq + 128) * q, less 128 * sum q: int64 on the way, as the offset sum may
-      // pass 2^31 where the true one does not.
-      const int64_t offset = int64_t{128} * w.row_sums[n + r];
-      const auto s = static_cast<int32_t>(static_cast<int64_t>(_mm512_reduce_add_epi32(acc[r][t])) - offset);
-      y[t * ldy + n + r] = (static_cast<float>(s) * xscale[t]) * w.scale[n + r];
+      __m512i col[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r)
+        col[r] = acc[r][t];
+      const __m128 s = _mm_cvtepi32_ps(_mm_sub_epi32(sums4(col), offset));  // (xq + 128) . q - 128 sum q
+      _mm_storeu_ps(y + t * ldy + n, _mm_mul_ps(_mm_mul_ps(s, _mm_set1_ps(xscale[t])), scale));
     }
+  } else {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 6
+      for (int t = 0; t < T; ++t) {
+        const auto s = static_cast<int32_t>(static_cast<uint32_t>(_mm512_reduce_add_epi32(acc[r][t])) -
+                                            (static_cast<uint32_t>(w.row_sums[n + r]) << 7));
+        y[t * ldy + n + r] = (static_cast<float>(s) * xscale[t]) * w.scale[n + r];
+      }
+  }
 }
 
-// Weight rows [n0, n1) in blocks of R (then single rows) against T <= 8 activation rows.
-// R * T accumulators plus R weight vectors stay within the 32 zmm registers.
+// Weight rows [n0, n1): whole panels 4 rows at a time, rows outside a whole panel one at a time.
 template <int T>
 void rows_t(const uint8_t* xu, const float* xscale, const Int8Weight& w, int64_t n0, int64_t n1, float* y,
             int64_t ldy) {
-  constexpr int R = T <= 2 ? 8 : T <= 4 ? 5 : T <= 6 ? 4 : 3;
-  int64_t n = n0;
-  for (; n + R <= n1; n += R)
-    block<T, R>(xu, w.K, w, xscale, n, y, ldy);
-  for (; n < n1; ++n)
-    block<T, 1>(xu, w.K, w, xscale, n, y, ldy);
+  constexpr bool kFar = T >= 4;
+  const int64_t K = w.K, Kp = vnni_panel_k(K);
+  const int8_t* p = w.vnni_panels.data();
+  for (int64_t n = n0; n < n1;) {
+    if ((n & 3) == 0 && n + 4 <= n1) {
+      block<T, 4, kFar>(xu, K, Kp, p, w, xscale, n, y, ldy);
+      n += 4;
+    } else {
+      block<T, 1, false>(xu, K, Kp, p, w, xscale, n, y, ldy);
+      ++n;
+    }
+  }
 }
 
 }  // namespace
@@ -74,12 +121,28 @@ void offset_rows_u8(const int8_t* xq, int64_t count, uint8_t* xu) {
     xu[i] = static_cast<uint8_t>(static_cast<uint8_t>(xq[i]) ^ 0x80u);
 }
 
+void pack_panels_vnni(const int8_t* q, int64_t N, int64_t K, int8_t* out) {
+  const int64_t Kp = vnni_panel_k(K), Np = (N + 3) / 4 * 4;
+  for (int64_t n = 0; n < Np; ++n)
+    for (int64_t k = 0; k < Kp; k += 64) {
+      int8_t* dst = out + (n >> 2) * 4 * Kp + k * 4 + (n & 3) * 64;
+      const int64_t valid = n < N ? std::clamp<int64_t>(K - k, 0, 64) : 0;  // the rest is padding
+      if (valid > 0)
+        std::copy(q + n * K + k, q + n * K + k + valid, dst);
+      std::fill(dst + valid, dst + 64, int8_t{0});
+    }
+}
+
 void linear_int8_vnni(const uint8_t* xu, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
                       int64_t n_end, float* y, int64_t ldy) {
+  UPD_CHECK(static_cast<int64_t>(w.vnni_panels.size()) == vnni_panel_elems(w.N, w.K))
+      << "linear_int8_vnni: the weight has no VNNI panels";
   using Fn = void (*)(const uint8_t*, const float*, const Int8Weight&, int64_t, int64_t, float*, int64_t);
-  static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>, rows_t<5>, rows_t<6>, rows_t<7>, rows_t<8>};
-  for (int64_t t0 = 0; t0 < T; t0 += 8) {
-    const int64_t tn = std::min<int64_t>(8, T - t0);
+  static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>, rows_t<5>, rows_t<6>};
+  // More than 6 rows: as few passes over the weights as the registers allow, of even height.
+  const int64_t passes = (T + kTileT - 1) / kTileT;
+  for (int64_t i = 0; i < passes; ++i) {
+    const int64_t t0 = T * i / passes, tn = T * (i + 1) / passes - t0;
     kByT[tn - 1](xu + t0 * w.K, xscale + t0, w, n_begin, n_end, y + t0 * ldy, ldy);
   }
 }

@@ -64,15 +64,20 @@ TEST(LinearInt8, AmxTilesEqualTheReferenceLoopBitForBit) {
 }
 
 TEST(LinearInt8, VnniKernelEqualsTheReferenceLoopBitForBit) {
-  // Every row count through the register blocks (1-8 rows, then chunks of 8), K with and without
-  // a masked last step, N ragged against every block height, split between two calls anywhere.
+  // Every row count through the register blocks (1-6 rows, then passes of up to 6), K with and
+  // without a masked last step, N ragged against the 4-row panels, split between two calls
+  // anywhere (within a panel too).
   if (!ops::cpu::cpu_has_avx512_vnni())
     GTEST_SKIP() << "this CPU has no AVX512-VNNI";
   for (int64_t K : {64, 77, 448, 1216, 1344})
     for (int64_t N : {1, 7, 17, 100}) {
       const Tensor w = Tensor::from_f32(rand_vec(N * K, 80 + N + K), {N, K});
-      const ops::cpu::Int8Weight q = ops::cpu::quantize_weight_int8(w);
-      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+      ops::cpu::Int8Weight q = ops::cpu::quantize_weight_int8(w);
+      if (q.vnni_panels.empty()) {  // AMX panels were built instead (K a multiple of 64 on AMX)
+        q.vnni_panels.resize(static_cast<size_t>(ops::cpu::vnni_panel_elems(N, K)));
+        ops::cpu::pack_panels_vnni(q.q.data(), N, K, q.vnni_panels.data());
+      }
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17}) {
         const auto x = rand_vec(T * K, 90 + T);
         std::vector<int8_t> xq(static_cast<size_t>(T * K));
         std::vector<uint8_t> xu(xq.size());
