@@ -69,9 +69,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
       ->capture_default_str();
   std::string draft_weights = "auto";
-  app.add_option("--draft-weights", draft_weights,
-                 "drafter serving weights: auto (int8 where the CPU has AMX-INT8 tiles, else bf16), bf16 (as stored) "
-                 "or int8 (quantized per row: half the bytes per draft step; CPU only; see docs/benchmarks.md)")
+  app.add_option(
+         "--draft-weights", draft_weights,
+         "drafter serving weights: auto (int8 where the CPU has AMX-INT8 or AVX512-VNNI, else bf16), bf16 (as stored) "
+         "or int8 (quantized per row: half the bytes per draft step; CPU only; see docs/benchmarks.md)")
       ->check(CLI::IsMember({"auto", "bf16", "int8"}))
       ->capture_default_str();
   app.require_subcommand(1);
