@@ -1,10 +1,12 @@
 // The property greedy speculation rests on, for paged attention: a new row's output is bitwise
 // the same whether it is computed alone (a decode step, or one tree node) or with the other rows
 // of its sequence (verification, chunked prefill), for causal rows and tree rows, head sizes with
-// and without a compiled specialisation, and contexts that cross the kernels' 16-key chunks.
+// and without a compiled specialisation, and contexts that cross the kernels' 16-key chunks and
+// 64-key passes; and however many threads share one sequence's work.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -47,7 +49,7 @@ bool same_bits(const float* a, const float* b, int64_t n) {
 // heads over NKV kv heads.
 void expect_rows_alone_equal(int64_t NH, int64_t NKV, const char* what) {
   for (int64_t HD : {56, 64, 12}) {  // 12: no specialisation, the generic loop
-    for (int64_t prefix : {0, 5, 37, 70}) {
+    for (int64_t prefix : {0, 5, 37, 70, 600}) {
       for (int64_t n : {1, 5, 11, 40}) {  // 40 rows: two work items of the sequence, more with more threads
         const int64_t S = prefix + n, W = NH * HD;
         PagedSeq seq(S, NH, NKV, HD, 100 + HD + prefix + n);
@@ -91,6 +93,60 @@ TEST(PagedAttentionRows, RowsSplitAcrossMoreThreadsKeepTheirBits) {
   const int before = omp_get_max_threads();
   omp_set_num_threads(8);
   expect_rows_alone_equal(4, 2, "8 threads");
+  omp_set_num_threads(before);
+}
+
+// Softmax attention of row t of q over keys [0, kv) of the cache, in double: the reference.
+std::vector<double> reference_row(const PagedSeq& s, const std::vector<float>& q, int64_t t, int64_t kv, float scale) {
+  const int64_t G = s.NH / s.NKV;
+  const float* kc = s.k_cache.data<float>();
+  const float* vc = s.v_cache.data<float>();
+  const int32_t* table = s.block_table.data<int32_t>();
+  std::vector<double> out(static_cast<size_t>(s.NH * s.HD), 0.0);
+  for (int64_t h = 0; h < s.NH; ++h) {
+    std::vector<double> w(static_cast<size_t>(kv));
+    double m = -INFINITY, sum = 0;
+    auto slot = [&](int64_t j) { return (table[j / s.BS] * s.BS + j % s.BS) * s.NKV + h / G; };
+    for (int64_t j = 0; j < kv; ++j) {
+      double d = 0;
+      for (int64_t x = 0; x < s.HD; ++x)
+        d += static_cast<double>(q[(t * s.NH + h) * s.HD + x]) * kc[slot(j) * s.HD + x];
+      w[j] = d * scale;
+      m = std::max(m, w[j]);
+    }
+    for (double& x : w)
+      sum += (x = std::exp(x - m));
+    for (int64_t j = 0; j < kv; ++j)
+      for (int64_t x = 0; x < s.HD; ++x)
+        out[h * s.HD + x] += w[j] / sum * vc[slot(j) * s.HD + x];
+  }
+  return out;
+}
+
+// A sequence's rows and kv heads go to however many threads there are (one, or split by heads and
+// row chunks): a row's bits must not change with the thread count, and at every context, long
+// ones included, they stay within float rounding of the softmax computed in double.
+TEST(PagedAttentionRows, ThreadCountDoesNotChangeABit) {
+  const int before = omp_get_max_threads();
+  for (const int64_t S : {100, 700, 2000})
+    for (const int64_t T : {1, 5}) {
+      const int64_t NH = 8, NKV = 4, HD = 56, W = NH * HD;
+      PagedSeq seq(S, NH, NKV, HD, 500 + S + T);
+      const auto qv = rand_vec(T * W, 9 + S);
+      const Tensor q = Tensor::from_f32(qv, {T, NH, HD});
+      omp_set_num_threads(1);
+      const auto one = seq.run(q, S);
+      for (int threads : {2, 3, 4, 8}) {
+        omp_set_num_threads(threads);
+        const auto many = seq.run(q, S);
+        ASSERT_TRUE(same_bits(one.data(), many.data(), T * W)) << "S=" << S << " T=" << T << " threads=" << threads;
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const auto ref = reference_row(seq, qv, t, S - T + t + 1, 0.3f);
+        for (int64_t i = 0; i < W; ++i)
+          ASSERT_NEAR(one[t * W + i], ref[i], 2e-6) << "S=" << S << " T=" << T << " row " << t << " i=" << i;
+      }
+    }
   omp_set_num_threads(before);
 }
 
