@@ -5,8 +5,8 @@
 //
 // Prints the machine limits, then one line per shape with the achieved rate and its fraction
 // (the process's bf16 kernel), the draft proposal's top k, the built-in policy's attention over
-// 1-16 rows, then a decode step's matmuls at policy shapes for every bf16 kernel this CPU has
-// against their roofline bound: one call per product, and (lines "-grp", "amx-panel") grouped
+// 1-16 rows, the built-in drafter's products in bf16 and int8, then a decode step's matmuls at policy shapes for every
+// bf16 kernel this CPU has against their roofline bound: one call per product, and (lines "-grp", "amx-panel") grouped
 // as the policy's forward issues them, the two taking turns.
 #include <omp.h>
 
@@ -149,6 +149,54 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
     }
   }
   ops::set_cpu_bf16_kernel(saved);
+}
+
+// The built-in drafter's products as a draft step issues them (q, k and v from the 2H-wide input;
+// o; gate and up; down; the draft vocabulary's head), plus fc for the pass that absorbs a round's
+// tokens (T >= 4), with bf16 weights (the process's kernel, its panels) and with int8 weights (the
+// CPU's int8 kernel), the two taking turns. Its few MiB stay in the caches between calls here: in
+// a round the policy's stream evicts them (spec_bench's round anatomy measures that case).
+void drafter_section(int reps) {
+  if (!ops::cpu_has_int8_tiles() && !ops::cpu_has_int8_vectors())
+    return;
+  const int64_t H = 448, I = 1216, KV = 224, V = 1024;
+  const std::vector<std::vector<std::array<int64_t, 2>>> groups = {
+      {{H, 2 * H}, {KV, 2 * H}, {KV, 2 * H}}, {{H, H}}, {{I, H}, {I, H}}, {{H, I}}, {{V, H}}, {{H, 3 * H}}};
+  std::vector<std::vector<ops::LinearWeight>> bf16(groups.size()), int8(groups.size());
+  double bytes = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (auto [n, k] : groups[g]) {
+      const Tensor w = random_tensor({n, k}, DType::BF16, 40 + n + k);
+      bf16[g].push_back(ops::prepare_linear(w));
+      int8[g].push_back(ops::prepare_linear_int8(w));
+      bytes += g + 1 < groups.size() ? static_cast<double>(w.nbytes()) : 0;
+    }
+  std::printf(
+      "\nthe built-in drafter's products (%.1f MiB in bf16 per draft step, fc too from 4 rows; %s; int8 %s; "
+      "taking turns, median of %d)\n",
+      bytes / 1048576.0, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), ops::cpu_int8_kernel_name(), reps);
+  std::printf("%-4s %10s %10s %14s\n", "T", "bf16 ms", "int8 ms", "int8 / bf16");
+  for (const int64_t T : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    const size_t used = T >= 4 ? groups.size() : groups.size() - 1;
+    std::vector<Tensor> xs, ys;
+    for (size_t g = 0; g < used; ++g) {
+      xs.push_back(random_tensor({T, groups[g][0][1]}, DType::F32, 50 + g));
+      for (auto [n, k] : groups[g])
+        ys.push_back(Tensor::empty({T, n}, DType::F32));
+    }
+    const auto step = [&](const std::vector<std::vector<ops::LinearWeight>>& w) {
+      size_t y = 0;
+      for (size_t g = 0; g < used; ++g) {
+        std::vector<ops::LinearProduct> products;
+        for (const ops::LinearWeight& lw : w[g])
+          products.push_back({&lw, nullptr, ys[y++]});
+        ops::linear_shared_input(xs[g], products);
+      }
+    };
+    const auto [sb, si] = median_seconds_pair(
+        reps, [&] { step(bf16); }, [&] { step(int8); });
+    std::printf("%-4ld %10.3f %10.3f %13.2fx\n", T, sb * 1e3, si * 1e3, si / sb);
+  }
 }
 
 // The drafter's proposal at every draft step (drafter/proposer.cc): the top k of log_softmax
@@ -296,6 +344,7 @@ int main(int argc, char** argv) {
   }
   proposal_section(quick ? 5 : 15);
   attention_section(m, quick ? 15 : 101);
+  drafter_section(quick ? 15 : 101);
   policy_shapes_section(m, {"the built-in policy", 8, 448, 1216, 448, 224, 1964}, quick ? 5 : 15);
   if (!quick)
     policy_shapes_section(m, {"the benchmarks' 383 MiB policy", 12, 1024, 2816, 1024, 256, 32000}, 5);
