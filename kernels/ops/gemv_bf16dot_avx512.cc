@@ -149,15 +149,7 @@ void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, c
 }
 
 void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
-  const int64_t Kp = (K + 31) / 32 * 32, Np = (N + 3) / 4 * 4;
-  for (int64_t n = 0; n < Np; ++n)
-    for (int64_t k = 0; k < Kp; k += 32) {
-      uint16_t* dst = out + (n >> 2) * 4 * Kp + k * 4 + (n & 3) * 32;
-      const int64_t valid = n < N ? std::clamp<int64_t>(K - k, 0, 32) : 0;  // the rest is padding
-      if (valid > 0)
-        std::copy(w + n * K + k, w + n * K + k + valid, dst);
-      std::fill(dst + valid, dst + 32, uint16_t{0});
-    }
+  pack_panels4<32>(w, N, K, out);
 }
 
 namespace {

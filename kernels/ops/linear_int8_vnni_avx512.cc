@@ -15,6 +15,7 @@
 
 #include "kernels/core/error.h"
 #include "kernels/ops/gemv_cpu.h"
+#include "kernels/ops/row_blocks.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -130,15 +131,7 @@ void offset_rows_u8(const int8_t* xq, int64_t count, uint8_t* xu) {
 }
 
 void pack_panels_vnni(const int8_t* q, int64_t N, int64_t K, int8_t* out) {
-  const int64_t Kp = vnni_panel_k(K), Np = (N + 3) / 4 * 4;
-  for (int64_t n = 0; n < Np; ++n)
-    for (int64_t k = 0; k < Kp; k += 64) {
-      int8_t* dst = out + (n >> 2) * 4 * Kp + k * 4 + (n & 3) * 64;
-      const int64_t valid = n < N ? std::clamp<int64_t>(K - k, 0, 64) : 0;  // the rest is padding
-      if (valid > 0)
-        std::copy(q + n * K + k, q + n * K + k + valid, dst);
-      std::fill(dst + valid, dst + 64, int8_t{0});
-    }
+  pack_panels4<64>(q, N, K, out);
 }
 
 void linear_int8_vnni(const uint8_t* xu, const float* xscale, int64_t T, const Int8Weight& w, int64_t n_begin,
