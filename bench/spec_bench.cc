@@ -17,8 +17,9 @@
 // depths: how the best depth moves with the drafter's acceptance. `spec_bench --help` lists all.
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
-// --draft-weights bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8); both
-// runs every setting (and anatomy row) again with int8 weights, side by side.
+// --draft-weights auto|bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8);
+// auto (the default) is what `updraft` serves on this machine (drafter/draft_model.h); both runs
+// every setting (and anatomy row) with bf16 weights and again with int8 ones, side by side.
 // --group N runs only the group-drafting comparison (bench/group_bench.h): --sequences / N groups of
 // N siblings, the drafter at the first of --chains (default chain 4), suffix drafts of up to
 // --suffix-nodes K nodes (default 16) with candidates at --suffix-min-prob P or more (default 0.2),
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::vector<int64_t> anatomy_rows;
   int64_t anatomy_context = 64;
-  std::string draft_dir, model_dir, draft_weights = "bf16";
+  std::string draft_dir, model_dir, draft_weights = "auto";
   float temperature = 0;
   int64_t group = 0, warmup = -1;  // -1: as many groups as are timed
   bool adaptive = false;
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, bench::kMost));
   app.add_option("--anatomy-context", anatomy_context, "cached tokens the anatomy's forwards attend to")
       ->check(CLI::Range(1, bench::kMost));
-  app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8, auto or both")
+  app.add_option("--draft-weights", draft_weights,
+                 "the drafter's serving weights: auto (what updraft serves here), bf16, int8 or both")
       ->check(CLI::IsMember({"bf16", "int8", "auto", "both"}));
   app.add_option("--group", group, "only the group-drafting comparison, groups of N siblings")
       ->check(CLI::Range(1, bench::kMost));
@@ -133,8 +135,10 @@ int main(int argc, char** argv) {
   }
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
   const char* bad = warmup >= 0 && group == 0 ? "--warmup-groups applies to --group only"
-                    : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights != "bf16" || !cuda_available())
-                        ? "--device cuda needs --draft-weights bf16 and a usable CUDA device (no --anatomy-rows)"
+                    : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights == "int8" ||
+                                              draft_weights == "both" || !cuda_available())
+                        ? "--device cuda needs bf16 drafter weights (--draft-weights auto or bf16) and a usable CUDA "
+                          "device (no --anatomy-rows)"
                         : nullptr;
   if (bad) {
     std::fprintf(stderr, "spec_bench: %s\n", bad);
@@ -205,7 +209,10 @@ int main(int argc, char** argv) {
               cfg.weight_bytes(DType::BF16) / 1048576.0, device.c_str());
   std::printf("drafter: %s, draft vocabulary %ld, weights %s\n",
               draft_dir.empty() ? "random (untrained)" : draft_dir.c_str(), draft.config().draft_vocab_size,
-              draft_weights == "both" ? "bf16 and int8 (settings marked int8)" : draft_weights.c_str());
+              draft_weights == "both" ? "bf16 and int8 (settings marked int8)"
+              : draft_weights == "auto"
+                  ? (std::string("auto: ") + draft_weights_name(resolved_draft_weights(dev))).c_str()
+                  : draft_weights.c_str());
   std::printf(
       "workload: %s prompts, %ld sequences per batch size (at least one batch), %s %ld new tokens each, "
       "temperature %.2f, timed after prefill\n",
