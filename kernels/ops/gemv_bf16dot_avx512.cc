@@ -30,16 +30,14 @@ struct Panels4 {
   const uint16_t* at(int64_t n, int r, int64_t k) const { return p + (n >> 2) * 4 * Kp + k * 4 + ((n & 3) + r) * 32; }
 };
 
-// kFar: the panels' own stream, 16 KiB ahead of the step, into L2 (a standalone test on Zen 4 at
-// five rows of x: 1.2-1.5x faster than the hardware's prefetch alone; one row of x: no change).
+// kFar: the panels' own stream, kPanelFarBytes ahead of the step, into L2 (row_blocks.h).
 enum Prefetch { kNone, kNextRows, kAhead, kFar };
-constexpr int64_t kFarBytes = 16 << 10;
 
 // Writes sum_k x[t,k] * w[n+r,k] to y[t*ldy + n + r] for r < R, t < T. x rows are Kp apart
 // and zero beyond K, so only the weight loads of the last step need a mask. With kNextRows each
 // step also prefetches R cache lines from pf on: the next R rows (into L1); with kAhead R rows
 // of the caller's next block (into L2), so that memory streams while this block computes; with
-// kFar (the panels, from 4 rows of x on), R lines kFarBytes ahead in the same stream, into L2.
+// kFar (the panels, from 4 rows of x on), R lines kPanelFarBytes ahead in the same stream, into L2.
 template <int T, int R, Prefetch kPf, typename Src>
 void block(const uint16_t* x, int64_t K, int64_t Kp, Src src, int64_t n, float* y, int64_t ldy, const char* pf) {
   __m512 acc[R][T];
@@ -106,7 +104,7 @@ void panels_t(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* p, int64
   // for_row_blocks' prefetch pointers walk the panels at their row length, Kp.
   for_row_blocks<4>(Kp, p, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
     constexpr Prefetch kPf = decltype(in_ahead)::value ? kAhead : T <= 3 ? kNone : kFar;
-    const char* far = reinterpret_cast<const char*>(p + n * Kp) + kFarBytes;  // (only a hint past the end)
+    const char* far = reinterpret_cast<const char*>(p + n * Kp) + kPanelFarBytes;  // (only a hint past the end)
     block<T, decltype(rows)::value, kPf>(x, K, Kp, Panels4{p, Kp}, n, y, ldy, kPf == kFar ? far : pf);
   });
 }

@@ -21,10 +21,6 @@ namespace updraft::ops::cpu {
 namespace {
 
 constexpr int64_t kTileT = 6;  // x rows per pass: 4 x 6 accumulators + 4 weight vectors + x in 32 zmm
-// From 4 rows of x on, the kernel also fetches its own stream this far ahead into L2 (as the bf16
-// panels: the products of a step hold the out-of-order window long enough for the hardware's
-// prefetch to fall behind).
-constexpr int64_t kFarBytes = 16 << 10;
 
 // acc += the products of 64 unsigned bytes x and 64 signed bytes w, four per lane, in place. As
 // inline assembly: GCC 12 copies the accumulator to another register before every
@@ -63,7 +59,8 @@ void block(const uint8_t* xu, int64_t K, int64_t Kp, const int8_t* panels, const
   for (int64_t k = 0; k < Kp; k += 64, p += 256) {
     if constexpr (kFar)
       for (int l = 0; l < 4; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kFarBytes + l * 64, _MM_HINT_T1);  // only a hint past the end
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kPanelFarBytes + l * 64,
+                     _MM_HINT_T1);  // only a hint past the end
     const __mmask64 m = K - k >= 64 ? ~__mmask64{0} : (__mmask64{1} << (K - k)) - 1;
     __m512i wv[R];
 #pragma GCC unroll 4
