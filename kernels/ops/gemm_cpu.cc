@@ -83,34 +83,41 @@ void batched_gemm(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c,
 
 namespace {
 
+// How a kernel takes T token rows: all at once up to `whole`, else in tiles of at most `split`
+// as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay the full
+// per-row overhead for little work). The dot kernel's panels take 7 and 8 rows at once in two
+// half-panel passes, which beat 4 + 3 and 4 + 4, but not 6-row tiles beyond that.
+struct GemvTiles {
+  int64_t whole, split;
+};
+constexpr GemvTiles kGemvTiles{kGemvMaxT, kGemvMaxT};
+
 // Thread `id` of `nt`'s share of fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against
-// weight rows [n0, n1) — over the whole [T, N] output, in tiles of at most max_tile token rows.
-// T <= max_tile: contiguous chunks of weight rows (multiples of 8), one per thread, each streamed
-// once; next = -1. Larger T: blocks of weight rows
-// small enough to stay in L2 while every tile of tokens is multiplied with them, so the weights
-// are read from memory once; tiles as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the
-// short tile would pay the full per-row overhead for little work). Each thread takes a contiguous
-// run of blocks, and its last tile of a block gets next = the first row of the thread's next
-// block (else -1), so that a kernel can fetch that block from memory while it computes from L2.
-// How the rows are split never changes a row's bits (each kernel computes a row the same way
-// wherever it falls in a chunk).
-// Token rows per tile: T itself up to max_tile (kGemvMaxT, or fewer for a kernel that takes
-// fewer at once), else tiles as even as possible.
-int64_t gemv_tile_rows(int64_t T, int64_t max_tile) {
-  const int64_t tiles = (T + max_tile - 1) / max_tile;
-  return (T + tiles - 1) / tiles;
+// weight rows [n0, n1) — over the whole [T, N] output, in the token tiles of `tiles`.
+// T <= tiles.whole: contiguous chunks of weight rows (multiples of 8), one per thread, each
+// streamed once; next = -1. Larger T: blocks of weight rows small enough to stay in L2 while
+// every tile of tokens is multiplied with them, so the weights are read from memory once. Each
+// thread takes a contiguous run of blocks, and its last tile of a block gets next = the first
+// row of the thread's next block (else -1), so that a kernel can fetch that block from memory
+// while it computes from L2. How the rows are split never changes a row's bits (each kernel
+// computes a row the same way wherever it falls in a chunk).
+int64_t gemv_tile_rows(int64_t T, GemvTiles tiles) {
+  if (T <= tiles.whole)
+    return T;
+  const int64_t count = (T + tiles.split - 1) / tiles.split;
+  return (T + count - 1) / count;
 }
 
 template <typename Fn>
-void gemv_tiles_share(int64_t T, int64_t K, int64_t N, int64_t id, int64_t nt, int64_t max_tile, Fn&& fn) {
-  if (T <= max_tile) {
+void gemv_tiles_share(int64_t T, int64_t K, int64_t N, int64_t id, int64_t nt, GemvTiles tiles, Fn&& fn) {
+  if (T <= tiles.whole) {
     // ceil(N / threads), rounded up to 8: at most one chunk per thread.
     const int64_t chunk = std::max<int64_t>(8, ((N + nt - 1) / nt + 7) / 8 * 8), n0 = id * chunk;
     if (n0 < N)
       fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
-  const int64_t tile = gemv_tile_rows(T, max_tile);
+  const int64_t tile = gemv_tile_rows(T, tiles);
   // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
   const int64_t per_thread = ((N + nt - 1) / nt + 7) / 8 * 8;
   const int64_t block =
@@ -129,7 +136,7 @@ void gemv_tiles_share(int64_t T, int64_t K, int64_t N, int64_t id, int64_t nt, i
 template <typename Fn>
 void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
 #pragma omp parallel if (N * K > (1 << 15))
-  gemv_tiles_share(T, K, N, omp_get_thread_num(), omp_get_num_threads(), kGemvMaxT, fn);
+  gemv_tiles_share(T, K, N, omp_get_thread_num(), omp_get_num_threads(), kGemvTiles, fn);
 }
 
 // bf16 weights through a GEMV kernel for every T (kDot: vdpbf16ps on x rounded to bf16; kFma:
@@ -161,11 +168,11 @@ void fma_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProd
 
 template <typename Prep, typename Kernel, typename Elem>
 void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* products, size_t count, Prep prep,
-                      Kernel kernel, int64_t max_tile, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
+                      Kernel kernel, GemvTiles tiles, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
   const int64_t Kp = (K + 31) / 32 * 32;
   buf.resize(static_cast<size_t>(T * Kp));
   Elem* const xb = buf.data();  // the caller's thread-local buffer; the workers see it through xb
-  const int64_t tile = gemv_tile_rows(T, max_tile);
+  const int64_t tile = gemv_tile_rows(T, tiles);
   // Tiles prepared in parallel once there are a few (each row's result is the same either way).
 #pragma omp parallel for schedule(static) if (T > tile && T * K > (1 << 13))
   for (int64_t t0 = 0; t0 < T; t0 += tile)
@@ -178,7 +185,7 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* 
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
     for (size_t i = 0; i < count; ++i) {
       const GemvProduct& p = products[i];
-      gemv_tiles_share(T, K, p.N, id, nt, max_tile, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
+      gemv_tiles_share(T, K, p.N, id, nt, tiles, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
         kernel(xb + t0 * Kp, tn, K, Kp, p, n0, n1, p.y + t0 * p.N, next);
       });
     }
@@ -257,13 +264,13 @@ bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
           {p.w->data<uint16_t>(), panels ? p.dot_panels->data<uint16_t>() : nullptr, p.w->size(0), p.y->data<float>()});
     }
     if (kernel == CpuBf16Kernel::kDot) {
-      // From panels, tiles of at most kDotPanelsMaxT rows, so that every tile reads them.
+      // From panels, the tiles the panel kernel takes, so that every tile reads them.
       thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
       linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, dot_rows,
-                       all_panels ? kDotPanelsMaxT : kGemvMaxT, buf);
+                       all_panels ? GemvTiles{kDotPanelsMaxT, kDotPanelsFullT} : kGemvTiles, buf);
     } else {  // kFma, or AMX where K is not a multiple of 32
       thread_local std::vector<float, AlignedAllocator<float>> buf;
-      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, fma_rows, kGemvMaxT, buf);
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, fma_rows, kGemvTiles, buf);
     }
   }
   for (const Bf16Product& p : products)

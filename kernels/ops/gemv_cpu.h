@@ -40,12 +40,14 @@ bool cpu_has_avx512_bf16();
 // Zen 4, 0.6x the read bandwidth at one row). pack_panels_bf16dot writes w [N, K] as
 // dot_panel_elems(N, K) values: for each block of 4 rows (the last zero-padded), for each 32-k
 // step (zeros beyond K), the 4 rows' 32 values one after another. gemv_panels_bf16dot computes
-// rows [n_begin, n_end) (n_begin a multiple of 4) of T <= kDotPanelsMaxT rows of x (more would
-// not fit the registers; linear() cuts larger T into tiles that size, 7 rows as 4 + 3) with
+// rows [n_begin, n_end) (n_begin a multiple of 4) of T <= kDotPanelsMaxT rows of x (up to
+// kDotPanelsFullT a panel's 4 rows at once, beyond that 2 at a time: more would not fit the
+// registers; linear() cuts larger T into tiles of at most kDotPanelsFullT, 10 rows as 5 + 5) with
 // gemv_rows_bf16dot's bits: each element
 // sums the same products through the same instructions in the same order. ahead: nullptr, or the
 // panels of the first of the rows the caller multiplies next (a multiple of 4), fetched into L2.
-constexpr int64_t kDotPanelsMaxT = 6;
+constexpr int64_t kDotPanelsMaxT = 8;
+constexpr int64_t kDotPanelsFullT = 6;
 constexpr int64_t dot_panel_elems(int64_t N, int64_t K) {
   return (N + 3) / 4 * 4 * ((K + 31) / 32 * 32);
 }

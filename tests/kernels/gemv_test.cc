@@ -189,7 +189,7 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
         ops::linear(xt, w, nullptr, y);
         solo.push_back(y.to_f32_vector());
       }
-      for (int64_t T : {3, 5, 8, 9, 16, 17, 24, 40}) {
+      for (int64_t T : {3, 5, 7, 8, 9, 16, 17, 24, 40}) {
         Tensor xt = Tensor::from_f32(std::vector<float>(x.begin(), x.begin() + T * K), {T, K});
         Tensor y = Tensor::empty({T, N}, DType::F32);
         ops::linear(xt, w, nullptr, y);
@@ -225,7 +225,7 @@ TEST(Gemv, CpuSharedInputProductsGiveEachLinearsBitsOnEveryKernel) {
       const Tensor bias = Tensor::from_f32(rand_vec(heights[1], 7), {heights[1]});
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        for (int64_t T : {1, 5, 7, 8, 9, 17}) {
+        for (int64_t T : {1, 3, 5, 7, 8, 9, 10, 16, 17}) {
           const Tensor x = Tensor::from_f32(rand_vec(T * K, 30 + T), {T, K});
           std::vector<ops::LinearProduct> products;
           for (size_t i = 0; i < ws.size(); ++i)
