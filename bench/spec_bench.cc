@@ -10,7 +10,8 @@
 // With --model DIR (a policy with its tokenizer.json, e.g. the built-in small one) the prompts are
 // held-out prompts of the built-in corpus, encoded by that tokenizer, and each response ends at
 // end of text or after --tokens N, as RL rollouts do (--ignore-eos runs every sequence to N);
-// --sequences S (default 32) decodes S sequences per batch size, one batch after another;
+// --sequences S (default 32) decodes S sequences per batch size, one batch after another, plain
+// and every setting taking turns batch by batch (each on its own engine), --reps times over;
 // --temperature T samples (seeded per sequence) instead of greedy decoding; --domain arith|code
 // takes the prompts of one domain only (default: the mix).
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,6 +57,7 @@ using namespace updraft;
 using bench::measure;
 using bench::median;
 using bench::Run;
+using bench::Workload;
 
 int main(int argc, char** argv) {
   bool quick = false, capture_cost = false, ignore_eos = false;
@@ -258,15 +261,25 @@ int main(int argc, char** argv) {
               "tau", "roofline", "draft", "verify", "other", "accept per position");
   for (int64_t B : batches) {
     const int64_t groups = std::max<int64_t>(1, sequences / B);
-    // Plain and every setting take turns `reps` times; each figure is the total over its turns,
-    // so a slow spell of the machine touches all of them alike.
+    // Plain and every setting take turns batch by batch, `reps` times over (fresh engines each
+    // time); each figure is the total over its turns, so a slow spell of the machine (they come
+    // and go within seconds here) touches all of them alike.
+    const Workload work{B, &prompts, tokens, temperature, ignore_eos};
     Run plain;
     std::vector<Run> spec(settings.size());
     for (int rep = 0; rep < reps; ++rep) {
-      plain.add(measure(model, nullptr, {}, B, groups, prompts, tokens, temperature, ignore_eos));
+      bench::Arm plain_arm(model, nullptr, {}, work);
+      std::vector<std::unique_ptr<bench::Arm>> arms;
       for (size_t k = 0; k < settings.size(); ++k)
-        spec[k].add(
-            measure(model, setting_draft[k], settings[k].second, B, groups, prompts, tokens, temperature, ignore_eos));
+        arms.push_back(std::make_unique<bench::Arm>(model, setting_draft[k], settings[k].second, work));
+      for (int64_t g = 0; g < groups; ++g) {
+        plain_arm.run_batch(g);
+        for (auto& a : arms)
+          a->run_batch(g);
+      }
+      plain.add(plain_arm.result());
+      for (size_t k = 0; k < settings.size(); ++k)
+        spec[k].add(arms[k]->result());
     }
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
     char roof[16] = "-";
@@ -317,8 +330,8 @@ int main(int argc, char** argv) {
           Run a, b;  // a without capture, b with
           for (int half = 0; half < 2; ++half) {
             const bool with = (half == 0) == (rep % 2 == 1);
-            (with ? b : a) = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, B, groups, prompts,
-                                     tokens, temperature, ignore_eos, with);
+            (with ? b : a) = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, groups,
+                                     {B, &prompts, tokens, temperature, ignore_eos, with});
           }
           cost.push_back(100.0 * (1.0 - b.tokens_per_s / a.tokens_per_s));
           share.push_back(100.0 * b.capture_seconds / b.seconds);

@@ -7,51 +7,63 @@
 
 namespace updraft::bench {
 
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t groups,
-            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool ignore_eos,
-            bool capture) {
+Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w) : w_(w) {
   size_t longest = 0;
-  for (const auto& p : prompts)
+  for (const auto& p : *w.prompts)
     longest = std::max(longest, p.size());
   EngineOptions o;
-  o.max_batch = B;
-  o.prefill_chunk = B * static_cast<int64_t>(longest);
+  o.max_batch = w.B;
+  o.prefill_chunk = w.B * static_cast<int64_t>(longest);
   o.kv_cache_bytes = int64_t{1} << 30;
   o.spec = s;
-  Engine e(model, o, draft);
-  Run r;
-  int64_t generated = 0;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t i = g * B + b;
-      GenRequest q;
-      q.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
-      q.params.temperature = temperature;
-      q.params.has_seed = true;
-      q.params.seed = static_cast<uint64_t>(i + 1);
-      q.params.max_new_tokens = tokens + 1;
-      q.params.ignore_eos = ignore_eos;
-      q.capture = capture;  // the drafter's training data (aux states + teacher top-k) while generating
-      e.submit(q);
-    }
-    e.step();  // prefill (+ the first token, + the first proposal)
-    const SpecStats before = e.stats().spec;
-    const int64_t gen0 = e.stats().generated_tokens;
-    const double cap0 = e.stats().capture_seconds;
-    const double t0 = now_s();
-    while (e.has_work())
-      e.step();
-    r.seconds += now_s() - t0;
-    r.capture_seconds += e.stats().capture_seconds - cap0;
-    generated += e.stats().generated_tokens - gen0;
-    SpecStats d = e.stats().spec;
-    d.subtract(before);
-    r.spec.merge(d);
+  engine_ = std::make_unique<Engine>(model, o, draft);
+}
+
+Arm::~Arm() = default;
+
+void Arm::run_batch(int64_t g) {
+  Engine& e = *engine_;
+  const std::vector<std::vector<int32_t>>& prompts = *w_.prompts;
+  for (int64_t b = 0; b < w_.B; ++b) {
+    const int64_t i = g * w_.B + b;
+    GenRequest q;
+    q.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
+    q.params.temperature = w_.temperature;
+    q.params.has_seed = true;
+    q.params.seed = static_cast<uint64_t>(i + 1);
+    q.params.max_new_tokens = w_.tokens + 1;
+    q.params.ignore_eos = w_.ignore_eos;
+    q.capture = w_.capture;
+    e.submit(q);
   }
-  r.tokens = generated;
-  r.tokens_per_s = static_cast<double>(generated) / r.seconds;
-  r.forwards = e.decode_forward_parts();
+  e.step();  // prefill (+ the first token, + the first proposal)
+  const SpecStats before = e.stats().spec;
+  const int64_t gen0 = e.stats().generated_tokens;
+  const double cap0 = e.stats().capture_seconds;
+  const double t0 = now_s();
+  while (e.has_work())
+    e.step();
+  run_.seconds += now_s() - t0;
+  run_.capture_seconds += e.stats().capture_seconds - cap0;
+  run_.tokens += e.stats().generated_tokens - gen0;
+  SpecStats d = e.stats().spec;
+  d.subtract(before);
+  run_.spec.merge(d);
+}
+
+Run Arm::result() const {
+  Run r = run_;
+  r.tokens_per_s = r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0;
+  r.forwards = engine_->decode_forward_parts();
   return r;
+}
+
+Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
+            const Workload& w) {
+  Arm arm(model, draft, s, w);
+  for (int64_t g = 0; g < groups; ++g)
+    arm.run_batch(g);
+  return arm.result();
 }
 
 }  // namespace updraft::bench

@@ -3,12 +3,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "drafter/draft_model.h"
 #include "drafter/draft_tree.h"
 #include "rollout/policy_model.h"
 #include "rollout/spec/spec_stats.h"
+
+namespace updraft {
+class Engine;
+}
 
 namespace updraft::bench {
 
@@ -25,16 +30,46 @@ struct Run {
     forwards.total_s += o.forwards.total_s;
     forwards.forwards += o.forwards.forwards;
     seconds += o.seconds;
+    capture_seconds += o.capture_seconds;
     tokens += o.tokens;
     tokens_per_s = static_cast<double>(tokens) / seconds;
     spec.merge(o.spec);
   }
 };
 
-// Decode-phase throughput over `groups` batches of B sequences each: every batch is prefilled (and
-// its first tokens drawn) before its decode phase is timed; times, tokens and counters add up.
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t B, int64_t groups,
-            const std::vector<std::vector<int32_t>>& prompts, int64_t tokens, float temperature, bool ignore_eos,
-            bool capture = false);
+// What every arm decodes: batches of B sequences, batch g taking prompts g * B .. g * B + B - 1
+// (wrapping around the list), each seeded by its index, up to `tokens` new tokens.
+struct Workload {
+  int64_t B = 1;
+  const std::vector<std::vector<int32_t>>* prompts = nullptr;
+  int64_t tokens = 0;
+  float temperature = 0;
+  bool ignore_eos = false;
+  bool capture = false;  // the drafter's training data (aux states + teacher top-k) while generating
+};
+
+// One arm (plain: no drafter) on an engine of its own, batch by batch, so that several arms can
+// take turns a batch at a time: the slow spells of a shared machine, which come and go within
+// seconds, then touch every arm alike. Each batch is prefilled (and its first tokens drawn)
+// before its decode phase is timed; times, tokens and counters add up over the batches run.
+class Arm {
+ public:
+  Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w);
+  ~Arm();
+  Arm(const Arm&) = delete;
+  Arm& operator=(const Arm&) = delete;
+
+  void run_batch(int64_t g);
+  Run result() const;  // the batches run so far
+
+ private:
+  Workload w_;
+  std::unique_ptr<Engine> engine_;
+  Run run_;
+};
+
+// One arm over `groups` batches, alone.
+Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
+            const Workload& w);
 
 }  // namespace updraft::bench
