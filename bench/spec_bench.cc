@@ -15,7 +15,9 @@
 // --temperature T samples (seeded per sequence) instead of greedy decoding; --domain arith|code
 // takes the prompts of one domain only (default: the mix).
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
-// depths: how the best depth moves with the drafter's acceptance. `spec_bench --help` lists all.
+// depths: how the best depth moves with the drafter's acceptance; --stop-below 0,0.3 runs each of
+// them also stopping once its drafts are jointly less likely than 0.3 under the drafter
+// (SpecSettings::stop_below). `spec_bench --help` lists all.
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
 // --draft-weights auto|bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8);
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
       {"chain 4", {4, 1, 5}}, {"chain 6", {6, 1, 7}}, {"tree 4x3 (10 tok)", {4, 3, 10}}};
   int64_t batch = 0;
   std::vector<int64_t> chains;
+  std::vector<double> stop_below;
   std::string cpu_kernel, domain, device = "cpu";
   CLI::App app{
       "updraft spec_bench: speculative against plain decoding, side by side in one run (see the header "
@@ -94,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
   app.add_option("--domain", domain, "prompts of one domain only (default: the mix)")
       ->check(CLI::IsMember({"arith", "code"}));
+  app.add_option("--stop-below", stop_below,
+                 "with --chains: each chain at each of these stop_below values (a chain stops drafting once its "
+                 "drafts' joint probability under the drafter is below it; 0: never)")
+      ->check(CLI::Range(0.0, 0.99));
   app.add_option("--chains", chains, "chains of these depths instead of chain 4, chain 6 and tree 4x3")
       ->delimiter(',')
       ->check(CLI::Range(1, 16));
@@ -134,7 +141,11 @@ int main(int argc, char** argv) {
   if (!chains.empty()) {
     settings.clear();
     for (int64_t d : chains)
-      settings.push_back({"chain " + std::to_string(d), {d, 1, d + 1}});
+      for (double p : stop_below.empty() ? std::vector<double>{0.0} : stop_below) {
+        char name[48];
+        std::snprintf(name, sizeof name, p > 0 ? "chain %ld stop %.2f" : "chain %ld", d, p);
+        settings.push_back({name, {d, 1, d + 1, p}});
+      }
   }
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
   const char* bad = warmup >= 0 && group == 0 ? "--warmup-groups applies to --group only"

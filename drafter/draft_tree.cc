@@ -15,6 +15,8 @@ void SpecSettings::validate() const {
   UPD_REQUIRE(draft_tokens >= 2 && draft_tokens <= 1 + pool_size())
       << "speculation: draft_tokens " << draft_tokens << " must be in [2, " << 1 + pool_size() << "] for steps "
       << steps << " and top_k " << top_k << " (it counts the root)";
+  UPD_REQUIRE(stop_below >= 0 && stop_below < 1 && (stop_below == 0 || top_k == 1))
+      << "speculation: stop_below " << stop_below << " must be in [0, 1), and 0 unless top_k is 1 (chains only)";
   UPD_REQUIRE(top_k > 1 || draft_tokens == steps + 1)
       << "speculation: a chain (top_k 1) of " << steps << " drafts has draft_tokens " << steps + 1
       << " (with the root), not " << draft_tokens << ": fewer would waste the deepest draft steps";

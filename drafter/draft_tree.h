@@ -29,6 +29,11 @@ namespace updraft {
 
 struct SpecSettings {
   int64_t steps = 4, top_k = 1, draft_tokens = 5;
+  // A chain stops drafting once its drafts' joint probability under the drafter falls below
+  // this (0: never; chains only): steps is then the deepest it drafts, and confident rounds draft
+  // deep while doubtful ones stop early, which spares the draft steps and verification rows that
+  // would most likely be rejected. Verification is unchanged, so output is too.
+  double stop_below = 0;
   bool chain() const { return top_k == 1; }
   // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size, and a
   // chain keeps every draft (draft_tokens = steps + 1).
@@ -76,6 +81,7 @@ class TreeBuilder {
   const std::vector<int32_t>& frontier() const { return frontier_; }
   int32_t pool_token(int32_t i) const { return pool_[static_cast<size_t>(i)].token; }
   int32_t pool_parent(int32_t i) const { return pool_[static_cast<size_t>(i)].parent; }
+  float pool_score(int32_t i) const { return pool_[static_cast<size_t>(i)].score; }  // log path probability
   int64_t levels() const { return levels_; }
   DraftTree finish() const;
 

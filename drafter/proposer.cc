@@ -1,6 +1,7 @@
 #include "drafter/proposer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/ops.h"
 
@@ -46,17 +47,26 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
   std::vector<std::vector<int32_t>> scratch(static_cast<size_t>(B));
   std::vector<std::vector<int32_t>> state_row(static_cast<size_t>(B));
   Tensor states = h_last;
+  const float stop = s.stop_below > 0 ? std::log(static_cast<float>(s.stop_below)) : -INFINITY;
   for (int64_t level = 2; level <= s.steps; ++level) {
-    std::vector<SeqStep> steps(static_cast<size_t>(B));
+    // The sequences still drafting: a chain whose drafts are jointly less likely than stop_below stops.
+    std::vector<int64_t> live;
+    for (int64_t b = 0; b < B; ++b)
+      if (!(trees[b].pool_score(trees[b].frontier().front()) < stop))
+        live.push_back(b);
+    if (live.empty())
+      break;
+    std::vector<SeqStep> steps(live.size());
     std::vector<int32_t> src, dst;
-    for (int64_t b = 0; b < B; ++b) {
+    for (size_t l = 0; l < live.size(); ++l) {
+      const int64_t b = live[l];
       const TreeBuilder& tb = trees[b];
       const std::vector<int32_t>& fr = tb.frontier();
       const int64_t n = static_cast<int64_t>(fr.size());
       auto& sc = scratch[b];
       sc.insert(sc.end(), fr.begin(), fr.end());
       const int64_t w = static_cast<int64_t>(sc.size());
-      SeqStep& st = steps[b];
+      SeqStep& st = steps[l];
       st.kv = seqs[b].kv;
       st.tree_mask = Tensor::zeros({n, w}, DType::Bool);
       uint8_t* m = st.tree_mask.data<uint8_t>();
@@ -80,7 +90,7 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
     DraftOut out = model.forward(cache, steps, hidden);
     top_draft_tokens(model, out.logits, k, top, lps);
     int64_t row = 0;
-    for (int64_t b = 0; b < B; ++b) {
+    for (const int64_t b : live) {
       const std::vector<int32_t> fr = trees[b].frontier();
       const int64_t n = static_cast<int64_t>(fr.size());
       for (int64_t i = 0; i < n; ++i) {
@@ -93,7 +103,7 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
                       {lps.begin() + row * k, lps.begin() + (row + n) * k});
       row += n;
     }
-    states = out.state;
+    states = out.state;  // this level's rows; a stopped sequence's nodes are never expanded again
   }
   std::vector<DraftTree> result;
   for (int64_t b = 0; b < B; ++b) {

@@ -56,6 +56,10 @@ TEST(DraftTree, SettingsAreValidated) {
   EXPECT_THROW((SpecSettings{2, 2, 1}.validate()), Error);
   EXPECT_NO_THROW((SpecSettings{2, 2, 7}.validate()));  // 1 + 2 + 4
   EXPECT_EQ((SpecSettings{4, 3, 10}.scratch_entries()), 9);
+  EXPECT_NO_THROW((SpecSettings{6, 1, 7, 0.3}.validate()));
+  EXPECT_THROW((SpecSettings{3, 2, 7, 0.3}.validate()), Error);  // chains only
+  EXPECT_THROW((SpecSettings{6, 1, 7, -0.1}.validate()), Error);
+  EXPECT_THROW((SpecSettings{6, 1, 7, 1.0}.validate()), Error);
 }
 
 // A tiny policy and a random drafter; committed pairs come from random features.
@@ -150,6 +154,46 @@ TEST_F(Proposer, ChainAndTreeMatchOneRowAtATimeReferences) {
       }
     }
   }
+}
+
+// A chain with stop_below drafts the full chain's first m tokens, where m - 1 is how many of them
+// lead it with a joint probability of stop_below or more (the first draft always runs), and a
+// sequence that stops does not change another's drafts.
+TEST_F(Proposer, ChainsStopOnceTheirDraftsAreJointlyUnlikely) {
+  const int64_t steps = 6;
+  const std::vector<int64_t> lens = {6, 11};
+  auto run = [&](double stop) {
+    KvCache cache(draft_->kv_shape(), 32, 4);
+    std::vector<SeqKv> kv(2);
+    Tensor h = Tensor::empty({2, pcfg_.hidden_size}, DType::F32), z = Tensor::empty({2, 40}, DType::F32);
+    for (int64_t b = 0; b < 2; ++b) {
+      EXPECT_TRUE(cache.reserve(kv[b], lens[b] + steps));
+      auto [st, lg] = commit(cache, kv[b], lens[b], 200 + b);
+      std::copy_n(st.data<float>(), pcfg_.hidden_size, h.data<float>() + b * pcfg_.hidden_size);
+      std::copy_n(lg.data<float>(), 40, z.data<float>() + b * 40);
+    }
+    const auto trees = propose(*draft_, cache, {{&kv[0], 3}, {&kv[1], 4}}, h, z, {steps, 1, steps + 1, stop});
+    for (int64_t b = 0; b < 2; ++b)
+      EXPECT_EQ(kv[b].length, lens[b]) << "speculative entries left in the draft cache";
+    return trees;
+  };
+  const auto full = run(0.0);
+  ASSERT_EQ(full[0].size(), steps + 1);
+  // Stop sequence 0 after its second draft: halfway (in log terms) between its 1st and 2nd scores.
+  const double stop = std::exp(0.5 * (full[0].score[1] + full[0].score[2]));
+  const auto cut = run(stop);
+  for (size_t b = 0; b < 2; ++b) {
+    int64_t m = 1;
+    while (m < steps && full[b].score[static_cast<size_t>(m)] >= std::log(stop))
+      ++m;
+    ASSERT_EQ(cut[b].size(), m + 1) << "sequence " << b;
+    for (int64_t i = 1; i <= m; ++i) {
+      EXPECT_EQ(cut[b].tokens[i], full[b].tokens[i]) << "sequence " << b << " node " << i;
+      EXPECT_NEAR(cut[b].score[i], full[b].score[i], 1e-5) << "sequence " << b << " node " << i;
+    }
+  }
+  EXPECT_EQ(cut[0].size(), 3);
+  EXPECT_EQ(run(1e-30)[1].tokens, full[1].tokens);  // a threshold nothing falls below stops nothing
 }
 
 }  // namespace

@@ -92,10 +92,16 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   for (const auto& r : plain)
     stops += r.finish_reason == "stop";
   EXPECT_GT(stops, 5) << "the prompts should exercise stop tokens";
-  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}}) {
+  // The third: a chain that stops once its drafts are jointly unlikely (rounds of every depth).
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}, SpecSettings{6, 1, 7, 0.005}}) {
     for (int64_t batch : {1, 4, 16, 64}) {
       SpecStats st;
       const auto spec = run(reqs, batch, &s, AcceptRule::Exact, &st);
+      if (s.stop_below > 0) {  // some rounds stopped early, not all of them at the first draft
+        const double per_round = static_cast<double>(st.drafted) / static_cast<double>(st.rounds);
+        EXPECT_GT(per_round, 1.5) << "batch " << batch;
+        EXPECT_LT(per_round, static_cast<double>(s.steps) - 0.5) << "batch " << batch;
+      }
       ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(
           spec, plain, "batch " + std::to_string(batch) + ", top_k " + std::to_string(s.top_k)));
       EXPECT_GT(st.rounds, 0);
@@ -189,6 +195,15 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       const auto [cstat, cdf] = fit(sample(&chain, AcceptRule::Exact, 4'000'000, &cst));
       EXPECT_LT(cstat, chi2_critical(cdf)) << "chain samples do not fit the policy (temperature " << temp << ")";
       EXPECT_GT(cst.accepted, N / 100) << "too few chain acceptances for the test to mean anything";
+      // A chain that stops once its drafts are jointly unlikely: rounds of several depths.
+      const SpecSettings stopping{4, 1, 5, 0.05};
+      SpecStats sst;
+      const auto [sstat, sdf] = fit(sample(&stopping, AcceptRule::Exact, 7'000'000, &sst));
+      EXPECT_LT(sstat, chi2_critical(sdf))
+          << "stopping chain samples do not fit the policy (temperature " << temp << ")";
+      const double per_round = static_cast<double>(sst.drafted) / static_cast<double>(sst.rounds);
+      EXPECT_GT(per_round, 1.2);
+      EXPECT_LT(per_round, 3.8);
       const auto [cbstat, cbdf] = fit(sample(&chain, AcceptRule::NoResidual, 5'000'000, nullptr));
       EXPECT_GT(cbstat, chi2_critical(cbdf)) << "the biased chain control passed: the test has no power";
     }
