@@ -41,6 +41,11 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
   cmd.add_option("--spec-top-k", o.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", o.spec_draft_tokens, "tree size (0 = the depth, a chain)")
       ->capture_default_str();
+  cmd.add_option("--spec-stop-below", o.spec_stop_below,
+                 "a chain stops drafting once its drafts are jointly less likely than this under the drafter (0: "
+                 "never; chains only)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   cmd.add_option("--trainer-idle-rounds", o.trainer_idle_rounds,
                  "online trainer rounds on the unchanged window after each round on new records, within its share")
       ->check(CLI::NonNegativeNumber)

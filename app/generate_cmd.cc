@@ -95,6 +95,11 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
   cmd.add_option("--spec-steps", a.spec_steps, "draft levels per round")->capture_default_str();
   cmd.add_option("--spec-top-k", a.spec_top_k, "children per expanded node (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size including the root")->capture_default_str();
+  cmd.add_option("--spec-stop-below", a.spec_stop_below,
+                 "a chain stops drafting once its drafts are jointly less likely than this under the drafter (0: "
+                 "never; chains only)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   cmd.add_option("--suffix-drafts", a.suffix_drafts,
                  "model-free drafts from the prompts' groups and finished results: off, group, history or both")
       ->check(CLI::IsMember({"off", "group", "history", "both"}))
@@ -131,7 +136,7 @@ int run_generate(const GenerateArgs& a) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
-  eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens};
+  eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens, a.spec_stop_below};
   eo.suffix.mode = parse_suffix_mode(a.suffix_drafts);
   eo.suffix.gate = false;  // one batch: too few steps to measure whether they pay
   std::unique_ptr<DraftModel> draft;

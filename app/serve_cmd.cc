@@ -81,6 +81,11 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->capture_default_str();
   cmd.add_option("--spec-top-k", a.spec_top_k, "draft branching (1 = chain)")->capture_default_str();
   cmd.add_option("--spec-draft-tokens", a.spec_draft_tokens, "tree size (0 = the depth, a chain)")->capture_default_str();
+  cmd.add_option("--spec-stop-below", a.spec_stop_below,
+                 "a chain stops drafting once its drafts are jointly less likely than this under the drafter (0: "
+                 "never; chains only)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   cmd.add_flag("!--no-adaptive", a.adaptive,
                "always speculate at the full depth (default: each step picks the depth, plain included, that is "
                "fastest for the live batch)");
@@ -173,8 +178,8 @@ int run_serve(const ServeArgs& a) {
   wo.engine.max_batch = a.max_running;
   wo.speculate = speculate;
   if (speculate)
-    wo.engine.spec =
-        SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1};
+    wo.engine.spec = SpecSettings{a.spec_steps, a.spec_top_k,
+                                  a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1, a.spec_stop_below};
   wo.adaptive.enabled = a.adaptive && speculate;
   if (speculate)
     wo.engine.suffix.mode = parse_suffix_mode(a.suffix_drafts);
@@ -217,6 +222,7 @@ int run_serve(const ServeArgs& a) {
                           {"spec_steps", wo.speculate ? wo.engine.spec.steps : 0},
                           {"spec_top_k", wo.engine.spec.top_k},
                           {"spec_draft_tokens", wo.engine.spec.draft_tokens},
+                          {"spec_stop_below", wo.engine.spec.stop_below},
                           {"adaptive", wo.adaptive.enabled},
                           {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
                           {"prefix_reuse", wo.engine.prefix_reuse},
