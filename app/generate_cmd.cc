@@ -147,9 +147,11 @@ int run_generate(const GenerateArgs& a) {
       engine_ptr = std::make_unique<Engine>(model, eo, draft.get());
       spdlog::info(
           "speculating with the EAGLE-3 drafter {} (draft vocabulary {}, aux layers {}): steps {}, top_k {}, "
-          "{} draft tokens",
+          "{} draft tokens{}",
           a.draft, draft->config().draft_vocab_size, fmt::join(draft->aux_layers(), ","), a.spec_steps, a.spec_top_k,
-          a.spec_draft_tokens);
+          a.spec_draft_tokens,
+          a.spec_stop_below > 0 ? fmt::format(", stopping below a joint draft probability of {}", a.spec_stop_below)
+                                : std::string());
     } catch (const Error& e) {
       if (!a.draft_fallback)
         throw;
