@@ -17,7 +17,8 @@
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
 // depths: how the best depth moves with the drafter's acceptance; --stop-below 0,0.3 runs each of
 // them also stopping once its drafts are jointly less likely than 0.3 under the drafter
-// (SpecSettings::stop_below). `spec_bench --help` lists all.
+// (SpecSettings::stop_below; the round anatomy then times the chain at its mean depth in the run).
+// `spec_bench --help` lists all.
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
 // --draft-weights auto|bf16|int8|both: the drafter's serving weights (ops::prepare_linear_int8);
@@ -35,6 +36,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -317,7 +319,13 @@ int main(int argc, char** argv) {
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k) {
         const SpecStats& st = spec[k].spec;
-        rows.push_back({settings[k].first, settings[k].second, st.tau(),
+        SpecSettings as = settings[k].second;
+        if (as.stop_below > 0 && st.rounds > 0) {  // a chain that stops: its mean depth in the engine
+          const int64_t d = std::clamp<int64_t>(
+              std::lround(static_cast<double>(st.drafted) / static_cast<double>(st.rounds)), 1, as.steps);
+          as = SpecSettings{d, 1, d + 1};
+        }
+        rows.push_back({settings[k].first, as, st.tau(),
                         st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards,
                         setting_draft[k]});
       }
