@@ -14,7 +14,13 @@ Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& 
   EngineOptions o;
   o.max_batch = w.B;
   o.prefill_chunk = w.B * static_cast<int64_t>(longest);
-  o.kv_cache_bytes = int64_t{1} << 30;
+  // Four times what the batch can hold at once (prompt, tokens, a round's tree; finished
+  // sequences kept for prefix reuse are evicted as needed), 16 MiB to 1 GiB: the arms hold their
+  // engines side by side, and each cache is allocated whole.
+  const int64_t per_seq = static_cast<int64_t>(longest) + w.tokens + 2 + std::max<int64_t>(1, s.draft_tokens);
+  const int64_t blocks = w.B * ((per_seq + o.block_size - 1) / o.block_size + 1);
+  o.kv_cache_bytes = std::clamp<int64_t>(4 * blocks * KvCache::block_bytes(model.kv_shape(), o.block_size),
+                                         int64_t{16} << 20, int64_t{1} << 30);
   o.spec = s;
   engine_ = std::make_unique<Engine>(model, o, draft);
 }
