@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "kernels/ops.h"
 
@@ -18,6 +19,46 @@ void top_draft_tokens(const DraftModel& model, const Tensor& logits, int64_t k, 
   for (int32_t& t : tokens)
     t = model.vocab().to_target(t);
 }
+
+namespace {
+
+// A level's draft forward inputs for the live sequences: one step per sequence (its frontier at
+// RoPE position base + level - 2, each node attending to its ancestors-or-self among the
+// sequence's scratch entries, which the frontier joins) and, per row, the row of the states that
+// holds its parent's output (level 2: row b of h_last).
+void level_inputs(const std::vector<TreeBuilder>& trees, const std::vector<ProposeSeq>& seqs,
+                  const std::vector<int64_t>& base, const std::vector<int64_t>& live, int64_t level,
+                  std::vector<std::vector<int32_t>>& scratch, const std::vector<std::vector<int32_t>>& state_row,
+                  std::vector<SeqStep>& steps, std::vector<int32_t>& src) {
+  steps.resize(live.size());
+  for (size_t l = 0; l < live.size(); ++l) {
+    const int64_t b = live[l];
+    const TreeBuilder& tb = trees[b];
+    const std::vector<int32_t>& fr = tb.frontier();
+    const int64_t n = static_cast<int64_t>(fr.size());
+    auto& sc = scratch[b];
+    sc.insert(sc.end(), fr.begin(), fr.end());
+    const int64_t w = static_cast<int64_t>(sc.size());
+    SeqStep& st = steps[l];
+    st.kv = seqs[b].kv;
+    st.tree_mask = Tensor::zeros({n, w}, DType::Bool);
+    uint8_t* m = st.tree_mask.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t node = fr[i];
+      st.tokens.push_back(tb.pool_token(node));
+      st.positions.push_back(static_cast<int32_t>(base[b] + level - 2));
+      st.logit_rows.push_back(static_cast<int32_t>(i));
+      for (int32_t a = node; a >= 0; a = tb.pool_parent(a))
+        for (int64_t j = 0; j < w; ++j)
+          if (sc[j] == a)
+            m[i * w + j] = 1;
+      const int32_t par = tb.pool_parent(node);
+      src.push_back(par < 0 ? static_cast<int32_t>(b) : state_row[b][static_cast<size_t>(par)]);
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const std::vector<ProposeSeq>& seqs,
                                const Tensor& h_last, const Tensor& logits, const SpecSettings& s) {
@@ -56,35 +97,12 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
         live.push_back(b);
     if (live.empty())
       break;
-    std::vector<SeqStep> steps(live.size());
-    std::vector<int32_t> src, dst;
-    for (size_t l = 0; l < live.size(); ++l) {
-      const int64_t b = live[l];
-      const TreeBuilder& tb = trees[b];
-      const std::vector<int32_t>& fr = tb.frontier();
-      const int64_t n = static_cast<int64_t>(fr.size());
-      auto& sc = scratch[b];
-      sc.insert(sc.end(), fr.begin(), fr.end());
-      const int64_t w = static_cast<int64_t>(sc.size());
-      SeqStep& st = steps[l];
-      st.kv = seqs[b].kv;
-      st.tree_mask = Tensor::zeros({n, w}, DType::Bool);
-      uint8_t* m = st.tree_mask.data<uint8_t>();
-      for (int64_t i = 0; i < n; ++i) {
-        const int32_t node = fr[i];
-        st.tokens.push_back(tb.pool_token(node));
-        st.positions.push_back(static_cast<int32_t>(base[b] + level - 2));
-        st.logit_rows.push_back(static_cast<int32_t>(i));
-        for (int32_t a = node; a >= 0; a = tb.pool_parent(a))  // ancestors-or-self among the scratch
-          for (int64_t j = 0; j < w; ++j)
-            if (sc[j] == a)
-              m[i * w + j] = 1;
-        const int32_t par = tb.pool_parent(node);
-        src.push_back(par < 0 ? static_cast<int32_t>(b) : state_row[b][static_cast<size_t>(par)]);
-        dst.push_back(static_cast<int32_t>(dst.size()));
-      }
-    }
-    const int64_t T = static_cast<int64_t>(dst.size());
+    std::vector<SeqStep> steps;
+    std::vector<int32_t> src;
+    level_inputs(trees, seqs, base, live, level, scratch, state_row, steps, src);
+    const int64_t T = static_cast<int64_t>(src.size());
+    std::vector<int32_t> dst(src.size());
+    std::iota(dst.begin(), dst.end(), 0);
     Tensor hidden = Tensor::empty({T, H}, model.act_dtype(), model.device());
     ops::copy_rows(states, Tensor::from_i32(src, {T}), hidden, Tensor::from_i32(dst, {T}));
     DraftOut out = model.forward(cache, steps, hidden);
