@@ -38,7 +38,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,7 +60,23 @@ using namespace updraft;
 using bench::measure;
 using bench::median;
 using bench::Run;
-using bench::Workload;
+
+namespace {
+
+// A measured setting's round anatomy: its tau and seconds per round in the engine, and a chain
+// that stops (SpecSettings::stop_below) timed at its mean depth in the run.
+bench::AnatomySetting anatomy_setting(const std::string& name, SpecSettings s, const Run& run,
+                                      const DraftModel* draft) {
+  const SpecStats& st = run.spec;
+  if (s.stop_below > 0 && st.rounds > 0) {
+    const int64_t d =
+        std::clamp<int64_t>(std::lround(static_cast<double>(st.drafted) / static_cast<double>(st.rounds)), 1, s.steps);
+    s = SpecSettings{d, 1, d + 1};
+  }
+  return {name, s, st.tau(), st.rounds == 0 ? 0.0 : run.seconds / static_cast<double>(st.rounds), run.forwards, draft};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, capture_cost = false, ignore_eos = false;
@@ -277,23 +292,13 @@ int main(int argc, char** argv) {
     // Plain and every setting take turns batch by batch, `reps` times over (fresh engines each
     // time); each figure is the total over its turns, so a slow spell of the machine (they come
     // and go within seconds here) touches all of them alike.
-    const Workload work{B, &prompts, tokens, temperature, ignore_eos};
-    Run plain;
-    std::vector<Run> spec(settings.size());
-    for (int rep = 0; rep < reps; ++rep) {
-      bench::Arm plain_arm(model, nullptr, {}, work);
-      std::vector<std::unique_ptr<bench::Arm>> arms;
-      for (size_t k = 0; k < settings.size(); ++k)
-        arms.push_back(std::make_unique<bench::Arm>(model, setting_draft[k], settings[k].second, work));
-      for (int64_t g = 0; g < groups; ++g) {
-        plain_arm.run_batch(g);
-        for (auto& a : arms)
-          a->run_batch(g);
-      }
-      plain.add(plain_arm.result());
-      for (size_t k = 0; k < settings.size(); ++k)
-        spec[k].add(arms[k]->result());
-    }
+    std::vector<bench::ArmSpec> arm_specs = {{nullptr, {}}};
+    for (size_t k = 0; k < settings.size(); ++k)
+      arm_specs.push_back({setting_draft[k], settings[k].second});
+    std::vector<Run> spec =
+        bench::take_turns(model, arm_specs, groups, reps, {B, &prompts, tokens, temperature, ignore_eos});
+    const Run plain = spec.front();
+    spec.erase(spec.begin());
     const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
     char roof[16] = "-";
     if (cpu)
@@ -317,18 +322,8 @@ int main(int argc, char** argv) {
     }
     if (B == 1 && cpu) {  // what a round costs in plain steps, and the ratio that predicts at each tau
       std::vector<bench::AnatomySetting> rows;
-      for (size_t k = 0; k < settings.size(); ++k) {
-        const SpecStats& st = spec[k].spec;
-        SpecSettings as = settings[k].second;
-        if (as.stop_below > 0 && st.rounds > 0) {  // a chain that stops: its mean depth in the engine
-          const int64_t d = std::clamp<int64_t>(
-              std::lround(static_cast<double>(st.drafted) / static_cast<double>(st.rounds)), 1, as.steps);
-          as = SpecSettings{d, 1, d + 1};
-        }
-        rows.push_back({settings[k].first, as, st.tau(),
-                        st.rounds == 0 ? 0.0 : spec[k].seconds / static_cast<double>(st.rounds), spec[k].forwards,
-                        setting_draft[k]});
-      }
+      for (size_t k = 0; k < settings.size(); ++k)
+        rows.push_back(anatomy_setting(settings[k].first, settings[k].second, spec[k], setting_draft[k]));
       bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
     }
   }

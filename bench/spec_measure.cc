@@ -64,6 +64,22 @@ Run Arm::result() const {
   return r;
 }
 
+std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
+                            const Workload& w) {
+  std::vector<Run> total(arms.size());
+  for (int rep = 0; rep < reps; ++rep) {
+    std::vector<std::unique_ptr<Arm>> live;
+    for (const ArmSpec& a : arms)
+      live.push_back(std::make_unique<Arm>(model, a.draft, a.settings, w));
+    for (int64_t g = 0; g < groups; ++g)
+      for (auto& a : live)
+        a->run_batch(g);
+    for (size_t i = 0; i < arms.size(); ++i)
+      total[i].add(live[i]->result());
+  }
+  return total;
+}
+
 Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
             const Workload& w) {
   Arm arm(model, draft, s, w);

@@ -68,6 +68,15 @@ class Arm {
   Run run_;
 };
 
+// Arms taking turns batch by batch over `groups` batches, `reps` times over (fresh engines each
+// time): for each arm, the total over its turns.
+struct ArmSpec {
+  const DraftModel* draft;  // nullptr: plain decoding
+  SpecSettings settings;
+};
+std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
+                            const Workload& w);
+
 // One arm over `groups` batches, alone.
 Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
             const Workload& w);
