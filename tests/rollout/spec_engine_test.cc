@@ -17,6 +17,7 @@
 #include "drafter/random_draft.h"
 #include "kernels/ops.h"
 #include "rollout/engine/engine.h"
+#include "rollout/spec/speculator.h"
 #include "tests/drafter/test_drafts.h"
 #include "tests/rollout/spec_fixture.h"
 #include "tests/rollout/test_models.h"
@@ -25,6 +26,19 @@ namespace updraft {
 namespace {
 
 using SpecEngine = testing_spec::SpecFixture;
+
+// The depth chooser's shallower chains keep the full settings' stop (SpecSettings::stop_below).
+TEST(SpecDepth, ShallowerChainsKeepTheStop) {
+  const SpecSettings full{8, 1, 9, 0.35};
+  for (int64_t d : allowed_depths(full)) {
+    if (d == 0)
+      continue;
+    const SpecSettings s = settings_at_depth(full, d);
+    EXPECT_EQ(s.steps, d);
+    EXPECT_EQ(s.draft_tokens, d + 1);
+    EXPECT_EQ(s.stop_below, 0.35) << "depth " << d;
+  }
+}
 
 // The same identity on every CPU bf16 kernel this machine has (each keeps a row's bits whatever
 // the rows computed with it; with AMX the test model's K = 48 matmuls run the FMA kernel).
