@@ -57,7 +57,6 @@
 
 using namespace updraft;
 
-using bench::measure;
 using bench::median;
 using bench::Run;
 
@@ -344,8 +343,10 @@ int main(int argc, char** argv) {
           Run a, b;  // a without capture, b with
           for (int half = 0; half < 2; ++half) {
             const bool with = (half == 0) == (rep % 2 == 1);
-            (with ? b : a) = measure(model, spec ? &draft : nullptr, spec ? chain : SpecSettings{}, groups,
-                                     {B, &prompts, tokens, temperature, ignore_eos, with});
+            const bench::ArmSpec arm{spec ? &draft : nullptr, spec ? chain : SpecSettings{}};
+            (with ? b : a) =
+                bench::take_turns(model, {arm}, groups, 1, {B, &prompts, tokens, temperature, ignore_eos, with})
+                    .front();
           }
           cost.push_back(100.0 * (1.0 - b.tokens_per_s / a.tokens_per_s));
           share.push_back(100.0 * b.capture_seconds / b.seconds);

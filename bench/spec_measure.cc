@@ -80,12 +80,4 @@ std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>
   return total;
 }
 
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
-            const Workload& w) {
-  Arm arm(model, draft, s, w);
-  for (int64_t g = 0; g < groups; ++g)
-    arm.run_batch(g);
-  return arm.result();
-}
-
 }  // namespace updraft::bench

@@ -77,8 +77,4 @@ struct ArmSpec {
 std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
                             const Workload& w);
 
-// One arm over `groups` batches, alone.
-Run measure(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, int64_t groups,
-            const Workload& w);
-
 }  // namespace updraft::bench

@@ -36,9 +36,10 @@ enum Prefetch { kNone, kNextRows, kAhead, kFar };
 
 // Writes sum_k x[t,k] * w[n+r,k] to y[t*ldy + n + r] for r < R, t < T. x rows are Kp apart
 // and zero beyond K, so only the weight loads of the last step need a mask. With kNextRows each
-// step also prefetches kLines (R) cache lines from pf on: the next R rows (into L1); with kAhead
-// of the caller's next block (into L2), so that memory streams while this block computes; with
-// kFar (the panels, from 4 rows of x on), kPanelFarBytes ahead in the same stream, into L2.
+// step also prefetches kLines (default R) cache lines from pf on: the next R rows (into L1); with
+// kAhead as many of the caller's next block (into L2), so that memory streams while this block
+// computes; with kFar (the panels, from 2 rows of x on), kPanelFarBytes ahead in the same stream,
+// into L2.
 template <int T, int R, Prefetch kPf, typename Src, int kLines = R>
 void block(const uint16_t* x, int64_t K, int64_t Kp, Src src, int64_t n, float* y, int64_t ldy, const char* pf) {
   __m512 acc[R][T];
