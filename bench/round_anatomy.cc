@@ -77,38 +77,95 @@ Timed policy_forward(const PolicyModel& m, int64_t ctx, int64_t T, int reps) {
   return runs[runs.size() / 2];
 }
 
-// The median drafter forward of `rows` rows with logits at the last (a draft step; with
-// `features`, the pass that absorbs a round's committed tokens: the policy's aux states through fc).
-// With `after`, each timed pass follows a plain policy step, as the absorbing pass follows the
-// verification in a round: the drafter's weights come back from the cache level the policy's
-// stream left them in.
-double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps, bool features,
-                    PolicyRows* after = nullptr) {
-  const int64_t H = m.config().hidden_size, A = static_cast<int64_t>(d.aux_layers().size());
-  KvCache cache(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16);
-  SeqKv kv;
-  UPD_CHECK(cache.reserve(kv, ctx + rows)) << "round anatomy: draft KV cache too small";
-  std::vector<SeqStep> pre = context_step(kv, ctx, m.config().vocab_size);
-  d.forward(cache, pre, Tensor::zeros({ctx, A * H}, m.act_dtype()));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
+// A drafter pass of `rows` rows after ctx tokens of context, repeatable (the rows are dropped
+// after each pass): with `features`, the pass that absorbs a round's committed tokens (the
+// policy's aux states through fc, logits at the last row), else a draft step (logits at every row).
+class DraftRows {
+ public:
+  DraftRows(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t max_rows)
+      : d_(d),
+        ctx_(ctx),
+        H_(m.config().hidden_size),
+        A_(static_cast<int64_t>(d.aux_layers().size())),
+        act_(m.act_dtype()),
+        cache_(d.kv_shape(), KvCache::blocks_for_bytes(d.kv_shape(), 16, int64_t{16} << 20), 16) {
+    UPD_CHECK(cache_.reserve(kv_, ctx + max_rows)) << "round anatomy: draft KV cache too small";
+    std::vector<SeqStep> pre = context_step(kv_, ctx, m.config().vocab_size);
+    d.forward(cache_, pre, Tensor::zeros({ctx, A_ * H_}, act_));
+  }
+  // The pass's seconds.
+  double run(int64_t rows, bool features) {
     std::vector<SeqStep> st(1);
-    st[0].kv = &kv;
+    st[0].kv = &kv_;
     for (int64_t i = 0; i < rows; ++i) {
       st[0].tokens.push_back(static_cast<int32_t>(5 + i));
       if (!features || i == rows - 1)
         st[0].logit_rows.push_back(static_cast<int32_t>(i));
     }
-    const Tensor fed = Tensor::zeros({rows, features ? A * H : H}, m.act_dtype());
+    const Tensor fed = Tensor::zeros({rows, features ? A_ * H_ : H_}, act_);
+    const double t0 = now_s();
+    d_.forward(cache_, st, fed);
+    const double t = now_s() - t0;
+    cache_.truncate(kv_, ctx_);
+    return t;
+  }
+
+ private:
+  const DraftModel& d_;
+  int64_t ctx_, H_, A_;
+  DType act_;
+  KvCache cache_;
+  SeqKv kv_;
+};
+
+// The median drafter pass of `rows` rows (DraftRows::run). With `after`, each timed pass follows a
+// plain policy step, as the absorbing pass follows the verification in a round: the drafter's
+// weights come back from the cache level the policy's stream left them in.
+double draft_step_s(const DraftModel& d, const PolicyModel& m, int64_t ctx, int64_t rows, int reps, bool features,
+                    PolicyRows* after = nullptr) {
+  DraftRows pass(d, m, ctx, rows);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
     if (after != nullptr)
       after->run();
-    const double t0 = now_s();
-    d.forward(cache, st, fed);
-    t.push_back(now_s() - t0);
-    cache.truncate(kv, ctx);
+    t.push_back(pass.run(rows, features));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
+}
+
+// Medians over rounds run in the engine's order (the verification, the pass that absorbs the
+// committed tokens, the draft steps), each part timed in place, so each meets the caches the
+// previous parts left; the plain steps run back to back, as in plain decoding. Blocks of rounds
+// and blocks of plain steps take turns, so both come from the same spells of the machine.
+struct InRound {
+  double plain = 0, verify = 0, absorb = 0, drafts = 0;
+  double round() const { return verify + absorb + drafts; }
+};
+
+InRound in_round(const PolicyModel& m, const DraftModel& d, const SpecSettings& s, int64_t committed, int64_t ctx,
+                 int reps) {
+  constexpr int kBlock = 5;
+  PolicyRows plain(m, ctx, 1), verify(m, ctx, s.draft_tokens);
+  DraftRows draft(d, m, ctx, std::max(committed, s.top_k));
+  std::vector<double> p, v, a, ds;
+  for (int r = 0; r < reps; r += kBlock) {
+    for (int i = 0; i < kBlock; ++i) {
+      const double t0 = now_s();
+      plain.run();
+      p.push_back(now_s() - t0);
+    }
+    for (int i = 0; i < kBlock; ++i) {
+      const double t0 = now_s();
+      verify.run();
+      v.push_back(now_s() - t0);
+      a.push_back(draft.run(committed, true));
+      double sum = 0;
+      for (int64_t k = 1; k < s.steps; ++k)
+        sum += draft.run(s.top_k, false);
+      ds.push_back(sum);
+    }
+  }
+  return {median(p), median(v), median(a), median(ds)};
 }
 
 // Multiply-adds per row of the policy's matmuls (projections, MLP, LM head).
@@ -154,57 +211,79 @@ void print_forward(const char* what, const Timed& f, const Bound& b, const Bound
       100.0 * a.seconds / f.parts.attention_s, 1e3 * (f.parts.total_s - f.parts.matmul_s - f.parts.attention_s));
 }
 
+// The engine's policy forwards of one kind, averaged, under the anatomy's line for that forward.
+void print_engine_forwards(const ForwardProfile& ef, const char* which) {
+  if (ef.forwards == 0)
+    return;
+  const double n = static_cast<double>(ef.forwards);
+  std::printf(
+      "  %-18s   in the engine, %s averaged %.3f ms: matmuls %.3f ms, attention %.3f ms, the rest %.3f ms (%ld "
+      "forwards)\n",
+      "", which, 1e3 * ef.total_s / n, 1e3 * ef.matmul_s / n, 1e3 * ef.attention_s / n,
+      1e3 * (ef.total_s - ef.matmul_s - ef.attention_s) / n, ef.forwards);
+}
+
+struct Limits {
+  double bw, peak, fma;
+};
+
+// One setting's lines: its verification alone and its parts, then its rounds in the engine's order.
+void print_setting(const PolicyModel& policy, const DraftModel& dm, const AnatomySetting& r, const Limits& lim,
+                   const Timed& p1, int64_t ctx, int reps) {
+  const SpecSettings& s = r.settings;
+  const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
+  // A round's drafter passes: one absorbs its committed tokens (tau of them, all the drafts and
+  // the bonus token where tau is not measured) through fc and proposes the first level, then
+  // steps - 1 passes of top_k rows propose the rest. The absorbing pass is timed right after a
+  // policy step, as it runs in a round (the verification streamed the policy's weights through
+  // the cores' L2 and left the drafter's further out); the proposing passes follow it.
+  const int64_t committed = r.tau > 0 ? std::max<int64_t>(1, std::lround(r.tau)) : s.steps + 1;
+  const double absorb_warm = draft_step_s(dm, policy, ctx, committed, reps, true);
+  PolicyRows between(policy, ctx, 1);
+  const double absorb = draft_step_s(dm, policy, ctx, committed, reps, true, &between);
+  const double d = draft_step_s(dm, policy, ctx, s.top_k, reps, false);
+  const double round = v.seconds + absorb + static_cast<double>(s.steps - 1) * d;
+  char what[96];
+  std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
+  print_forward(what, v, matmul_bound(policy, s.draft_tokens, lim.bw, lim.peak),
+                attention_bound(policy, ctx, s.draft_tokens, lim.bw, lim.fma), p1.seconds);
+  print_engine_forwards(r.engine_forwards, "the same forward");
+  std::printf(
+      "  %-18s + absorbing %ld tokens %.3f ms (after a policy step; %.3f ms with the drafter's weights warm) + %ld "
+      "draft steps of %.3f ms (%.2f each) = %.2f plain steps per round\n",
+      "", committed, 1e3 * absorb, 1e3 * absorb_warm, s.steps - 1, 1e3 * d, d / p1.seconds, round / p1.seconds);
+  const InRound o = in_round(policy, dm, s, committed, ctx, reps);
+  std::printf(
+      "  %-18s in round order (taking turns with plain steps of %.3f ms): verify %.3f ms (%.2f plain steps) + "
+      "absorbing %.3f ms + draft steps %.3f ms = %.2f plain steps per round, %.2fx the parts alone",
+      "", 1e3 * o.plain, 1e3 * o.verify, o.verify / o.plain, 1e3 * o.absorb, 1e3 * o.drafts, o.round() / o.plain,
+      (o.round() / o.plain) / (round / p1.seconds));
+  if (r.tau > 0)
+    std::printf(
+        "; at the measured tau %.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the round in "
+        "order)",
+        r.tau, r.tau * o.plain / o.round(), 1e3 * r.engine_round_s, r.engine_round_s / o.round());
+  std::printf("\n");
+}
+
 }  // namespace
 
 void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, const std::vector<AnatomySetting>& rows,
-                         const MachineLimits& machine, int64_t ctx, int reps) {
+                         const MachineLimits& machine, int64_t ctx, int reps, const ForwardProfile& engine_plain) {
   const double wbytes = matmul_params(policy.config()) * static_cast<double>(dtype_size(policy.lm_head().dtype()));
-  const double bw = probe_read_gbps(static_cast<size_t>(wbytes));
-  const double peak = bf16_peak_gflops(machine, ops::cpu_bf16_kernel()), fma = machine.fma_gflops;
+  const Limits lim{probe_read_gbps(static_cast<size_t>(wbytes)), bf16_peak_gflops(machine, ops::cpu_bf16_kernel()),
+                   machine.fma_gflops};
   std::printf(
       "\nround anatomy at batch 1, context %ld (median of %d; cpu bf16 kernel %s, bounds at %.1f GB/s read over "
       "the weights' %.0f MiB, a %.0f GFLOP/s peak for the matmuls and the f32 FMA peak of %.0f GFLOP/s for "
       "attention):\n",
-      ctx, reps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), bw, wbytes / 1048576.0, peak, fma);
+      ctx, reps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()), lim.bw, wbytes / 1048576.0, lim.peak, lim.fma);
   const Timed p1 = policy_forward(policy, ctx, 1, reps);
-  print_forward("  plain step", p1, matmul_bound(policy, 1, bw, peak), attention_bound(policy, ctx, 1, bw, fma),
-                p1.seconds);
-  for (const AnatomySetting& r : rows) {
-    const SpecSettings& s = r.settings;
-    const Timed v = policy_forward(policy, ctx, s.draft_tokens, reps);
-    // A round's drafter passes: one absorbs its committed tokens (tau of them, all the drafts
-    // and the bonus token where tau is not measured) through fc and proposes the first level,
-    // then steps - 1 passes of top_k rows propose the rest. The absorbing pass is timed right
-    // after a policy step, as it runs in a round (the verification streamed the policy's weights
-    // through the cores' L2 and left the drafter's further out); the proposing passes follow it.
-    const DraftModel& dm = r.draft != nullptr ? *r.draft : draft;
-    const int64_t committed = r.tau > 0 ? std::max<int64_t>(1, std::lround(r.tau)) : s.steps + 1;
-    const double absorb_warm = draft_step_s(dm, policy, ctx, committed, reps, true);
-    PolicyRows between(policy, ctx, 1);
-    const double absorb = draft_step_s(dm, policy, ctx, committed, reps, true, &between);
-    const double d = draft_step_s(dm, policy, ctx, s.top_k, reps, false);
-    const double round = v.seconds + absorb + static_cast<double>(s.steps - 1) * d;
-    char what[96];
-    std::snprintf(what, sizeof what, "  %-18s verify %2ld rows", r.name.c_str(), s.draft_tokens);
-    print_forward(what, v, matmul_bound(policy, s.draft_tokens, bw, peak),
-                  attention_bound(policy, ctx, s.draft_tokens, bw, fma), p1.seconds);
-    const ForwardProfile& ef = r.engine_forwards;
-    if (ef.forwards > 0) {
-      const double n = static_cast<double>(ef.forwards);
-      std::printf("  %-18s   in the engine, the same forward averaged %.3f ms: matmuls %.3f ms, attention %.3f ms, the "
-                  "rest %.3f ms (%ld forwards)\n",
-                  "", 1e3 * ef.total_s / n, 1e3 * ef.matmul_s / n, 1e3 * ef.attention_s / n,
-                  1e3 * (ef.total_s - ef.matmul_s - ef.attention_s) / n, ef.forwards);
-    }
-    std::printf(
-        "  %-18s + absorbing %ld tokens %.3f ms (after a policy step; %.3f ms with the drafter's weights warm) + %ld "
-        "draft steps of %.3f ms (%.2f each) = %.2f plain steps per round",
-        "", committed, 1e3 * absorb, 1e3 * absorb_warm, s.steps - 1, 1e3 * d, d / p1.seconds, round / p1.seconds);
-    if (r.tau > 0)
-      std::printf("; at the measured tau %.2f that predicts %.2fx; the engine's round took %.3f ms (%.2fx the anatomy)",
-                  r.tau, r.tau * p1.seconds / round, 1e3 * r.engine_round_s, r.engine_round_s / round);
-    std::printf("\n");
-  }
+  print_forward("  plain step", p1, matmul_bound(policy, 1, lim.bw, lim.peak),
+                attention_bound(policy, ctx, 1, lim.bw, lim.fma), p1.seconds);
+  print_engine_forwards(engine_plain, "plain decoding's forward");
+  for (const AnatomySetting& r : rows)
+    print_setting(policy, r.draft != nullptr ? *r.draft : draft, r, lim, p1, ctx, reps);
   std::printf("\n");
 }
 

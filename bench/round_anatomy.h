@@ -6,8 +6,11 @@
 // max(weight bytes / bandwidth, flops / peak), the bandwidth measured over a buffer the size of
 // the weights (so it is the cache's where they fit, as they stay there from step to step) and the
 // peak the process's bf16 kernel's, and attention against max(key and value bytes / the same
-// bandwidth, its flops / the f32 FMA peak); and the engine's measured round next to the
-// anatomy's sum.
+// bandwidth, its flops / the f32 FMA peak); the engine's forwards (plain decoding's, each
+// setting's verifications) under the anatomy's; then each setting's rounds run in the engine's
+// order (verification, absorbing pass, draft steps, each part timed where it meets the caches the
+// others left), taking turns with blocks of plain steps, and the engine's measured round against
+// that sum.
 #pragma once
 
 #include <string>
@@ -31,6 +34,6 @@ struct AnatomySetting {
 };
 
 void print_round_anatomy(const PolicyModel& policy, const DraftModel& draft, const std::vector<AnatomySetting>& rows,
-                         const MachineLimits& machine, int64_t ctx, int reps);
+                         const MachineLimits& machine, int64_t ctx, int reps, const ForwardProfile& engine_plain);
 
 }  // namespace updraft::bench

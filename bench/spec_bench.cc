@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
                         0,
                         {},
                         d ? &*draft_q8 : nullptr});
-    bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
+    bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40, ForwardProfile{});
     return 0;
   }
   // The roofline's bandwidth (the CPU's): reads over as many bytes as the weights (the cache's
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k)
         rows.push_back(anatomy_setting(settings[k].first, settings[k].second, spec[k], setting_draft[k]));
-      bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40);
+      bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40, plain.forwards);
     }
   }
   if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
