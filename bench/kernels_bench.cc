@@ -23,6 +23,7 @@
 
 #include "bench/bench_args.h"
 #include "bench/machine_probe.h"
+#include "kernels/core/host_arena.h"
 #include "kernels/ops.h"
 
 using namespace updraft;
@@ -52,17 +53,20 @@ double median_seconds(int reps, F&& f) {
   return ts[ts.size() / 2];
 }
 
-// Two ways of doing the same work, taking turns (`reps` rounds after a warm-up of each): the
-// median seconds of each, so that their ratio holds on a host whose speed drifts.
+// Two ways of doing the same work, taking turns (`reps` rounds): the median seconds of each, so
+// that their ratio holds on a host whose speed drifts. Each turn runs its way twice and times the
+// second run, which meets the caches as the way's own previous call left them (as a decode step
+// meets the last one's), not as the other way's did: the two ways' weights together overflow the
+// last-level cache where one way's alone partly stays in it from call to call.
 template <typename F, typename G>
 std::pair<double, double> median_seconds_pair(int reps, F&& f, G&& g) {
-  f();
-  g();
   std::vector<double> tf, tg;
   for (int i = 0; i < reps; ++i) {
+    f();
     double t0 = bench::now_s();
     f();
     tf.push_back(bench::now_s() - t0);
+    g();
     t0 = bench::now_s();
     g();
     tg.push_back(bench::now_s() - t0);
@@ -101,8 +105,11 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
   const ops::CpuBf16Kernel saved = ops::cpu_bf16_kernel();
   // Each kernel twice: one call per product, then grouped as the policy's forward issues them (q,
   // k and v in one call, gate and up in one, each group sharing its input: one pass of the thread
-  // team, one rounding or packing), from the weights' tile panels (prepare_linear) on AMX.
+  // team, one rounding or packing), from the weights' tile panels (prepare_linear) on AMX. Then
+  // the process's kernel grouped from panels in huge pages (as prepared for serving) against the
+  // same panels in 4 KiB pages (kernels/core/host_arena.h), taking turns.
   std::map<ops::CpuBf16Kernel, std::vector<ops::LinearWeight>> prepared;
+  std::vector<ops::LinearWeight> small_pages;
   for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(k))
       continue;
@@ -110,6 +117,26 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
     for (const Tensor& w : ws)
       prepared[k].push_back(ops::prepare_linear(w));
   }
+  if (prepared.count(saved) != 0 && host_huge_pages()) {
+    ops::set_cpu_bf16_kernel(saved);
+    set_host_huge_pages(false);
+    for (const Tensor& w : ws)
+      small_pages.push_back(ops::prepare_linear(w));
+    set_host_huge_pages(true);
+  }
+  const auto grouped = [&](const std::vector<ops::LinearWeight>& pw, const std::vector<Tensor>& xs,
+                           const std::vector<Tensor>& ys) {
+    return [&pw, &xs, &ys] {
+      for (size_t i = 0; i < pw.size();) {
+        const size_t n = i == pw.size() - 1 ? 1 : std::array<size_t, 7>{3, 0, 0, 1, 2, 0, 1}[i % 7];
+        std::vector<ops::LinearProduct> group;
+        for (size_t j = i; j < i + n; ++j)
+          group.push_back({&pw[j], nullptr, ys[j]});
+        ops::linear_shared_input(xs[i], group);
+        i += n;
+      }
+    };
+  };
   for (int64_t T : {1, 2, 3, 5, 7, 10, 16}) {
     std::vector<Tensor> xs, ys;
     for (const Tensor& w : ws) {
@@ -133,19 +160,16 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
         print(ops::cpu_bf16_kernel_name(k), median_seconds(reps, one_by_one));
         continue;
       }
-      const std::vector<ops::LinearWeight>& pw = prepared[k];
-      const auto [s, sg] = median_seconds_pair(reps, one_by_one, [&] {
-        for (size_t i = 0; i < ws.size();) {
-          const size_t n = i == ws.size() - 1 ? 1 : std::array<size_t, 7>{3, 0, 0, 1, 2, 0, 1}[i % 7];
-          std::vector<ops::LinearProduct> group;
-          for (size_t j = i; j < i + n; ++j)
-            group.push_back({&pw[j], nullptr, ys[j]});
-          ops::linear_shared_input(xs[i], group);
-          i += n;
-        }
-      });
+      const auto [s, sg] = median_seconds_pair(reps, one_by_one, grouped(prepared[k], xs, ys));
+      const std::string grp =
+          k == ops::CpuBf16Kernel::kAmx ? "amx-panel" : ops::cpu_bf16_kernel_name(k) + std::string("-grp");
       print(ops::cpu_bf16_kernel_name(k), s);
-      print(k == ops::CpuBf16Kernel::kAmx ? "amx-panel" : ops::cpu_bf16_kernel_name(k) + std::string("-grp"), sg);
+      print(grp, sg);
+      if (k == saved && !small_pages.empty()) {
+        const auto [sh, s4] = median_seconds_pair(reps, grouped(prepared[k], xs, ys), grouped(small_pages, xs, ys));
+        print(grp + "-huge", sh);
+        print(grp + "-4k", s4);
+      }
     }
   }
   ops::set_cpu_bf16_kernel(saved);

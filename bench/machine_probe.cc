@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/error.h"
+#include "kernels/core/host_arena.h"
 #include "kernels/ops/gemv_cpu.h"
 
 namespace updraft::bench {
@@ -45,7 +47,12 @@ double fma_loop_generic(long iters) {
 double probe_read_gbps(size_t bytes) {
   const bool avx512 = ops::cpu::cpu_has_avx512();
   const size_t n = bytes / sizeof(float);
-  float* buf = static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64));
+  // In the pages the weights are in (host_arena.h): in 4 KiB pages the probe itself pays a page
+  // walk per page and reports less than the memory delivers to the kernels.
+  const size_t rounded = (n * sizeof(float) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  float* buf = static_cast<float*>(std::aligned_alloc(kHugePageBytes, rounded));
+  UPD_CHECK(buf != nullptr) << "probe_read_gbps: out of memory for " << rounded << " bytes";
+  advise_huge_pages(buf, rounded);
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i)
     buf[i] = 1.0f;  // first touch by the thread that reads it

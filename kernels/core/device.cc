@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/core/error.h"
+#include "kernels/core/host_arena.h"
 
 #ifdef UPDRAFT_WITH_CUDA
 #include "kernels/cuda/cuda_check.h"
@@ -47,8 +48,20 @@ bool cuda_available() {
 
 namespace {
 
+// Host blocks from 4 MiB up (KV caches, large activations, weights loaded whole) are whole huge
+// pages, advised as such (host_arena.h): their rounding costs address space, not memory, as
+// pages never touched are never backed.
+constexpr size_t kHugeFrom = size_t{4} << 20;
+
 void* raw_alloc(Device d, size_t bytes) {
   if (d == Device::CPU) {
+    if (bytes >= kHugeFrom) {
+      const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+      void* p = std::aligned_alloc(kHugePageBytes, rounded);
+      if (p != nullptr)
+        advise_huge_pages(p, rounded);
+      return p;
+    }
     size_t rounded = (bytes + 63) / 64 * 64;
     return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   }

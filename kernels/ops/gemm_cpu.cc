@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/core/host_arena.h"
 #include "kernels/ops/backend.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/gemv_cpu.h"
@@ -323,7 +324,7 @@ Tensor pack_linear_dot_panels(const Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1);
   if (w.dtype() != DType::BF16 || !cpu_has_avx512_bf16())
     return {};
-  Tensor panels = Tensor::empty({dot_panel_elems(N, K)}, DType::BF16);
+  Tensor panels = host_weight_empty({dot_panel_elems(N, K)}, DType::BF16);
   pack_panels_bf16dot(w.data<uint16_t>(), N, K, panels.data<uint16_t>());
   return panels;
 }
@@ -332,7 +333,7 @@ Tensor pack_linear_panels(const Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1);
   if (w.dtype() != DType::BF16 || K % 32 != 0 || !cpu_has_amx_bf16())
     return {};
-  Tensor panels = Tensor::empty({amx_panel_elems(N, K)}, DType::BF16);
+  Tensor panels = host_weight_empty({amx_panel_elems(N, K)}, DType::BF16);
   pack_panels_amx(w.data<uint16_t>(), N, K, panels.data<uint16_t>());
   return panels;
 }

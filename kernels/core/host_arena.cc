@@ -1,0 +1,89 @@
+#include "kernels/core/host_arena.h"
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "kernels/core/error.h"
+
+namespace updraft {
+namespace {
+
+constexpr size_t kChunkBytes = size_t{32} << 20;
+
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+struct Chunk {
+  Chunk(char* p_, size_t bytes_) : p(p_), bytes(bytes_) {}
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+  ~Chunk() { std::free(p); }
+  char* p;
+  size_t bytes;
+};
+
+class Arena {
+ public:
+  Tensor empty(const Shape& shape, DType dtype) {
+    const size_t bytes = round_up(std::max<size_t>(1, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype)), 64);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (chunk_ == nullptr || used_ + bytes > chunk_->bytes) {
+      const size_t n = round_up(std::max(bytes, kChunkBytes), kHugePageBytes);
+      auto* p = static_cast<char*>(std::aligned_alloc(kHugePageBytes, n));
+      UPD_CHECK(p != nullptr) << "host_weight_empty: out of host memory for " << n << " bytes";
+      advise_huge_pages(p, n);
+      chunk_ = std::make_shared<Chunk>(p, n);
+      used_ = 0;
+    }
+    char* at = chunk_->p + used_;
+    used_ += bytes;
+    return Tensor::wrap(at, shape, dtype, Device::CPU, chunk_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<Chunk> chunk_;
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+namespace {
+std::atomic<bool>& huge_pages_on() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("UPDRAFT_HUGE_PAGES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+bool host_huge_pages() {
+  return huge_pages_on().load();
+}
+
+void set_host_huge_pages(bool on) {
+  huge_pages_on().store(on);
+}
+
+void advise_huge_pages(void* p, size_t bytes) noexcept {
+  // Refused (EINVAL) where the kernel has no transparent huge pages: ordinary pages then, which
+  // are correct, only slower to stream; there is nothing to report or undo.
+  if (host_huge_pages())
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+}
+
+Tensor host_weight_empty(const Shape& shape, DType dtype) {
+  // Never destroyed (tensors may outlive static destruction). Chunks made while the advice is
+  // off stay ordinary pages, so each setting has its own arena.
+  static Arena* arenas[2] = {new Arena(), new Arena()};
+  return arenas[host_huge_pages() ? 1 : 0]->empty(shape, dtype);
+}
+
+}  // namespace updraft
