@@ -110,6 +110,12 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
   // same panels in 4 KiB pages (kernels/core/host_arena.h), taking turns.
   std::map<ops::CpuBf16Kernel, std::vector<ops::LinearWeight>> prepared;
   std::vector<ops::LinearWeight> small_pages;
+  if (host_huge_pages()) {
+    set_host_huge_pages(false);
+    for (const Tensor& w : ws)
+      small_pages.push_back(ops::prepare_linear(w));
+    set_host_huge_pages(true);
+  }
   for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(k))
       continue;
@@ -117,13 +123,7 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
     for (const Tensor& w : ws)
       prepared[k].push_back(ops::prepare_linear(w));
   }
-  if (prepared.count(saved) != 0 && host_huge_pages()) {
-    ops::set_cpu_bf16_kernel(saved);
-    set_host_huge_pages(false);
-    for (const Tensor& w : ws)
-      small_pages.push_back(ops::prepare_linear(w));
-    set_host_huge_pages(true);
-  }
+  ops::set_cpu_bf16_kernel(saved);
   const auto grouped = [&](const std::vector<ops::LinearWeight>& pw, const std::vector<Tensor>& xs,
                            const std::vector<Tensor>& ys) {
     return [&pw, &xs, &ys] {

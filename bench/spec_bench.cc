@@ -31,6 +31,9 @@
 // --suffix-depth D tokens deep at most (default 8);
 // --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
 // decodes --warmup-groups W untimed groups of other prompts (default: as many as it times);
+// --pages both runs plain decoding and every setting again with the policy's and the drafter's
+// weights and the KV caches in 4 KiB pages ("... 4k"), against huge pages (the default,
+// kernels/core/host_arena.h), all taking turns;
 // --device cuda runs the policy and the drafter on the GPU (bf16 weights and activations), without
 // the round anatomy and the roofline, which measure the CPU.
 #include <CLI/CLI.hpp>
@@ -49,6 +52,7 @@
 #include "bench/round_anatomy.h"
 #include "bench/spec_measure.h"
 #include "drafter/random_draft.h"
+#include "kernels/core/host_arena.h"
 #include "kernels/ops/gemm.h"
 #include "rollout/engine/engine.h"
 #include "rollout/random_policy.h"
@@ -75,6 +79,24 @@ bench::AnatomySetting anatomy_setting(const std::string& name, SpecSettings s, c
   return {name, s, st.tau(), st.rounds == 0 ? 0.0 : run.seconds / static_cast<double>(st.rounds), run.forwards, draft};
 }
 
+// One line of the table: a setting at batch B against plain decoding in the same turns.
+void print_setting_row(const std::string& name, const SpecSettings& s, int64_t B, const Run& plain, const Run& sp,
+                       const char* roof) {
+  const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
+  std::string acc;
+  for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
+    const double a = sp.spec.rounds == 0 || j >= sp.spec.accepted_at.size()
+                         ? 0.0
+                         : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
+    acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
+  }
+  std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %8s %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
+              plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(), roof,
+              100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
+              100.0 * other / sp.seconds, acc.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -95,7 +117,7 @@ int main(int argc, char** argv) {
   int64_t batch = 0;
   std::vector<int64_t> chains;
   std::vector<double> stop_below;
-  std::string cpu_kernel, domain, device = "cpu";
+  std::string cpu_kernel, domain, device = "cpu", pages = "huge";
   CLI::App app{
       "updraft spec_bench: speculative against plain decoding, side by side in one run (see the header "
       "of bench/spec_bench.cc)"};
@@ -144,6 +166,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--warmup-groups", warmup, "untimed groups of other prompts each engine decodes first (--group)")
       ->check(CLI::Range(0, bench::kMost));
+  app.add_option("--pages", pages,
+                 "huge: weights and KV caches in huge pages where the system has them; both: also in 4 KiB pages")
+      ->check(CLI::IsMember({"huge", "both"}))
+      ->capture_default_str();
   app.add_option("--device", device, "cpu or cuda: where the policy and the drafter run")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -169,6 +195,10 @@ int main(int argc, char** argv) {
                                               draft_weights == "both" || !cuda_available())
                         ? "--device cuda needs bf16 drafter weights (--draft-weights auto or bf16) and a usable CUDA "
                           "device (no --anatomy-rows)"
+                    : pages == "both" && (dev == Device::CUDA || draft_weights == "both" || group > 0 ||
+                                          !anatomy_rows.empty() || model_dir.empty() || draft_dir.empty())
+                        ? "--pages both compares host memory pages for a --model and a --draft: not with --device "
+                          "cuda, --draft-weights both, --group or --anatomy-rows"
                         : nullptr;
   if (bad) {
     std::fprintf(stderr, "spec_bench: %s\n", bad);
@@ -179,6 +209,18 @@ int main(int argc, char** argv) {
   const bench::MachineLimits m = bench::probe_machine(quick ? (size_t{256} << 20) : (size_t{1} << 30));
   std::printf("machine: %d threads, measured streaming read bandwidth %.1f GB/s, cpu bf16 kernel %s\n", m.threads,
               m.read_gbps, ops::cpu_bf16_kernel_name(ops::cpu_bf16_kernel()));
+  // --pages both: the policy and the drafter also with their prepared weights in 4 KiB pages,
+  // loaded first (memory allocated after many huge pages is scattered in small pieces, which
+  // streams slower: that would be the order's effect, not the page size's).
+  std::optional<PolicyModel> model_4k;
+  std::optional<DraftModel> draft_4k;
+  if (pages == "both") {
+    set_host_huge_pages(false);
+    model_4k.emplace(PolicyModel::load(model_dir, {.device = dev}));
+    set_draft_weights(parse_draft_weights(draft_weights));
+    draft_4k.emplace(DraftModel::load(draft_dir, model_4k->draft_target()));
+    set_host_huge_pages(true);
+  }
   PolicyModel model = model_dir.empty()
                           ? random_policy(bench::bench_policy_config(quick), 1, DType::BF16, {.device = dev})
                           : PolicyModel::load(model_dir, {.device = dev});
@@ -232,6 +274,14 @@ int main(int argc, char** argv) {
     for (size_t k = 0, n = settings.size(); k < n; ++k) {
       settings.push_back({settings[k].first + " int8", settings[k].second});
       setting_draft.push_back(&*draft_q8);
+    }
+  }
+  std::vector<bool> setting_4k(settings.size(), false);
+  if (pages == "both") {
+    for (size_t k = 0, n = settings.size(); k < n; ++k) {
+      settings.push_back({settings[k].first + " 4k", settings[k].second});
+      setting_draft.push_back(&*draft_4k);
+      setting_4k.push_back(true);
     }
   }
   std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB, on %s\n",
@@ -291,38 +341,34 @@ int main(int argc, char** argv) {
     // Plain and every setting take turns batch by batch, `reps` times over (fresh engines each
     // time); each figure is the total over its turns, so a slow spell of the machine (they come
     // and go within seconds here) touches all of them alike.
+    // With --pages both, a second plain arm (4 KiB pages) for the settings marked 4k.
     std::vector<bench::ArmSpec> arm_specs = {{nullptr, {}}};
+    if (model_4k)
+      arm_specs.push_back({nullptr, {}, &*model_4k, true});
+    const size_t plains = arm_specs.size();
     for (size_t k = 0; k < settings.size(); ++k)
-      arm_specs.push_back({setting_draft[k], settings[k].second});
+      arm_specs.push_back({setting_draft[k], settings[k].second, setting_4k[k] ? &*model_4k : nullptr, setting_4k[k]});
     std::vector<Run> spec =
         bench::take_turns(model, arm_specs, groups, reps, {B, &prompts, tokens, temperature, ignore_eos});
+    const std::vector<Run> plain_runs(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(plains));
     const Run plain = spec.front();
-    spec.erase(spec.begin());
-    const double steps_per_s = plain.tokens_per_s / static_cast<double>(B);
-    char roof[16] = "-";
-    if (cpu)
-      std::snprintf(roof, sizeof roof, "%.0f%%", 100.0 * wbytes * steps_per_s / 1e9 / weights_gbps);
+    spec.erase(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(plains));
+    if (model_4k)
+      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx  (plain decoding, 4 KiB pages against huge pages)\n", "plain 4k", B,
+                  plain.tokens_per_s, plain_runs[1].tokens_per_s, plain_runs[1].tokens_per_s / plain.tokens_per_s);
     for (size_t k = 0; k < settings.size(); ++k) {
-      const auto& [name, s] = settings[k];
-      const Run& sp = spec[k];
-      const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
-      std::string acc;
-      for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
-        const double a = sp.spec.rounds == 0 || j >= sp.spec.accepted_at.size()
-                             ? 0.0
-                             : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
-        acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
-      }
-      std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %8s %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
-                  plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(), roof,
-                  100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
-                  100.0 * other / sp.seconds, acc.c_str());
-      std::fflush(stdout);
+      const Run& p = plain_runs[setting_4k[k] ? 1 : 0];
+      char roof[16] = "-";
+      if (cpu)
+        std::snprintf(roof, sizeof roof, "%.0f%%",
+                      100.0 * wbytes * p.tokens_per_s / static_cast<double>(B) / 1e9 / weights_gbps);
+      print_setting_row(settings[k].first, settings[k].second, B, p, spec[k], roof);
     }
     if (B == 1 && cpu) {  // what a round costs in plain steps, and the ratio that predicts at each tau
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k)
-        rows.push_back(anatomy_setting(settings[k].first, settings[k].second, spec[k], setting_draft[k]));
+        if (!setting_4k[k])  // the anatomy's forwards run on the huge-page policy
+          rows.push_back(anatomy_setting(settings[k].first, settings[k].second, spec[k], setting_draft[k]));
       bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40, plain.forwards);
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "bench/bench_args.h"
+#include "kernels/core/host_arena.h"
 #include "rollout/engine/engine.h"
 
 namespace updraft::bench {
@@ -69,8 +70,12 @@ std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>
   std::vector<Run> total(arms.size());
   for (int rep = 0; rep < reps; ++rep) {
     std::vector<std::unique_ptr<Arm>> live;
-    for (const ArmSpec& a : arms)
-      live.push_back(std::make_unique<Arm>(model, a.draft, a.settings, w));
+    const bool huge = host_huge_pages();
+    for (const ArmSpec& a : arms) {
+      set_host_huge_pages(huge && !a.small_pages);
+      live.push_back(std::make_unique<Arm>(a.model != nullptr ? *a.model : model, a.draft, a.settings, w));
+      set_host_huge_pages(huge);
+    }
     for (int64_t g = 0; g < groups; ++g)
       for (auto& a : live)
         a->run_batch(g);

@@ -73,6 +73,8 @@ class Arm {
 struct ArmSpec {
   const DraftModel* draft;  // nullptr: plain decoding
   SpecSettings settings;
+  const PolicyModel* model = nullptr;  // nullptr: take_turns' model
+  bool small_pages = false;            // the engine's KV cache in 4 KiB pages (kernels/core/host_arena.h)
 };
 std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
                             const Workload& w);

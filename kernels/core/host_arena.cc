@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -30,20 +31,20 @@ struct Chunk {
 
 class Arena {
  public:
-  Tensor empty(const Shape& shape, DType dtype) {
-    const size_t bytes = round_up(std::max<size_t>(1, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype)), 64);
+  std::shared_ptr<void> bytes(size_t n) {
+    n = round_up(std::max<size_t>(1, n), 64);
     std::lock_guard<std::mutex> lock(mu_);
-    if (chunk_ == nullptr || used_ + bytes > chunk_->bytes) {
-      const size_t n = round_up(std::max(bytes, kChunkBytes), kHugePageBytes);
-      auto* p = static_cast<char*>(std::aligned_alloc(kHugePageBytes, n));
-      UPD_CHECK(p != nullptr) << "host_weight_empty: out of host memory for " << n << " bytes";
-      advise_huge_pages(p, n);
-      chunk_ = std::make_shared<Chunk>(p, n);
+    if (chunk_ == nullptr || used_ + n > chunk_->bytes) {
+      const size_t c = round_up(std::max(n, kChunkBytes), kHugePageBytes);
+      auto* p = static_cast<char*>(std::aligned_alloc(kHugePageBytes, c));
+      UPD_CHECK(p != nullptr) << "host weights: out of host memory for " << c << " bytes";
+      advise_huge_pages(p, c);
+      chunk_ = std::make_shared<Chunk>(p, c);
       used_ = 0;
     }
     char* at = chunk_->p + used_;
-    used_ += bytes;
-    return Tensor::wrap(at, shape, dtype, Device::CPU, chunk_);
+    used_ += n;
+    return std::shared_ptr<void>(chunk_, at);  // shares the chunk's count
   }
 
  private:
@@ -79,11 +80,17 @@ void advise_huge_pages(void* p, size_t bytes) noexcept {
     (void)madvise(p, bytes, MADV_HUGEPAGE);
 }
 
-Tensor host_weight_empty(const Shape& shape, DType dtype) {
-  // Never destroyed (tensors may outlive static destruction). Chunks made while the advice is
-  // off stay ordinary pages, so each setting has its own arena.
+std::shared_ptr<void> host_weight_bytes(size_t bytes) {
+  // Never destroyed (blocks may outlive static destruction). Chunks made while the advice is off
+  // stay ordinary pages, so each setting has its own arena.
   static Arena* arenas[2] = {new Arena(), new Arena()};
-  return arenas[host_huge_pages() ? 1 : 0]->empty(shape, dtype);
+  return arenas[host_huge_pages() ? 1 : 0]->bytes(bytes);
+}
+
+Tensor host_weight_empty(const Shape& shape, DType dtype) {
+  std::shared_ptr<void> at = host_weight_bytes(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  void* p = at.get();
+  return Tensor::wrap(p, shape, dtype, Device::CPU, std::move(at));
 }
 
 }  // namespace updraft

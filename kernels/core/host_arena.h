@@ -11,6 +11,8 @@
 //   are read far more than written (ops::prepare_linear's panels). Tensors share their chunk,
 //   which is freed with its last tensor (the arena keeps the chunk it is filling). 64-byte
 //   aligned. Thread-safe.
+// host_weight_bytes: the same, as `bytes` raw bytes (64-byte aligned) held by the pointer.
+// StreamedWeights<T>: a buffer of T there, for weight copies that are not tensors.
 // advise_huge_pages: the same advice for [p, p + bytes) where p and bytes are multiples of 2 MiB
 //   (device_alloc's large host blocks use it).
 // Where transparent huge pages are off ("never", or a kernel without them) the advice is
@@ -20,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "kernels/core/tensor.h"
 
@@ -28,8 +31,27 @@ namespace updraft {
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 Tensor host_weight_empty(const Shape& shape, DType dtype);
+std::shared_ptr<void> host_weight_bytes(size_t bytes);
 void advise_huge_pages(void* p, size_t bytes) noexcept;
 bool host_huge_pages();
 void set_host_huge_pages(bool on);
+
+template <typename T>
+class StreamedWeights {
+ public:
+  // n elements, uninitialised; the former ones are dropped.
+  void resize(size_t n) {
+    block_ = n == 0 ? nullptr : host_weight_bytes(n * sizeof(T));
+    n_ = n;
+  }
+  T* data() { return static_cast<T*>(block_.get()); }
+  const T* data() const { return static_cast<const T*>(block_.get()); }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+ private:
+  std::shared_ptr<void> block_;
+  size_t n_ = 0;
+};
 
 }  // namespace updraft

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/core/dtype.h"
+#include "kernels/core/host_arena.h"
 #include "kernels/core/tensor.h"
 
 namespace updraft::ops::cpu {
@@ -122,8 +123,9 @@ struct Int8Weight {
   std::vector<int8_t> q;       // [N, K]
   std::vector<float> scale;    // [N]
   std::vector<int32_t> row_sums;  // [N]: sum_k q[n, k] (the VNNI kernel's correction)
-  std::vector<int8_t> panels;  // empty, or q in AMX panels (cpu_has_amx_int8(), K % 64 == 0)
-  std::vector<int8_t> vnni_panels;  // empty, or q in pack_panels_vnni's layout (where `panels` is not built)
+  // The copy the kernels stream, in huge pages (kernels/core/host_arena.h):
+  StreamedWeights<int8_t> panels;       // empty, or q in AMX panels (cpu_has_amx_int8(), K % 64 == 0)
+  StreamedWeights<int8_t> vnni_panels;  // empty, or q in pack_panels_vnni's layout (where `panels` is not built)
 };
 Int8Weight quantize_weight_int8(const Tensor& w);               // w: CPU [N, K] f32, bf16 or f16
 float quantize_row_int8(const float* x, int64_t K, int8_t* q);  // returns the row's scale

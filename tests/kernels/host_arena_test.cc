@@ -74,6 +74,22 @@ TEST(HostArena, ATensorOutlivesTheOthersOfItsChunk) {
     ASSERT_EQ(p[k], 0x5a) << k;
 }
 
+TEST(HostArena, StreamedWeightsHoldTheirElementsAndShareOnCopy) {
+  StreamedWeights<int32_t> a;
+  EXPECT_TRUE(a.empty());
+  a.resize(100000);
+  ASSERT_EQ(a.size(), 100000u);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
+  for (int32_t i = 0; i < 100000; ++i)
+    a.data()[i] = i * 3;
+  const StreamedWeights<int32_t> b = a;  // the same block
+  a.resize(0);
+  EXPECT_TRUE(a.empty());
+  ASSERT_EQ(b.size(), 100000u);
+  for (int32_t i = 0; i < 100000; i += 7)
+    ASSERT_EQ(b.data()[i], i * 3) << i;
+}
+
 TEST(HostArena, WeightsAreInHugePagesWhereTheSystemHasThem) {
   const std::string mode = thp_mode();
   if (mode != "always" && mode != "madvise")
