@@ -372,44 +372,8 @@ int main(int argc, char** argv) {
       bench::print_round_anatomy(model, draft, rows, m, anatomy_context, quick ? 10 : 40, plain.forwards);
     }
   }
-  if (capture_cost) {  // record capture (docs/messaging.md): its cost on tokens/s, side by side
-    // Paired runs without and with capture, back to back in alternating order, so the VM's slow
-    // drifts hit both sides of a pair alike; the median over pairs of the per-pair cost, and the
-    // in-engine timer's share of the captured runs' time (the work only capture does).
-    const int pairs = std::max(reps, 5);
-    std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine; %d interleaved pairs):\n",
-                pairs);
-    const SpecSettings chain{4, 1, 5};
-    for (int64_t B : batches)
-      for (const bool spec : {false, true}) {
-        std::vector<double> cost, share;
-        double off_tps = 0, on_tps = 0;
-        const int64_t groups = std::max<int64_t>(1, sequences / B);
-        for (int rep = 0; rep < pairs; ++rep) {
-          Run a, b;  // a without capture, b with
-          for (int half = 0; half < 2; ++half) {
-            const bool with = (half == 0) == (rep % 2 == 1);
-            const bench::ArmSpec arm{spec ? &draft : nullptr, spec ? chain : SpecSettings{}};
-            (with ? b : a) =
-                bench::take_turns(model, {arm}, groups, 1, {B, &prompts, tokens, temperature, ignore_eos, with})
-                    .front();
-          }
-          cost.push_back(100.0 * (1.0 - b.tokens_per_s / a.tokens_per_s));
-          share.push_back(100.0 * b.capture_seconds / b.seconds);
-          off_tps += a.tokens_per_s / pairs;
-          on_tps += b.tokens_per_s / pairs;
-        }
-        std::string each;
-        for (double c : cost) {
-          char buf[32];
-          std::snprintf(buf, sizeof buf, "%s%.1f", each.empty() ? "" : " ", c);
-          each += buf;
-        }
-        std::printf("  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with (means): cost median %.1f%% (pairs: %s); "
-                    "capture work timed in-engine %.1f%% of the time\n",
-                    spec ? "chain 4" : "plain", B, off_tps, on_tps, median(cost), each.c_str(), median(share));
-      }
-  }
+  if (capture_cost)  // record capture (docs/messaging.md): its cost on tokens/s, side by side
+    bench::print_capture_cost(model, draft, batches, sequences, reps, {1, &prompts, tokens, temperature, ignore_eos});
   std::printf(
       "\nroofline: plain decode's weight bytes per second as a share of the read bandwidth over the weights. draft, "
       "verify, other: shares of the speculative run's time (other = sampling, bookkeeping).\n");

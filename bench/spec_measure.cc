@@ -1,6 +1,8 @@
 #include "bench/spec_measure.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include "bench/bench_args.h"
 #include "kernels/core/host_arena.h"
@@ -83,6 +85,43 @@ std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>
       total[i].add(live[i]->result());
   }
   return total;
+}
+
+void print_capture_cost(const PolicyModel& model, const DraftModel& draft, const std::vector<int64_t>& batches,
+                        int64_t sequences, int reps, Workload w) {
+  const int pairs = std::max(reps, 5);
+  std::printf("\ncapture cost (aux states + teacher top-16 of every position, in-engine; %d interleaved pairs):\n",
+              pairs);
+  const SpecSettings chain{4, 1, 5};
+  for (int64_t B : batches)
+    for (const bool spec : {false, true}) {
+      std::vector<double> cost, share;
+      double off_tps = 0, on_tps = 0;
+      const int64_t groups = std::max<int64_t>(1, sequences / B);
+      w.B = B;
+      for (int rep = 0; rep < pairs; ++rep) {
+        Run a, b;  // a without capture, b with
+        for (int half = 0; half < 2; ++half) {
+          w.capture = (half == 0) == (rep % 2 == 1);
+          const ArmSpec arm{spec ? &draft : nullptr, spec ? chain : SpecSettings{}};
+          (w.capture ? b : a) = take_turns(model, {arm}, groups, 1, w).front();
+        }
+        cost.push_back(100.0 * (1.0 - b.tokens_per_s / a.tokens_per_s));
+        share.push_back(100.0 * b.capture_seconds / b.seconds);
+        off_tps += a.tokens_per_s / pairs;
+        on_tps += b.tokens_per_s / pairs;
+      }
+      std::string each;
+      for (double c : cost) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.1f", each.empty() ? "" : " ", c);
+        each += buf;
+      }
+      std::printf(
+          "  %-8s batch %3ld: %8.1f t/s without, %8.1f t/s with (means): cost median %.1f%% (pairs: %s); "
+          "capture work timed in-engine %.1f%% of the time\n",
+          spec ? "chain 4" : "plain", B, off_tps, on_tps, median(cost), each.c_str(), median(share));
+    }
 }
 
 }  // namespace updraft::bench

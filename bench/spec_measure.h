@@ -79,4 +79,11 @@ struct ArmSpec {
 std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
                             const Workload& w);
 
+// Record capture's cost on tokens/s (docs/messaging.md), plain and chain 4 at each batch size:
+// runs without and with capture (w.capture), back to back in alternating order so that the
+// machine's slow drifts hit both sides of a pair alike; the median over pairs of the per-pair
+// cost, and the in-engine timer's share of the captured runs' time (the work only capture does).
+void print_capture_cost(const PolicyModel& model, const DraftModel& draft, const std::vector<int64_t>& batches,
+                        int64_t sequences, int reps, Workload w);
+
 }  // namespace updraft::bench
