@@ -50,7 +50,7 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
 // drafter's serving weights. Where the kernel is AMX, prepare_linear adds a copy of a bf16 CPU
 // weight [N, K] (K a multiple of 32) laid out in tile panels, which one decode row streams near
 // the cache bandwidth where row-major tile loads do not (kernels/README.md); where it is the
-// vdpbf16ps kernel (dot), a copy in that kernel's 4-row panels, one sequential stream per thread
+// vdpbf16ps kernel (dot), a copy in that kernel's 32-row panels, one sequential stream per thread
 // where row-major rows are eight. Either costs a second copy of the weight's bytes. linear()
 // reads the panels made for the process's kernel while it is that kernel, and the row-major
 // weight otherwise; both give the same bits (the same values through the same
@@ -64,7 +64,7 @@ struct LinearWeight {
   Tensor w;       // [N, K], the Hugging Face layout
   Tensor panels;  // undefined, or w's values in AMX tile panels
   std::shared_ptr<const cpu::Int8Weight> q8;  // null, or the int8 weights linear() uses instead of w
-  Tensor dot_panels;                          // undefined, or w's values in the vdpbf16ps kernel's 4-row panels
+  Tensor dot_panels;                          // undefined, or w's values in the vdpbf16ps kernel's 32-row panels
 };
 LinearWeight prepare_linear(Tensor w);
 // int8 weights, for a drafter's serving weights where asked (`--draft-weights int8`): a CPU

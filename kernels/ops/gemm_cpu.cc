@@ -86,12 +86,13 @@ namespace {
 
 // How a kernel takes T token rows: all at once up to `whole`, else in tiles of at most `split`
 // as even as possible (T = 10 runs as 5 + 5, not 8 + 2: the short tile would pay the full
-// per-row overhead for little work). The dot kernel's panels take 7 and 8 rows at once in two
-// half-panel passes, which beat 4 + 3 and 4 + 4, but not 6-row tiles beyond that.
+// per-row overhead for little work); each thread's weight rows start at a multiple of `align`
+// (the dot kernel's panels are 32 rows).
 struct GemvTiles {
-  int64_t whole, split;
+  int64_t whole, split, align = 8;
 };
 constexpr GemvTiles kGemvTiles{kGemvMaxT, kGemvMaxT};
+constexpr GemvTiles kDotTiles{kDotPanelsMaxT, kDotPanelsTileT, kDotPanelRows};
 
 // Thread `id` of `nt`'s share of fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against
 // weight rows [n0, n1) — over the whole [T, N] output, in the token tiles of `tiles`.
@@ -111,18 +112,19 @@ int64_t gemv_tile_rows(int64_t T, GemvTiles tiles) {
 
 template <typename Fn>
 void gemv_tiles_share(int64_t T, int64_t K, int64_t N, int64_t id, int64_t nt, GemvTiles tiles, Fn&& fn) {
+  const int64_t a = tiles.align;
   if (T <= tiles.whole) {
-    // ceil(N / threads), rounded up to 8: at most one chunk per thread.
-    const int64_t chunk = std::max<int64_t>(8, ((N + nt - 1) / nt + 7) / 8 * 8), n0 = id * chunk;
+    // ceil(N / threads), rounded up to `align`: at most one chunk per thread.
+    const int64_t chunk = std::max<int64_t>(a, ((N + nt - 1) / nt + a - 1) / a * a), n0 = id * chunk;
     if (n0 < N)
       fn(0, T, n0, std::min(N, n0 + chunk), int64_t{-1});
     return;
   }
   const int64_t tile = gemv_tile_rows(T, tiles);
   // L2-sized blocks, but at least one per thread when N is small (short K makes blocks tall).
-  const int64_t per_thread = ((N + nt - 1) / nt + 7) / 8 * 8;
+  const int64_t per_thread = ((N + nt - 1) / nt + a - 1) / a * a;
   const int64_t block =
-      std::max<int64_t>(8, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / 8 * 8));
+      std::max<int64_t>(a, std::min(per_thread, ((int64_t{128} << 10) / (2 * std::max<int64_t>(K, 1))) / a * a));
   const int64_t nblocks = (N + block - 1) / block, b_end = nblocks * (id + 1) / nt;
   for (int64_t b = nblocks * id / nt; b < b_end; ++b) {
     const int64_t n0 = b * block, n1 = std::min(N, n0 + block);
@@ -257,18 +259,23 @@ bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
     linear_amx(xp, T, K, amx.data(), amx.size());
   } else {
     std::vector<GemvProduct> gemv;
-    bool all_panels = true;
+    std::vector<Tensor> packed;  // this call's panels of weights not prepared (the trainer's bf16 copies)
     for (const Bf16Product& p : products) {
-      const bool panels = kernel == CpuBf16Kernel::kDot && p.dot_panels != nullptr;
-      all_panels = all_panels && panels;
-      gemv.push_back(
-          {p.w->data<uint16_t>(), panels ? p.dot_panels->data<uint16_t>() : nullptr, p.w->size(0), p.y->data<float>()});
+      const uint16_t* panels = nullptr;
+      if (kernel == CpuBf16Kernel::kDot) {
+        // The dot kernel reads panels only (their bits): a weight without them is packed here,
+        // one pass over it, which a training-sized T repays many times over.
+        if (p.dot_panels == nullptr) {
+          packed.push_back(Tensor::empty({dot_panel_elems(p.w->size(0), K)}, DType::BF16));
+          pack_panels_bf16dot(p.w->data<uint16_t>(), p.w->size(0), K, packed.back().data<uint16_t>());
+        }
+        panels = p.dot_panels != nullptr ? p.dot_panels->data<uint16_t>() : packed.back().data<uint16_t>();
+      }
+      gemv.push_back({p.w->data<uint16_t>(), panels, p.w->size(0), p.y->data<float>()});
     }
     if (kernel == CpuBf16Kernel::kDot) {
-      // From panels, the tiles the panel kernel takes, so that every tile reads them.
       thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
-      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, dot_rows,
-                       all_panels ? GemvTiles{kDotPanelsMaxT, kDotPanelsFullT} : kGemvTiles, buf);
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, dot_rows, kDotTiles, buf);
     } else {  // kFma, or AMX where K is not a multiple of 32
       thread_local std::vector<float, AlignedAllocator<float>> buf;
       linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, fma_rows, kGemvTiles, buf);

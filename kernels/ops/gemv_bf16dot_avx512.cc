@@ -1,128 +1,138 @@
 // AVX-512 BF16 GEMV: bf16 weights times bf16-rounded activations with vdpbf16ps, which
 // multiplies 32 bf16 pairs per instruction (exact products) and adds them into 16 f32 sums.
 // Against the f32 kernel of gemv_avx512.cc it does twice the multiply-adds per instruction and
-// no widening of the weights, which is what makes verification (4-10 rows) cost about as much
-// as one decode row: at those T the f32 kernel is bound by its FMAs, not by memory.
+// no widening of the weights, which is what makes verification (4-16 rows) cost little more than
+// one decode row: at those T the f32 kernel is bound by its FMAs, not by memory.
+//
+// The outputs are the vector lanes: a weight panel holds 32 output rows, and for each pair of k
+// the 32 rows' two values (128 bytes, two vectors of 16 lanes x 2 values). Each step broadcasts a
+// row of x's pair of values to every lane and adds its products into the 16 outputs of each
+// vector, so a sum is one chain of vdpbf16ps over the k-pairs in order: no lanes to add at the end,
+// and a result that is the same whatever T is or however the rows are split (decode and
+// verification agree bitwise). Up to 12 rows of x take a panel in one pass (2 x T accumulators),
+// 13-16 in two passes of rows (the second from L1/L2): a thread's panels are one sequential
+// stream (two panels at once, 4 x T accumulators, ran 1.05-1.11x slower from memory at 1-5 rows,
+// two streams for the prefetchers). In one thread with the weights in L2 this ran at 94-98% of
+// the instruction's peak from 3 rows on (the former kernel, 4 rows by T in registers and their
+// lanes added at the end: 77-87%).
 // Compiled with -mavx512bf16; only called when cpu_has_avx512_bf16().
 #include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <iterator>
+#include <vector>
 
 #include "kernels/ops/gemv_cpu.h"
-#include "kernels/ops/lane_sums_avx512.h"
 #include "kernels/ops/row_blocks.h"
+#include "kernels/ops/transpose16_avx512.h"
 
 namespace updraft::ops::cpu {
 namespace {
 
-// Where weight row n + r's values of step k (32 at a time) start: row-major [N, K], or the
-// 4-row panels of pack_panels_bf16dot (a block's rows never cross a panel: n + r stays within
-// the panel of n).
-struct RowMajor {
-  const uint16_t* w;
-  int64_t K;
-  const uint16_t* at(int64_t n, int r, int64_t k) const { return w + (n + r) * K + k; }
-};
-struct Panels4 {
-  const uint16_t* p;
-  int64_t Kp;
-  const uint16_t* at(int64_t n, int r, int64_t k) const { return p + (n >> 2) * 4 * Kp + k * 4 + ((n & 3) + r) * 32; }
-};
+constexpr int64_t kLanes = 32;  // output rows per panel
 
-// kFar: the panels' own stream, kPanelFarBytes ahead of the step, into L2 (row_blocks.h).
-enum Prefetch { kNone, kNextRows, kAhead, kFar };
+// w [N, K] rows [n0, n0 + 32) as one panel (rows past n1 and k past K zero), row stride ldw:
+// for each 32 values of k, 16 rows at a time, each row's 16 k-pairs (32-bit lanes) transposed
+// in registers so that a vector holds one k-pair of the 16 rows.
+void pack_panel(const uint16_t* w, int64_t ldw, int64_t K, int64_t Kp, int64_t n0, int64_t n1, uint16_t* out) {
+  const int64_t rows = std::min(kLanes, n1 - n0);
+  for (int64_t k = 0; k < Kp; k += 32) {
+    const int64_t left = std::clamp<int64_t>(K - k, 0, 32);
+    const __mmask32 m = left == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << left) - 1u);
+#pragma GCC unroll 2
+    for (int64_t h = 0; h < 2; ++h) {  // rows 0-15, then 16-31
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < 16; ++r)
+        v[r] =
+            16 * h + r < rows ? _mm512_maskz_loadu_epi16(m, w + (n0 + 16 * h + r) * ldw + k) : _mm512_setzero_si512();
+      transpose_16x16(v);
+#pragma GCC unroll 16
+      for (int64_t j = 0; j < 16; ++j)  // k-pair k / 2 + j: 32 rows' pairs, these 16 rows' half
+        _mm512_storeu_si512(out + (k / 2 + j) * 2 * kLanes + 32 * h, v[j]);
+    }
+  }
+}
 
-// Writes sum_k x[t,k] * w[n+r,k] to y[t*ldy + n + r] for r < R, t < T. x rows are Kp apart
-// and zero beyond K, so only the weight loads of the last step need a mask. With kNextRows each
-// step also prefetches kLines (default R) cache lines from pf on: the next R rows (into L1); with
-// kAhead as many of the caller's next block (into L2), so that memory streams while this block
-// computes; with kFar (the panels, from 2 rows of x on), kPanelFarBytes ahead in the same stream,
-// into L2.
-template <int T, int R, Prefetch kPf, typename Src, int kLines = R>
-void block(const uint16_t* x, int64_t K, int64_t Kp, Src src, int64_t n, float* y, int64_t ldy, const char* pf) {
+// y[t, n + i] = sum over k-pairs of x[t] . panel rows i (i < valid), for T rows of x, from R / 2
+// consecutive panels at p (R = 2: one, R = 4: two). With kFar the panels' stream is fetched
+// kPanelFarBytes ahead into L2 (from 2 rows of x on, a step's products hold the out-of-order
+// window long enough that the hardware's prefetch falls behind).
+template <int T, int R, bool kFar>
+void panel_rows(const uint16_t* x, int64_t Kp, const uint16_t* p, float* y, int64_t ldy, int64_t valid) {
   __m512 acc[R][T];
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
       acc[r][t] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 <= K; k += 32) {
-    if constexpr (kPf != kNone) {
-#pragma GCC unroll 8
-      for (int l = 0; l < kLines; ++l)  // 64 bytes of each of kLines rows per step
-        _mm_prefetch(pf + l * 64, kPf == kNextRows ? _MM_HINT_T0 : _MM_HINT_T1);
-      pf += kLines * 64;
-    }
-    __m512bh wv[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      wv[r] = (__m512bh)_mm512_loadu_si512(src.at(n, r, k));
-      __asm__("" : "+v"(wv[r]));  // loaded once a step: GCC 12 reloaded them for every row of x at T = 3
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * Kp + k);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
-    }
+  const uint16_t* q[R / 2];
+  const char* pf[R / 2];
+#pragma GCC unroll 2
+  for (int j = 0; j < R / 2; ++j) {
+    q[j] = p + j * kLanes * Kp;
+    pf[j] = reinterpret_cast<const char*>(q[j]) + kPanelFarBytes;  // (only a hint past the end)
   }
-  if (k < K) {
-    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1u);
-    __m512bh wv[R];
-#pragma GCC unroll 8
+  for (int64_t k = 0; k < Kp; k += 2) {
+    __m512bh w[R];
+#pragma GCC unroll 2
+    for (int j = 0; j < R / 2; ++j) {
+      if constexpr (kFar) {
+        _mm_prefetch(pf[j], _MM_HINT_T1);
+        _mm_prefetch(pf[j] + 64, _MM_HINT_T1);
+        pf[j] += 2 * kLanes * sizeof(uint16_t);
+      }
+      w[2 * j] = (__m512bh)_mm512_loadu_si512(q[j] + k * kLanes);
+      w[2 * j + 1] = (__m512bh)_mm512_loadu_si512(q[j] + k * kLanes + 32);
+    }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, src.at(n, r, k));
-#pragma GCC unroll 8
+      __asm__("" : "+v"(w[r]));  // loaded once a step, kept in registers for every row of x
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * Kp + k);
-#pragma GCC unroll 8
+      int32_t pair;
+      std::memcpy(&pair, x + t * Kp + k, sizeof(pair));
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
-        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], xv);
     }
   }
-  store_lane_sums<R, T>(acc, y, ldy, n);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const int64_t left = valid - 16 * r;
+    if (left <= 0)
+      break;
+    const __mmask16 m = left >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << left) - 1u);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      _mm512_mask_storeu_ps(y + t * ldy + 16 * r, m, acc[r][t]);
+  }
 }
 
-// R*T accumulators plus R weight vectors stay within the 32 zmm registers. Row-major weights
-// take R rows at a time (several streams, prefetched a block ahead by software).
+// Rows [n0, n1) (n0 at a panel's start) of T <= 16 rows of x from the panels at `panels`.
 template <int T>
-void rows_t(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* w, int64_t n0, int64_t n1, float* y,
-            int64_t ldy, const uint16_t* ahead) {
-  constexpr int R = T <= 2 ? 8 : T <= 4 ? 5 : T <= 6 ? 4 : 3;
-  for_row_blocks<R>(K, w, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
-    constexpr Prefetch kPf = decltype(in_ahead)::value ? kAhead : kNextRows;
-    block<T, decltype(rows)::value, kPf>(x, K, Kp, RowMajor{w, K}, n, y, ldy, pf);
-  });
-}
-
-// The panels a panel at a time, so that the weights are one stream. Up to 6 rows of x, all 4 rows
-// of a panel at once (4T accumulators and 4 weight vectors fit the 32 registers); 7 and 8 rows,
-// rows 0-1 of the panel, then rows 2-3 from L1 (2T accumulators), so that the weights are still
-// read from memory once (the first pass fetches the stream for both). From 2 rows of x on, a
-// step's products take long enough that the hardware's prefetch falls behind, so the kernel also
-// prefetches far ahead (one row: no gain). Measured on Zen 4 against 6-row tiles (7 rows as
-// 4 + 3), at the built-in policy's shapes: 7 rows 0.78-0.79x the time, 8 rows 0.92-0.95x; 3 rows
-// with the far prefetch 0.70-0.77x.
-template <int T>
-void panels_t(const uint16_t* x, int64_t K, int64_t Kp, const uint16_t* p, int64_t n0, int64_t n1, float* y,
-              int64_t ldy, const uint16_t* ahead) {
-  // for_row_blocks' prefetch pointers walk the panels at their row length, Kp.
-  for_row_blocks<4>(Kp, p, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
-    constexpr Prefetch kPf = decltype(in_ahead)::value ? kAhead : T == 1 ? kNone : kFar;
-    const char* far = reinterpret_cast<const char*>(p + n * Kp) + kPanelFarBytes;  // (only a hint past the end)
-    const Panels4 src{p, Kp};
-    if constexpr (T > kDotPanelsFullT && decltype(rows)::value == 4) {
-      block<T, 2, kPf, Panels4, 4>(x, K, Kp, src, n, y, ldy, kPf == kFar ? far : pf);
-      block<T, 2, kNone, Panels4>(x, K, Kp, src, n + 2, y, ldy, nullptr);
-    } else {
-      block<T, decltype(rows)::value, kPf>(x, K, Kp, src, n, y, ldy, kPf == kFar ? far : pf);
+void panels_t(const uint16_t* x, int64_t Kp, const uint16_t* panels, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  constexpr bool kFar = T >= 2;
+  for (int64_t n = n0; n < n1; n += kLanes) {
+    const uint16_t* p = panels + n * Kp;
+    if constexpr (T <= 12) {
+      panel_rows<T, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
+    } else {  // two passes of rows, the second reading the panel from L1/L2
+      constexpr int kA = T / 2;
+      panel_rows<kA, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
+      panel_rows<T - kA, 2, false>(x + kA * Kp, Kp, p, y + kA * ldy + n, ldy, n1 - n);
     }
-  });
+  }
 }
+
+using PanelsFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t);
+constexpr PanelsFn kPanelsByT[] = {panels_t<1>,  panels_t<2>,  panels_t<3>,  panels_t<4>,  panels_t<5>,  panels_t<6>,
+                                   panels_t<7>,  panels_t<8>,  panels_t<9>,  panels_t<10>, panels_t<11>, panels_t<12>,
+                                   panels_t<13>, panels_t<14>, panels_t<15>, panels_t<16>};
+static_assert(std::size(kPanelsByT) == kDotPanelsMaxT);
 
 }  // namespace
 
@@ -145,26 +155,29 @@ void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t*
 }
 
 void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead) {
-  using Fn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,
-                      const uint16_t*);
-  static constexpr Fn kByT[] = {rows_t<1>, rows_t<2>, rows_t<3>, rows_t<4>,
-                                rows_t<5>, rows_t<6>, rows_t<7>, rows_t<8>};
-  kByT[T - 1](xb, K, Kp, w, n_begin, n_end, y, ldy, ahead);  // 1 <= T <= kGemvMaxT (checked by the caller)
+                       int64_t n_end, float* y, int64_t ldy, const uint16_t* /*ahead*/) {
+  // Row-major weights (not prepared): each 32 rows packed into a panel here, then the panel
+  // kernel, so that the bits are the prepared panels' (1 <= T <= kDotPanelsMaxT).
+  thread_local std::vector<uint16_t> panel;
+  panel.resize(static_cast<size_t>(kLanes * Kp));
+  for (int64_t n = n_begin; n < n_end; n += kLanes) {
+    const int64_t n1 = std::min(n_end, n + kLanes);
+    pack_panel(w, K, K, Kp, n, n1, panel.data());
+    kPanelsByT[T - 1](xb, Kp, panel.data(), 0, n1 - n, y + n, ldy);
+  }
 }
 
 void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* panels, int64_t n_begin,
-                         int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead) {
-  using Fn =
-      void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t, const uint16_t*);
-  static constexpr Fn kByT[] = {panels_t<1>, panels_t<2>, panels_t<3>, panels_t<4>,
-                                panels_t<5>, panels_t<6>, panels_t<7>, panels_t<8>};
-  static_assert(std::size(kByT) == kDotPanelsMaxT);
-  kByT[T - 1](xb, K, Kp, panels, n_begin, n_end, y, ldy, ahead);  // 1 <= T <= kDotPanelsMaxT
+                         int64_t n_end, float* y, int64_t ldy, const uint16_t* /*ahead*/) {
+  (void)K;
+  kPanelsByT[T - 1](xb, Kp, panels, n_begin, n_end, y, ldy);  // n_begin a multiple of 32
 }
 
 void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out) {
-  pack_panels4<32>(w, N, K, out);
+  const int64_t Kp = (K + 31) / 32 * 32, panels = (N + kLanes - 1) / kLanes;
+#pragma omp parallel for schedule(static) if (N * K > (1 << 18))
+  for (int64_t i = 0; i < panels; ++i)
+    pack_panel(w, K, K, Kp, i * kLanes, N, out + i * kLanes * Kp);
 }
 
 namespace {

@@ -36,21 +36,20 @@ void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t*
 void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 bool cpu_has_avx512_bf16();
-// The same products from the weights in 4-row panels, which a thread reads as one sequential
-// stream (row-major rows are several streams at once, which the hardware prefetches poorly: on
-// Zen 4, 0.6x the read bandwidth at one row). pack_panels_bf16dot writes w [N, K] as
-// dot_panel_elems(N, K) values: for each block of 4 rows (the last zero-padded), for each 32-k
-// step (zeros beyond K), the 4 rows' 32 values one after another. gemv_panels_bf16dot computes
-// rows [n_begin, n_end) (n_begin a multiple of 4) of T <= kDotPanelsMaxT rows of x (up to
-// kDotPanelsFullT a panel's 4 rows at once, beyond that 2 at a time: more would not fit the
-// registers; linear() cuts larger T into tiles of at most kDotPanelsFullT, 10 rows as 5 + 5) with
-// gemv_rows_bf16dot's bits: each element
-// sums the same products through the same instructions in the same order. ahead: nullptr, or the
-// panels of the first of the rows the caller multiplies next (a multiple of 4), fetched into L2.
-constexpr int64_t kDotPanelsMaxT = 8;
-constexpr int64_t kDotPanelsFullT = 6;
+// The same products from the weights in panels of 32 rows, which a thread reads as one
+// sequential stream: pack_panels_bf16dot writes w [N, K] as dot_panel_elems(N, K) values: for each
+// block of 32 rows (the last zero-padded), for each pair of k (zeros beyond K), the 32 rows' two
+// values. gemv_panels_bf16dot computes rows [n_begin, n_end) (n_begin a multiple of 32) of
+// T <= kDotPanelsMaxT rows of x, each output one vdpbf16ps chain over the k-pairs in order
+// (gemv_bf16dot_avx512.cc), so its bits do not depend on T or on the split of the rows;
+// gemv_rows_bf16dot packs row-major weights into such panels as it goes and gives the same bits.
+// linear() cuts more than kDotPanelsMaxT rows into tiles of at most kDotPanelsTileT.
+// ahead: unused (the kernels fetch their own stream ahead).
+constexpr int64_t kDotPanelsMaxT = 16;
+constexpr int64_t kDotPanelsTileT = 12;
+constexpr int64_t kDotPanelRows = 32;
 constexpr int64_t dot_panel_elems(int64_t N, int64_t K) {
-  return (N + 3) / 4 * 4 * ((K + 31) / 32 * 32);
+  return (N + kDotPanelRows - 1) / kDotPanelRows * kDotPanelRows * ((K + 31) / 32 * 32);
 }
 void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
 void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* panels, int64_t n_begin,

@@ -1,10 +1,9 @@
-// Internal: how the GEMV kernels walk their weight rows (gemv_bf16dot_avx512.cc,
-// gemv_bf16fma_avx512.cc). for_row_blocks<R> calls f(r, ahead, n, pf) for blocks of R rows
-// starting at n, then single rows, over [n0, n1): r is std::integral_constant<int, R or 1> and
-// ahead std::bool_constant (whether pf points into the caller's next block, to be fetched into
-// L2, or at the rows right after this block, into L1), so f can instantiate its block template.
-// pack_panels4 lays out the 4-row panels the vector kernels stream (gemv_bf16dot_avx512.cc,
-// linear_int8_vnni_avx512.cc).
+// Internal: how the f32-FMA GEMV kernel walks its weight rows (gemv_bf16fma_avx512.cc), and how
+// far ahead the panel kernels fetch their stream (gemv_bf16dot_avx512.cc, the int8 one). for_row_blocks<R> calls f(r,
+// ahead, n, pf) for blocks of R rows starting at n, then single rows, over [n0, n1): r is std::integral_constant<int, R
+// or 1> and ahead std::bool_constant (whether pf points into the caller's next block, to be fetched into L2, or at the
+// rows right after this block, into L1), so f can instantiate its block template. pack_panels4 lays out the 4-row
+// panels the int8 vector kernel streams (linear_int8_vnni_avx512.cc).
 #pragma once
 
 #include <algorithm>
@@ -19,7 +18,7 @@ namespace updraft::ops::cpu {
 // hardware's prefetch to fall behind.
 constexpr int64_t kPanelFarBytes = 16 << 10;
 
-// The 4-row panels of the vector kernels (bf16 for vdpbf16ps, int8 for vpdpbusd): w [N, K] as,
+// The 4-row panels of the int8 vector kernel (vpdpbusd): w [N, K] as,
 // for each block of 4 rows (the last zero-padded), for each step of kStep values (zeros past K),
 // the 4 rows' kStep values one after another; Kp = K rounded up to kStep.
 template <int64_t kStep, typename Elem>

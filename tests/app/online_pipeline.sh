@@ -34,9 +34,12 @@ stream() {
 stream 1 1 1
 stream 2 1 101
 
+# The fixture drafter's held-out tau is about 1.03 before and after one short round, so which of
+# the two is higher is rounding noise (it flipped with the CPU kernel's summation order): the
+# margin promotes the candidate unless it is far worse, and the test checks the roles' mechanics.
 train() {
   timeout 120 "$bin" train --model "$model" --drafter "$draft" --buffer "$work/buf" --out "$work/online" \
-    --steps-per-round 40 --lr 2e-3 --ttt-steps 3 --min-new-records 4 --max-rounds 1 --promote-margin 0 "$@"
+    --steps-per-round 40 --lr 2e-3 --ttt-steps 3 --min-new-records 4 --max-rounds 1 --promote-margin -0.5 "$@"
 }
 train --announce-pub "ipc://$work/drafters.pub" --announce-req "ipc://$work/drafters.req" \
   --metrics-file "$work/trainer.prom" >"$work/train1.log" 2>&1 || { cat "$work/train1.log"; exit 1; }
