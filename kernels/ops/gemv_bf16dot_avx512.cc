@@ -9,8 +9,9 @@
 // row of x's pair of values to every lane and adds its products into the 16 outputs of each
 // vector, so a sum is one chain of vdpbf16ps over the k-pairs in order: no lanes to add at the end,
 // and a result that is the same whatever T is or however the rows are split (decode and
-// verification agree bitwise). Up to 12 rows of x take a panel in one pass (2 x T accumulators),
-// 13-16 in two passes of rows (the second from L1/L2): a thread's panels are one sequential
+// verification agree bitwise). Up to 14 rows of x take a panel in one pass (2 x T accumulators;
+// 13-14 rows in one pass took 0.88-0.90x the time of two), 15-16 two passes of rows (the second
+// from L1/L2): a thread's panels are one sequential
 // stream (two panels at once, 4 x T accumulators, ran 1.05-1.11x slower from memory at 1-5 rows,
 // two streams for the prefetchers). In one thread with the weights in L2 this ran at 94-98% of
 // the instruction's peak from 3 rows on (the former kernel, 4 rows by T in registers and their
@@ -118,7 +119,7 @@ void panels_t(const uint16_t* x, int64_t Kp, const uint16_t* panels, int64_t n0,
   constexpr bool kFar = T >= 2;
   for (int64_t n = n0; n < n1; n += kLanes) {
     const uint16_t* p = panels + n * Kp;
-    if constexpr (T <= 12) {
+    if constexpr (T <= 14) {
       panel_rows<T, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
     } else {  // two passes of rows, the second reading the panel from L1/L2
       constexpr int kA = T / 2;

@@ -46,7 +46,7 @@ bool cpu_has_avx512_bf16();
 // linear() cuts more than kDotPanelsMaxT rows into tiles of at most kDotPanelsTileT.
 // ahead: unused (the kernels fetch their own stream ahead).
 constexpr int64_t kDotPanelsMaxT = 16;
-constexpr int64_t kDotPanelsTileT = 12;
+constexpr int64_t kDotPanelsTileT = 14;
 constexpr int64_t kDotPanelRows = 32;
 constexpr int64_t dot_panel_elems(int64_t N, int64_t K) {
   return (N + kDotPanelRows - 1) / kDotPanelRows * kDotPanelRows * ((K + 31) / 32 * 32);

@@ -174,7 +174,8 @@ std::vector<ops::CpuBf16Kernel> available_kernels() {
 
 TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
   // Through linear(), on every kernel this CPU has, with the built-in policy's K and a ragged K,
-  // row counts that cross the kernels' tiles (8 for the GEMVs, 16 for AMX).
+  // row counts that cross the kernels' tiles (8 for the f32-FMA GEMV; one pass of the dot panels
+  // up to 14, two up to 16, tiles beyond; 16 for AMX).
   KernelGuard guard;
   for (ops::CpuBf16Kernel kernel : available_kernels()) {
     ops::set_cpu_bf16_kernel(kernel);
@@ -189,7 +190,7 @@ TEST(Gemv, LinearRowsAreBitwiseTheSameWhateverTheRowCountOnEveryKernel) {
         ops::linear(xt, w, nullptr, y);
         solo.push_back(y.to_f32_vector());
       }
-      for (int64_t T : {3, 5, 7, 8, 9, 16, 17, 24, 40}) {
+      for (int64_t T : {3, 5, 7, 8, 9, 12, 13, 14, 15, 16, 17, 24, 29, 40}) {
         Tensor xt = Tensor::from_f32(std::vector<float>(x.begin(), x.begin() + T * K), {T, K});
         Tensor y = Tensor::empty({T, N}, DType::F32);
         ops::linear(xt, w, nullptr, y);
@@ -225,7 +226,7 @@ TEST(Gemv, CpuSharedInputProductsGiveEachLinearsBitsOnEveryKernel) {
       const Tensor bias = Tensor::from_f32(rand_vec(heights[1], 7), {heights[1]});
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        for (int64_t T : {1, 3, 5, 7, 8, 9, 10, 16, 17}) {
+        for (int64_t T : {1, 3, 5, 7, 8, 9, 10, 14, 15, 16, 17}) {
           const Tensor x = Tensor::from_f32(rand_vec(T * K, 30 + T), {T, K});
           std::vector<ops::LinearProduct> products;
           for (size_t i = 0; i < ws.size(); ++i)
