@@ -321,11 +321,13 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   for (DType wt : {DType::BF16, DType::F32}) {
-    Tensor w = random_tensor({N, K}, wt, 1);
+    // Prepared as the policy's serving weights are (ops::prepare_linear: the bf16 kernel's panels
+    // where it has them; a bf16 weight without them is packed on every call on the dot kernel).
+    const ops::LinearWeight w = ops::prepare_linear(random_tensor({N, K}, wt, 1));
     for (int64_t T : {1, 2, 4, 8}) {
       Tensor x = random_tensor({T, K}, DType::F32, 2), y = Tensor::empty({T, N}, DType::F32);
       const double s = median_seconds(quick ? 5 : 15, [&] { ops::linear(x, w, nullptr, y); });
-      const double bytes = static_cast<double>(w.nbytes() + x.nbytes() + y.nbytes());
+      const double bytes = static_cast<double>(w.w.nbytes() + x.nbytes() + y.nbytes());
       rows.push_back({wt, T, s * 1e3, bytes / s / 1e9});
     }
   }

@@ -57,6 +57,9 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y);
 // instructions in the same order), so packing changes only speed. The panels do not follow later
 // writes into w: prepare weights that are not written in place (serving weights are replaced
 // whole), or prepare them again after a write.
+// On the dot kernel a bf16 weight without panels is packed into them on every call (one pass
+// over the weight: at decode's row counts several times the product's own time, repaid at
+// training's), so serving weights are prepared.
 namespace cpu {
 struct Int8Weight;
 }
