@@ -10,8 +10,8 @@
 // vector, so a sum is one chain of vdpbf16ps over the k-pairs in order: no lanes to add at the end,
 // and a result that is the same whatever T is or however the rows are split (decode and
 // verification agree bitwise). Up to 14 rows of x take a panel in one pass (2 x T accumulators;
-// 13-14 rows in one pass took 0.88-0.90x the time of two), 15-16 two passes of rows (the second
-// from L1/L2): a thread's panels are one sequential
+// 13-14 rows in one pass took 0.88-0.90x the time of two), 15-16 two passes of rows, 12 and the
+// rest (the second from L1/L2): a thread's panels are one sequential
 // stream (two panels at once, 4 x T accumulators, ran 1.05-1.11x slower from memory at 1-5 rows,
 // two streams for the prefetchers). In one thread with the weights in L2 this ran at 94-98% of
 // the instruction's peak from 3 rows on (the former kernel, 4 rows by T in registers and their
@@ -122,7 +122,7 @@ void panels_t(const uint16_t* x, int64_t Kp, const uint16_t* panels, int64_t n0,
     if constexpr (T <= 14) {
       panel_rows<T, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
     } else {  // two passes of rows, the second reading the panel from L1/L2
-      constexpr int kA = T / 2;
+      constexpr int kA = 12;  // 12 + 3 or 4: 0.94-0.96x the time of two even passes
       panel_rows<kA, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
       panel_rows<T - kA, 2, false>(x + kA * Kp, Kp, p, y + kA * ldy + n, ldy, n1 - n);
     }
