@@ -10,12 +10,12 @@
 // vector, so a sum is one chain of vdpbf16ps over the k-pairs in order: no lanes to add at the end,
 // and a result that is the same whatever T is or however the rows are split (decode and
 // verification agree bitwise). Up to 14 rows of x take a panel in one pass (2 x T accumulators;
-// 13-14 rows in one pass took 0.88-0.90x the time of two), 15-16 two passes of rows, 12 and the
-// rest (the second from L1/L2): a thread's panels are one sequential
-// stream (two panels at once, 4 x T accumulators, ran 1.05-1.11x slower from memory at 1-5 rows,
-// two streams for the prefetchers). In one thread with the weights in L2 this ran at 94-98% of
-// the instruction's peak from 3 rows on (the former kernel, 4 rows by T in registers and their
-// lanes added at the end: 77-87%).
+// 13-14 rows in one pass took 0.88-0.90x the time of two); 15-16 rows take two passes, 12 rows
+// and the rest, the second reading the panel from L1/L2. One panel at a time keeps a thread's
+// panels one sequential stream (two at once, 4 x T accumulators, ran 1.05-1.11x slower from
+// memory at 1-5 rows: two streams for the prefetchers). In one thread with the weights in L2
+// this ran at 94-98% of the instruction's peak from 3 rows on (the former kernel, 4 rows by T in
+// registers and their lanes added at the end: 77-87%).
 // Compiled with -mavx512bf16; only called when cpu_has_avx512_bf16().
 #include <immintrin.h>
 
