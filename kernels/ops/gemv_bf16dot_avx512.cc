@@ -57,52 +57,37 @@ void pack_panel(const uint16_t* w, int64_t ldw, int64_t K, int64_t Kp, int64_t n
   }
 }
 
-// y[t, n + i] = sum over k-pairs of x[t] . panel rows i (i < valid), for T rows of x, from R / 2
-// consecutive panels at p (R = 2: one, R = 4: two). With kFar the panels' stream is fetched
-// kPanelFarBytes ahead into L2 (from 2 rows of x on, a step's products hold the out-of-order
-// window long enough that the hardware's prefetch falls behind).
-template <int T, int R, bool kFar>
+// y[t, n + i] = sum over k-pairs of x[t] . panel rows i (i < valid), for T rows of x, from the
+// panel at p: its two vectors of 16 outputs x T rows of x in registers. With kFar the panels'
+// stream is fetched kPanelFarBytes ahead into L2 (from 2 rows of x on, a step's products hold
+// the out-of-order window long enough that the hardware's prefetch falls behind).
+template <int T, bool kFar>
 void panel_rows(const uint16_t* x, int64_t Kp, const uint16_t* p, float* y, int64_t ldy, int64_t valid) {
-  __m512 acc[R][T];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+  __m512 acc[2][T];
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      acc[r][t] = _mm512_setzero_ps();
-  const uint16_t* q[R / 2];
-  const char* pf[R / 2];
-#pragma GCC unroll 2
-  for (int j = 0; j < R / 2; ++j) {
-    q[j] = p + j * kLanes * Kp;
-    pf[j] = reinterpret_cast<const char*>(q[j]) + kPanelFarBytes;  // (only a hint past the end)
-  }
+  for (int t = 0; t < T; ++t)
+    acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  const char* pf = reinterpret_cast<const char*>(p) + kPanelFarBytes;  // (only a hint past the end)
   for (int64_t k = 0; k < Kp; k += 2) {
-    __m512bh w[R];
-#pragma GCC unroll 2
-    for (int j = 0; j < R / 2; ++j) {
-      if constexpr (kFar) {
-        _mm_prefetch(pf[j], _MM_HINT_T1);
-        _mm_prefetch(pf[j] + 64, _MM_HINT_T1);
-        pf[j] += 2 * kLanes * sizeof(uint16_t);
-      }
-      w[2 * j] = (__m512bh)_mm512_loadu_si512(q[j] + k * kLanes);
-      w[2 * j + 1] = (__m512bh)_mm512_loadu_si512(q[j] + k * kLanes + 32);
+    if constexpr (kFar) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      _mm_prefetch(pf + 64, _MM_HINT_T1);
+      pf += 2 * kLanes * sizeof(uint16_t);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      __asm__("" : "+v"(w[r]));  // loaded once a step, kept in registers for every row of x
+    __m512bh w0 = (__m512bh)_mm512_loadu_si512(p + k * kLanes);
+    __m512bh w1 = (__m512bh)_mm512_loadu_si512(p + k * kLanes + 32);
+    __asm__("" : "+v"(w0), "+v"(w1));  // loaded once a step, kept in registers for every row of x
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       int32_t pair;
       std::memcpy(&pair, x + t * Kp + k, sizeof(pair));
       const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], xv);
+      acc[0][t] = _mm512_dpbf16_ps(acc[0][t], w0, xv);
+      acc[1][t] = _mm512_dpbf16_ps(acc[1][t], w1, xv);
     }
   }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+  for (int r = 0; r < 2; ++r) {
     const int64_t left = valid - 16 * r;
     if (left <= 0)
       break;
@@ -120,11 +105,11 @@ void panels_t(const uint16_t* x, int64_t Kp, const uint16_t* panels, int64_t n0,
   for (int64_t n = n0; n < n1; n += kLanes) {
     const uint16_t* p = panels + n * Kp;
     if constexpr (T <= 14) {
-      panel_rows<T, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
+      panel_rows<T, kFar>(x, Kp, p, y + n, ldy, n1 - n);
     } else {  // two passes of rows, the second reading the panel from L1/L2
       constexpr int kA = 12;  // 12 + 3 or 4: 0.94-0.96x the time of two even passes
-      panel_rows<kA, 2, kFar>(x, Kp, p, y + n, ldy, n1 - n);
-      panel_rows<T - kA, 2, false>(x + kA * Kp, Kp, p, y + kA * ldy + n, ldy, n1 - n);
+      panel_rows<kA, kFar>(x, Kp, p, y + n, ldy, n1 - n);
+      panel_rows<T - kA, false>(x + kA * Kp, Kp, p, y + kA * ldy + n, ldy, n1 - n);
     }
   }
 }
