@@ -149,19 +149,17 @@ void for_gemv_tiles(int64_t T, int64_t K, int64_t N, Fn&& fn) {
 // team start and join, not one per product: each costs microseconds against products of tens).
 struct GemvProduct {
   const uint16_t* w;       // row-major [N, K]
-  const uint16_t* panels;  // nullptr, or w in the dot kernel's panels (read instead of w)
+  const uint16_t* panels;  // the dot kernel's panels of w (that kernel reads only these), else nullptr
   int64_t N;
   float* y;  // [T, N]
 };
 
 // The kernels as linear_bf16_gemv calls them: rows [n0, n1) of product p for the x tile at xb,
-// into y (p.y's rows of that tile), the rows from `next` on fetched ahead where next >= 0.
-void dot_rows(const uint16_t* xb, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
-              float* y, int64_t next) {
-  if (p.panels != nullptr && tn <= kDotPanelsMaxT)
-    gemv_panels_bf16dot(xb, tn, K, Kp, p.panels, n0, n1, y, p.N, next < 0 ? nullptr : p.panels + next * Kp);
-  else
-    gemv_rows_bf16dot(xb, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
+// into y (p.y's rows of that tile), the rows from `next` on fetched ahead where next >= 0 (the
+// dot kernel fetches its own panels' stream ahead; linear_bf16 gives every product panels).
+void dot_rows(const uint16_t* xb, int64_t tn, int64_t /*K*/, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
+              float* y, int64_t /*next*/) {
+  gemv_panels_bf16dot(xb, tn, Kp, p.panels, n0, n1, y, p.N);
 }
 
 void fma_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,

@@ -23,7 +23,6 @@
 #include <chrono>
 #include <cstring>
 #include <iterator>
-#include <vector>
 
 #include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/row_blocks.h"
@@ -140,22 +139,8 @@ void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t*
   }
 }
 
-void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy, const uint16_t* /*ahead*/) {
-  // Row-major weights (not prepared): each 32 rows packed into a panel here, then the panel
-  // kernel, so that the bits are the prepared panels' (1 <= T <= kDotPanelsMaxT).
-  thread_local std::vector<uint16_t> panel;
-  panel.resize(static_cast<size_t>(kLanes * Kp));
-  for (int64_t n = n_begin; n < n_end; n += kLanes) {
-    const int64_t n1 = std::min(n_end, n + kLanes);
-    pack_panel(w, K, K, Kp, n, n1, panel.data());
-    kPanelsByT[T - 1](xb, Kp, panel.data(), 0, n1 - n, y + n, ldy);
-  }
-}
-
-void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* panels, int64_t n_begin,
-                         int64_t n_end, float* y, int64_t ldy, const uint16_t* /*ahead*/) {
-  (void)K;
+void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t Kp, const uint16_t* panels, int64_t n_begin,
+                         int64_t n_end, float* y, int64_t ldy) {
   kPanelsByT[T - 1](xb, Kp, panels, n_begin, n_end, y, ldy);  // n_begin a multiple of 32
 }
 

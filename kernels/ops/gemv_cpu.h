@@ -27,24 +27,16 @@ void gemv_rows_avx512(const float* x, int64_t T, int64_t K, const void* w, DType
                       float* y, int64_t ldy);
 bool cpu_has_avx512();
 
-// bf16 x bf16 products summed in f32 (vdpbf16ps), for bf16 weights. xb: the activations
-// rounded to bf16, [T, Kp] with Kp = K rounded up to 32 and zeros beyond K (round_rows_bf16
-// writes that from f32 [T, K]); otherwise as gemv_rows. Only where cpu_has_avx512_bf16().
-// ahead: nullptr, or the first of n_end - n_begin weight rows the caller multiplies next;
-// they are prefetched into L2 while these rows compute (results do not depend on it).
-void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t* xb);
-void gemv_rows_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
-                       int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
-bool cpu_has_avx512_bf16();
-// The same products from the weights in panels of 32 rows, which a thread reads as one
-// sequential stream: pack_panels_bf16dot writes w [N, K] as dot_panel_elems(N, K) values: for each
+// bf16 x bf16 products summed in f32 (vdpbf16ps), for bf16 weights, where cpu_has_avx512_bf16().
+// xb: the activations rounded to bf16, [T, Kp] with Kp = K rounded up to 32 and zeros beyond K
+// (round_rows_bf16 writes that from f32 [T, K]). The weights are read in panels of 32 rows, one
+// sequential stream per thread: pack_panels_bf16dot writes w [N, K] as dot_panel_elems(N, K) values: for each
 // block of 32 rows (the last zero-padded), for each pair of k (zeros beyond K), the 32 rows' two
 // values. gemv_panels_bf16dot computes rows [n_begin, n_end) (n_begin a multiple of 32) of
 // T <= kDotPanelsMaxT rows of x, each output one vdpbf16ps chain over the k-pairs in order
-// (gemv_bf16dot_avx512.cc), so its bits do not depend on T or on the split of the rows;
-// gemv_rows_bf16dot packs row-major weights into such panels as it goes and gives the same bits.
-// linear() cuts more than kDotPanelsMaxT rows into tiles of at most kDotPanelsTileT.
-// ahead: unused (the kernels fetch their own stream ahead).
+// (gemv_bf16dot_avx512.cc), so its bits do not depend on T or on the split of the rows; y has
+// row stride ldy. linear() packs a weight that has no panels for the call, and cuts more than
+// kDotPanelsMaxT rows into tiles of at most kDotPanelsTileT.
 constexpr int64_t kDotPanelsMaxT = 16;
 constexpr int64_t kDotPanelsTileT = 14;
 constexpr int64_t kDotPanelRows = 32;
@@ -52,13 +44,15 @@ constexpr int64_t dot_panel_elems(int64_t N, int64_t K) {
   return (N + kDotPanelRows - 1) / kDotPanelRows * kDotPanelRows * ((K + 31) / 32 * 32);
 }
 void pack_panels_bf16dot(const uint16_t* w, int64_t N, int64_t K, uint16_t* out);
-void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t K, int64_t Kp, const uint16_t* panels, int64_t n_begin,
-                         int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
+void round_rows_bf16(const float* x, int64_t T, int64_t K, int64_t Kp, uint16_t* xb);
+bool cpu_has_avx512_bf16();
+void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t Kp, const uint16_t* panels, int64_t n_begin,
+                         int64_t n_end, float* y, int64_t ldy);
 
 // bf16 x bf16 products summed on the f32 FMA units. split_rows_bf16fma writes x [T, K] rounded
 // to bf16, step-major: for each 32-k step, the T rows' 16 even then 16 odd elements (f32, zeros
 // beyond K; T * Kp floats, 64-byte aligned). gemv_rows_bf16fma takes one such block of T rows;
-// otherwise as gemv_rows_bf16dot. Any CPU with AVX-512.
+// otherwise as the dot kernel with row-major weights. Any CPU with AVX-512.
 void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs);
 void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);

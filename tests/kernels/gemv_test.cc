@@ -56,8 +56,9 @@ TEST(Gemv, DecodePathMatchesPortablePathForEveryBatchSize) {
 }
 
 TEST(Gemv, Bf16DotKernelMatchesThePortableKernelOnRoundedInputs) {
-  // The vdpbf16ps kernel against the portable one fed the same bf16-rounded x, over ragged K
-  // (masked tails of 1..31) and N (row blocks of 3..8 plus leftovers), T = 1..8.
+  // The vdpbf16ps kernel (from its panels, which must pad with zeros whatever was in the buffer)
+  // against the portable one fed the same bf16-rounded x, over ragged K (masked tails of 1..31)
+  // and N (a short last panel), T = 1..8.
   if (!ops::cpu::cpu_has_avx512_bf16())
     GTEST_SKIP() << "this CPU has no AVX512-BF16";
   for (int64_t K : {5, 32, 77, 100}) {
@@ -75,7 +76,9 @@ TEST(Gemv, Bf16DotKernelMatchesThePortableKernelOnRoundedInputs) {
           for (int64_t k = K; k < Kp; ++k)
             ASSERT_EQ(xb[static_cast<size_t>(t * Kp + k)], 0) << "padding must be zero";
         std::vector<float> y1(static_cast<size_t>(T * N)), y2(y1.size());
-        ops::cpu::gemv_rows_bf16dot(xb.data(), T, K, Kp, w.data(), 0, N, y1.data(), N);
+        std::vector<uint16_t> panels(static_cast<size_t>(ops::cpu::dot_panel_elems(N, K)), 0xffff);
+        ops::cpu::pack_panels_bf16dot(w.data(), N, K, panels.data());
+        ops::cpu::gemv_panels_bf16dot(xb.data(), T, Kp, panels.data(), 0, N, y1.data(), N);
         ops::cpu::gemv_rows_generic(x.data(), T, K, w.data(), DType::BF16, 0, N, y2.data(), N);
         for (size_t i = 0; i < y1.size(); ++i)
           ASSERT_NEAR(y1[i], y2[i], 1e-5 * (1 + std::fabs(y2[i])) * std::sqrt(K))
