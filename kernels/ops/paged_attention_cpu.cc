@@ -54,21 +54,20 @@ using namespace attention_rows;
   }
 }
 
-// A thread's buffers for attend_rows, kept across calls: scores (a query's row of ld), value
-// accumulators and softmax denominators' inverses, per query.
+// A thread's buffers for attend_rows, kept across calls: scores, then probabilities (a query's
+// row of ld), and value accumulators, per query.
 struct Scratch {
-  std::vector<float> scores, acc, inv;
+  std::vector<float> scores, acc;
 };
 
-// accumulate_values for queries a and b over m value rows, their scores from column `from`.
+// accumulate_values for queries a and b over m value rows, their probabilities from column `from`.
 template <int HDc>
 [[gnu::always_inline]] inline void values_pair(Scratch& s, int64_t a, int64_t b, int64_t ld, int64_t from,
-                                               const float* const* vrows, int64_t m) {
+                                               const float* const* vrows, int64_t m, int64_t readable) {
   constexpr int64_t JF = (HDc + 15) / 16 * 16;
   float* const accs[2] = {s.acc.data() + a * JF, s.acc.data() + b * JF};
-  const float* const sc[2] = {s.scores.data() + a * ld + from, s.scores.data() + b * ld + from};
-  const float invs[2] = {s.inv[static_cast<size_t>(a)], s.inv[static_cast<size_t>(b)]};
-  accumulate_values<HDc>(accs, sc, invs, vrows, m);
+  const float* const pr[2] = {s.scores.data() + a * ld + from, s.scores.data() + b * ld + from};
+  accumulate_values<HDc>(accs, pr, vrows, m, readable);
 }
 
 // Several query rows of one work item at once (its rows x the G heads of its kv head), two
@@ -85,7 +84,7 @@ template <int HDc>
                                                const std::vector<const float*>* extra_k,
                                                const std::vector<const float*>* extra_v, float scale,
                                                Scratch& scratch) {
-  std::vector<float>&scores = scratch.scores, &acc = scratch.acc, &inv = scratch.inv;
+  std::vector<float>&scores = scratch.scores, &acc = scratch.acc;
   constexpr int64_t JF = (HDc + 15) / 16 * 16;  // floats of a query's accumulators
   const int64_t Q = rows * G;
   int64_t ld = ns;
@@ -104,37 +103,39 @@ template <int HDc>
   };
   constexpr int64_t kBlock = 64;  // keys scored (and weighed, below) per pass over the queries
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock) {
-    // Rows come from KV blocks anywhere in the cache: ask for the next block's keys now, and for
-    // this block's values, which the value pass below reads.
-    prefetch_rows<HDc>(keys + n0 + kBlock, std::min<int64_t>(kBlock, ns - n0 - kBlock));
-    prefetch_rows<HDc>(vals + n0, std::min<int64_t>(kBlock, ns - n0));
+    // Rows come from KV blocks anywhere in the cache: the first pair asks for the key rows 16 to
+    // 32 ahead as it scores (and for the value rows 8 ahead as it weighs them, below); the other
+    // pairs find them in L1. (Asking for a block of 64 rows' keys and values at once, as before,
+    // overran the core's outstanding misses: a decode row at 1024 keys took 1.2-1.3x as long.)
     for (int64_t pi = 0; pi < P; ++pi) {
       const int64_t a = pair(pi, 0), b = pair(pi, 1);
       const float* const qs[2] = {query(a), query(b)};
       float* const dst[2] = {scores.data() + a * ld + n0, scores.data() + b * ld + n0};
-      score_chunk<HDc>(qs, keys + n0, std::min<int64_t>(kBlock, ns - n0), scale, dst);
+      score_chunk<HDc>(qs, keys + n0, std::min<int64_t>(kBlock, ns - n0), pi == 0 ? ns - n0 : 0, scale, dst);
     }
   }
-  inv.resize(static_cast<size_t>(Q));
   for (int64_t pi = 0; pi < P; ++pi) {
     const int64_t a = pair(pi, 0), b = pair(pi, 1);
     const std::vector<const float*>& ek = extra_k[a / G];  // a and b are heads of one row
     const int64_t ne = static_cast<int64_t>(ek.size()), nk = ns + ne;
     const float* const qs[2] = {query(a), query(b)};
     float* const dst[2] = {scores.data() + a * ld + ns, scores.data() + b * ld + ns};
-    score_chunk<HDc>(qs, ek.data(), ne, scale, dst);
+    score_chunk<HDc>(qs, ek.data(), ne, ne, scale, dst);
     for (int64_t i = 0; i < (b != a ? 2 : 1); ++i) {  // a query paired with itself: its scores exponentiated once
       const int64_t qi = i == 0 ? a : b;
-      inv[static_cast<size_t>(qi)] = nk == 0 ? 0.f : 1.f / softmax_numerators(scores.data() + qi * ld, nk);
+      if (nk > 0)
+        normalize(scores.data() + qi * ld, nk, 1.f / softmax_numerators(scores.data() + qi * ld, nk));
     }
   }
   // values_pair, not a lambda: a lambda is not cloned with the function for AVX-512.
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock)
     for (int64_t pi = 0; pi < P; ++pi)
-      values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(kBlock, ns - n0));
+      values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, n0, vals + n0, std::min<int64_t>(kBlock, ns - n0),
+                       pi == 0 ? ns - n0 : 0);
   for (int64_t pi = 0; pi < P; ++pi) {
     const std::vector<const float*>& ev = extra_v[pair(pi, 0) / G];
-    values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, ns, ev.data(), static_cast<int64_t>(ev.size()));
+    values_pair<HDc>(scratch, pair(pi, 0), pair(pi, 1), ld, ns, ev.data(), static_cast<int64_t>(ev.size()),
+                     static_cast<int64_t>(ev.size()));
   }
   for (int64_t qi = 0; qi < Q; ++qi)
     std::memcpy(out + (qi / G) * row_stride + (qi % G) * HDc, acc.data() + qi * JF, sizeof(float) * HDc);

@@ -69,6 +69,17 @@ template <int HD>
   return total;
 }
 
+// sc[i] *= inv for i < n: the softmax's probabilities (each the same product as one at a time).
+[[gnu::always_inline]] inline void normalize(float* sc, int64_t n, float inv) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v16f p = load16(sc + i) * inv;
+    std::memcpy(sc + i, &p, sizeof(p));
+  }
+  for (; i < n; ++i)
+    sc[i] *= inv;
+}
+
 // Asks for the cache lines of m (may be <= 0: none) rows of HDc floats.
 template <int HDc>
 [[gnu::always_inline]] inline void prefetch_rows(const float* const* rows, int64_t m) {
@@ -84,7 +95,7 @@ template <int HDc>
 // two halves): so a score does not depend on which keys or queries are computed beside it.
 template <int HDc>
 [[gnu::always_inline]] inline void score_chunk(const float* const q[2], const float* const* krows, int64_t m,
-                                               float scale, float* const dst[2]) {
+                                               int64_t readable, float scale, float* const dst[2]) {
   constexpr int J = (HDc + 15) / 16;
   v16f qv[2][J];
 #pragma GCC unroll 8
@@ -94,6 +105,7 @@ template <int HDc>
   }
   for (int64_t c0 = 0; c0 < m; c0 += 16) {  // 16 keys at a time, the queries kept in registers
     const int64_t mm = std::min<int64_t>(16, m - c0);
+    prefetch_rows<HDc>(krows + c0 + 16, std::min<int64_t>(16, readable - c0 - 16));
     v16f u[2][4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
@@ -151,17 +163,21 @@ template <int HDc>
   }
 }
 
-// Two queries' accumulators (J vectors each in memory) += sc[n] * inv * v[n] for n < m, in key
-// order, each value chunk loaded once for both.
+// Two queries' accumulators (J vectors each in memory) += pr[n] * v[n] for n < m, in key order,
+// each value chunk loaded once for both; pr: the queries' probabilities (scores already times their
+// softmax denominators' inverses), read from memory as broadcasts. Rows up to `readable` may be
+// read: the value rows 8 keys ahead are asked for as the loop goes (readable 0: none asked for).
 template <int HDc>
-[[gnu::always_inline]] inline void accumulate_values(float* const acc_mem[2], const float* const sc[2],
-                                                     const float inv[2], const float* const* vrows, int64_t m) {
+[[gnu::always_inline]] inline void accumulate_values(float* const acc_mem[2], const float* const pr[2],
+                                                     const float* const* vrows, int64_t m, int64_t readable) {
   constexpr int J = (HDc + 15) / 16;
   v16f acc[2][J];
   std::memcpy(acc[0], acc_mem[0], sizeof(acc[0]));
   std::memcpy(acc[1], acc_mem[1], sizeof(acc[1]));
   for (int64_t n = 0; n < m; ++n) {
-    const float p0 = sc[0][n] * inv[0], p1 = sc[1][n] * inv[1];
+    if (n + 8 < readable)
+      prefetch_rows<HDc>(vrows + n + 8, 1);
+    const float p0 = pr[0][n], p1 = pr[1][n];
 #pragma GCC unroll 8
     for (int j = 0; j < J; ++j) {
       const v16f vj = chunk<HDc>(vrows[n], j);
