@@ -94,7 +94,8 @@ void raw_free(Device d, void* p) noexcept {
 // small: cudaMalloc is a driver call and cudaFree synchronises the whole device, and a decode step
 // of a small model allocates hundreds of temporaries of a few KiB (freeing each made a batch-1
 // step of the built-in policy take 3.2 ms on an H200). Sizes are rounded to 8 classes per power
-// of two (<= 12.5% waste; 512 bytes at least on a GPU). At most kMaxIdle bytes per device wait
+// of two (<= 12.5% waste; 512 bytes at least on a GPU), and a request takes the smallest idle
+// block of its class or up to twice it (kReuseSlack). At most kMaxIdle bytes per device wait
 // for reuse. A host block past the budget is returned; a device free that would go past it first
 // returns every idle device block (of all threads), so that blocks nobody will reuse (a dropped
 // model's weights, another thread's) cannot keep the budget full and send every later free to
@@ -111,6 +112,11 @@ void raw_free(Device d, void* p) noexcept {
 class BlockCache {
  public:
   static constexpr size_t kMinHost = size_t{256} << 10, kMinDevice = 512, kMaxIdle = size_t{1} << 30;
+  // An idle block serves a request up to this many times smaller than it (the smallest such
+  // block): a buffer's size often moves a class or two from one step to the next (a training
+  // step's activations follow its token count), and a fresh host block costs a page fault and a
+  // zeroed page for every page it touches.
+  static constexpr size_t kReuseSlack = 2;
   using Pool = std::multimap<size_t, void*>;  // size class -> idle block
 
   static size_t size_class(Device d, size_t bytes) {
@@ -132,12 +138,12 @@ class BlockCache {
       std::lock_guard<std::mutex> lock(mu_);
       auto pool = idle_.find(owner(d));
       if (pool != idle_.end()) {
-        auto it = pool->second.find(cls);
-        if (it != pool->second.end()) {
+        auto it = pool->second.lower_bound(cls);
+        if (it != pool->second.end() && it->first <= kReuseSlack * cls) {
           void* p = it->second;
+          live_[p] = it->first;  // freed back to its own class
+          idle_bytes_ -= it->first;
           pool->second.erase(it);
-          idle_bytes_ -= cls;
-          live_[p] = cls;
           return p;
         }
       }

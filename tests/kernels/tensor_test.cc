@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -105,6 +106,22 @@ void expect_reuse(Device d, size_t bytes, bool across_threads) {
 
 TEST(Device, HostBlocksAreReusedByAnyThread) {
   expect_reuse(Device::CPU, (size_t{5} << 20) + 7, true);  // a size class no other test here uses
+}
+
+// A request takes an idle block of a larger class, up to twice its own (a training step's
+// buffers follow its token count): no fresh pages, so the freed block's bytes are still there.
+TEST(Device, AHostRequestTakesAnIdleBlockUpToTwiceItsSize) {
+  const size_t big = (size_t{7} << 20) + 11, small = (size_t{9} << 19) + 3;  // classes no other test here uses
+  auto* a = static_cast<unsigned char*>(device_alloc(Device::CPU, big));
+  std::memset(a, 0x5a, big);
+  device_free(Device::CPU, a);
+  auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, small));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(b[small - 1], 0x5a) << "a fresh block, not the idle one";
+  device_free(Device::CPU, b);
+  void* c = device_alloc(Device::CPU, big);  // b went back to its own (the larger) class
+  EXPECT_EQ(c, a);
+  device_free(Device::CPU, c);
 }
 
 TEST(Device, CudaBlocksAreReusedOnlyByTheThreadThatFreedThem) {
