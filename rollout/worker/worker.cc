@@ -57,7 +57,7 @@ Worker::Worker(WorkerOptions options, std::shared_ptr<const PolicyModel> policy,
   UPD_REQUIRE(options_.window_seconds > 0) << "worker: window_seconds must be positive";
   block_size_ = options_.engine.block_size;
   kv_blocks_ = KvCache::blocks_for_bytes(policy->kv_shape(), block_size_, options_.engine.kv_cache_bytes);
-  engine_for(GenMode::kServing);  // built here: its caches are first touched before the first request
+  engine_for(GenMode::kServing);  // built here: its caches are allocated before the first request
   {
     std::lock_guard<std::mutex> lock(mu_);
     publish_state();

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,21 @@ inline PolicyConfig spec_config() {
   c.vocab_size = 16;
   c.eos_token_ids = {};
   return c;
+}
+
+// Fills every entry of a host cache with NaN. Host caches are not cleared (kv_cache.cc), so a
+// forward that read an entry no forward, keep() or share_prefix() had written would give NaN.
+inline void poison(KvCache& cache) {
+  for (int64_t l = 0; l < cache.shape().layers; ++l) {
+    const ops::PagedKv kv = cache.layer(l);
+    for (Tensor t : {kv.k_cache, kv.v_cache}) {
+      ASSERT_EQ(t.device(), Device::CPU);
+      if (t.dtype() == DType::F32)
+        std::fill_n(t.data<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());
+      else
+        std::fill_n(static_cast<uint16_t*>(t.raw()), t.numel(), uint16_t{0x7fc0});  // bf16 / f16 NaN
+    }
+  }
 }
 
 // The policy's logits after feeding `tokens` to a fresh sequence (its last position).
