@@ -9,8 +9,9 @@
 // host_weight_empty: a CPU tensor carved from 2 MiB-aligned chunks of at least 32 MiB that are
 //   advised to the kernel as huge pages (madvise MADV_HUGEPAGE), for long-lived tensors that
 //   are read far more than written (ops::prepare_linear's panels). Tensors share their chunk,
-//   which is freed with its last tensor (the arena keeps the chunk it is filling). 64-byte
-//   aligned. Thread-safe.
+//   whose memory goes back to the arena with its last tensor (the arena keeps the chunk it is
+//   filling, and up to 512 MiB of freed chunks for the next ones: a worker packs each policy
+//   version's weights anew). 64-byte aligned. Thread-safe.
 // host_weight_bytes: the same, as `bytes` raw bytes (64-byte aligned) held by the pointer.
 // StreamedWeights<T>: a buffer of T there, for weight copies that are not tensors.
 // advise_huge_pages: the same advice for [p, p + bytes) where p and bytes are multiples of 2 MiB

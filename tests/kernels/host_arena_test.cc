@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -114,6 +115,22 @@ TEST(HostArena, LargeHostBlocksAreInHugePagesToo) {
   Tensor t = Tensor::empty({int64_t{3} << 20}, DType::F32);  // 12 MiB, from device_alloc (a KV cache's way)
   std::memset(t.raw(), 1, t.nbytes());
   EXPECT_GT(huge_kb_at(t.raw()), 0);
+}
+
+// A chunk whose tensors are all gone is kept for a later chunk of its size (a worker packs each
+// policy version's weights anew), not returned: the third block below is the first one's memory,
+// still holding what was written there (fresh pages would read zero).
+TEST(HostArena, AFreedChunkIsReusedByTheNextChunkOfItsSize) {
+  const size_t bytes = size_t{46} << 20;  // a chunk of its own, of a size no other test here asks for
+  std::shared_ptr<void> first = host_weight_bytes(bytes);
+  std::memset(first.get(), 0x5a, bytes);
+  const void* at = first.get();
+  first.reset();                                            // the arena still fills its chunk
+  std::shared_ptr<void> second = host_weight_bytes(bytes);  // a new chunk: the first one goes idle
+  std::shared_ptr<void> third = host_weight_bytes(bytes);   // a new chunk again: the idle one
+  EXPECT_NE(second.get(), at);
+  ASSERT_EQ(third.get(), at);
+  EXPECT_EQ(static_cast<const unsigned char*>(third.get())[bytes / 2], 0x5a) << "fresh pages, not the freed chunk";
 }
 
 }  // namespace
