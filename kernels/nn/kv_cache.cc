@@ -1,8 +1,25 @@
 #include "kernels/nn/kv_cache.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 
 namespace updraft {
+namespace {
+
+// Every element of a host tensor of floats NaN (f32; bf16 and f16 share the pattern 0x7fc0).
+void fill_nan(Tensor& t) {
+  if (t.dtype() == DType::F32) {
+    std::fill_n(t.data<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  UPD_CHECK(dtype_size(t.dtype()) == 2) << "KV cache: no NaN for a cache of " << dtype_size(t.dtype())
+                                        << "-byte values";
+  std::fill_n(static_cast<uint16_t*>(t.raw()), t.numel(), uint16_t{0x7fc0});
+}
+
+}  // namespace
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_size)
     : shape_(shape), num_blocks_(num_blocks), block_size_(block_size) {
@@ -15,11 +32,18 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, int64_t block_si
   // cache that is mostly never used (a worker builds one per engine, and an engine per policy
   // version: in the demo, page clearing took 8% of the process's CPU time). Device caches are
   // cleared (one memset on the device), so that no kernel there ever meets stale bit patterns.
+  // UPDRAFT_KV_POISON=1 fills new host caches with NaN instead: a read of an unwritten entry then
+  // shows in the logits (the engine tests' check of the contract above; a debugging aid).
+  const bool host = shape.device == Device::CPU;
   for (int64_t l = 0; l < shape.layers; ++l) {
-    const bool host = shape.device == Device::CPU;
     k_.push_back(host ? Tensor::empty(s, shape.dtype, shape.device) : Tensor::zeros(s, shape.dtype, shape.device));
     v_.push_back(host ? Tensor::empty(s, shape.dtype, shape.device) : Tensor::zeros(s, shape.dtype, shape.device));
   }
+  const char* poison = std::getenv("UPDRAFT_KV_POISON");
+  if (host && poison != nullptr && std::strcmp(poison, "0") != 0)
+    for (std::vector<Tensor>* c : {&k_, &v_})
+      for (Tensor& t : *c)
+        fill_nan(t);
   for (int64_t b = num_blocks - 1; b >= 0; --b)
     free_.push_back(static_cast<int32_t>(b));
   holders_.assign(static_cast<size_t>(num_blocks), 0);

@@ -36,8 +36,8 @@ class PolicyForward : public ::testing::TestWithParam<PolicyArch> {
   void SetUp() override {
     cfg_ = tiny_config(GetParam());
     model_ = std::make_unique<PolicyModel>(random_policy(cfg_, 7, DType::BF16));
+    testing_models::ScopedKvPoison poison;  // every test below also checks that no unwritten entry is read
     cache_ = std::make_unique<KvCache>(model_->kv_shape(), 64, 4);
-    testing_models::poison(*cache_);  // every test below also checks that no unwritten entry is read
   }
 
   // Logits of every position of `tokens` fed in chunks of `chunk` to a fresh sequence.

@@ -93,6 +93,27 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalWithEveryProductOnAmxPanels) {
   ops::set_cpu_bf16_kernel(saved);
 }
 
+// Host KV caches are not cleared (kernels/nn/kv_cache.cc). Here every cache starts as NaN, so a
+// forward that read an entry no forward, keep() or share_prefix() wrote would show in the
+// logprobs: plain decoding, a chain, a tree and merged trees, with prefixes shared between siblings.
+TEST_F(SpecEngine, NoStepReadsACacheEntryBeforeItIsWritten) {
+  const std::vector<GenRequest> reqs = sibling_requests();
+  const auto clean = run(reqs, 8, nullptr);
+  testing_models::ScopedKvPoison poison;
+  ASSERT_NO_FATAL_FAILURE(testing_models::expect_same_outputs(run(reqs, 8, nullptr), clean, "plain"));
+  for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 8}}) {
+    ASSERT_NO_FATAL_FAILURE(
+        testing_models::expect_same_outputs(run(reqs, 8, &s), clean, "top_k " + std::to_string(s.top_k)));
+    EngineOptions o;
+    o.kv_cache_bytes = 64 << 20;
+    o.spec = s;
+    o.suffix = testing_spec::both();
+    ASSERT_NO_FATAL_FAILURE(
+        testing_models::expect_same_outputs(testing_spec::run_waves(*model_, draft_.get(), reqs, o, 10), clean,
+                                            "merged, top_k " + std::to_string(s.top_k)));
+  }
+}
+
 TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecoding) {
   const std::vector<GenRequest> reqs = greedy_requests();
   const auto plain = run(reqs, 64, nullptr);

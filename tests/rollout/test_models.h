@@ -3,8 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <limits>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,20 +43,16 @@ inline PolicyConfig spec_config() {
   return c;
 }
 
-// Fills every entry of a host cache with NaN. Host caches are not cleared (kv_cache.cc), so a
-// forward that read an entry no forward, keep() or share_prefix() had written would give NaN.
-inline void poison(KvCache& cache) {
-  for (int64_t l = 0; l < cache.shape().layers; ++l) {
-    const ops::PagedKv kv = cache.layer(l);
-    for (Tensor t : {kv.k_cache, kv.v_cache}) {
-      ASSERT_EQ(t.device(), Device::CPU);
-      if (t.dtype() == DType::F32)
-        std::fill_n(t.data<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());
-      else
-        std::fill_n(static_cast<uint16_t*>(t.raw()), t.numel(), uint16_t{0x7fc0});  // bf16 / f16 NaN
-    }
-  }
-}
+// While it lives, new host KV caches start as NaN (UPDRAFT_KV_POISON, kv_cache.cc): host caches
+// are not cleared, so a kernel that read an entry no forward, keep() or share_prefix() had
+// written would give NaN logits.
+class ScopedKvPoison {
+ public:
+  ScopedKvPoison() { setenv("UPDRAFT_KV_POISON", "1", 1); }
+  ~ScopedKvPoison() { unsetenv("UPDRAFT_KV_POISON"); }
+  ScopedKvPoison(const ScopedKvPoison&) = delete;
+  ScopedKvPoison& operator=(const ScopedKvPoison&) = delete;
+};
 
 // The policy's logits after feeding `tokens` to a fresh sequence (its last position).
 inline std::vector<float> last_logits(const PolicyModel& m, const std::vector<int32_t>& tokens) {
