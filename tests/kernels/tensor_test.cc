@@ -4,7 +4,9 @@
 
 #include <cstring>
 #include <limits>
+#include <set>
 #include <thread>
+#include <vector>
 
 namespace updraft {
 namespace {
@@ -111,7 +113,7 @@ TEST(Device, HostBlocksAreReusedByAnyThread) {
 // A request takes an idle block of a larger class, up to twice its own (a training step's
 // buffers follow its token count): no fresh pages, so the freed block's bytes are still there.
 TEST(Device, AHostRequestTakesAnIdleBlockUpToTwiceItsSize) {
-  const size_t big = (size_t{7} << 20) + 11, small = (size_t{9} << 19) + 3;  // classes no other test here uses
+  const size_t big = (size_t{60} << 20) + 11, small = (size_t{40} << 20) + 3;  // no other test here has blocks between
   auto* a = static_cast<unsigned char*>(device_alloc(Device::CPU, big));
   std::memset(a, 0x5a, big);
   device_free(Device::CPU, a);
@@ -122,6 +124,30 @@ TEST(Device, AHostRequestTakesAnIdleBlockUpToTwiceItsSize) {
   void* c = device_alloc(Device::CPU, big);  // b went back to its own (the larger) class
   EXPECT_EQ(c, a);
   device_free(Device::CPU, c);
+}
+
+// A host free past the idle budget (1 GiB) lets the blocks idle the longest go, not itself: of
+// three 384 MiB blocks freed in turn, the last two stay (each still holds what was written).
+TEST(Device, AFullHostPoolLetsItsLongestIdleBlocksGo) {
+  const size_t bytes = size_t{384} << 20;  // a size class of its own; two fill most of the budget
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) {
+    auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    b[0] = static_cast<unsigned char>(1 + i);
+    blocks.push_back(b);
+  }
+  for (void* b : blocks)
+    device_free(Device::CPU, b);
+  std::set<int> kept;
+  std::vector<void*> again;
+  for (int i = 0; i < 2; ++i) {
+    auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    kept.insert(b[0]);
+    again.push_back(b);
+  }
+  EXPECT_EQ(kept, (std::set<int>{2, 3}));
+  for (void* b : again)
+    device_free(Device::CPU, b);
 }
 
 TEST(Device, CudaBlocksAreReusedOnlyByTheThreadThatFreedThem) {
