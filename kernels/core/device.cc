@@ -1,6 +1,7 @@
 #include "kernels/core/device.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -96,7 +97,9 @@ void raw_free(Device d, void* p) noexcept {
 // step of the built-in policy take 3.2 ms on an H200). Sizes are rounded to 8 classes per power
 // of two (<= 12.5% waste; 512 bytes at least on a GPU), and a request takes the smallest idle
 // block of its class or up to twice it (kReuseSlack). At most kMaxIdle bytes per device wait
-// for reuse. A host block past the budget is returned; a device free that would go past it first
+// for reuse. A host free past the budget returns the blocks idle the longest until it fits (the
+// demo's engines, one per policy version, left their KV caches' blocks filling the budget, and
+// every later free was returned: 4.4 GiB over a run); a device free that would go past it first
 // returns every idle device block (of all threads), so that blocks nobody will reuse (a dropped
 // model's weights, another thread's) cannot keep the budget full and send every later free to
 // cudaFree and its device-wide wait.
@@ -117,7 +120,11 @@ class BlockCache {
   // step's activations follow its token count), and a fresh host block costs a page fault and a
   // zeroed page for every page it touches.
   static constexpr size_t kReuseSlack = 2;
-  using Pool = std::multimap<size_t, void*>;  // size class -> idle block
+  struct Idle {
+    void* p;
+    uint64_t freed;  // when it was freed (a count of frees): the oldest host block goes first
+  };
+  using Pool = std::multimap<size_t, Idle>;  // size class -> idle block
 
   static size_t size_class(Device d, size_t bytes) {
     if (d == Device::CPU && bytes < kMinHost)
@@ -140,7 +147,7 @@ class BlockCache {
       if (pool != idle_.end()) {
         auto it = pool->second.lower_bound(cls);
         if (it != pool->second.end() && it->first <= kReuseSlack * cls) {
-          void* p = it->second;
+          void* p = it->second.p;
           live_[p] = it->first;  // freed back to its own class
           idle_bytes_ -= it->first;
           pool->second.erase(it);
@@ -183,9 +190,9 @@ class BlockCache {
           ++pool;
           continue;
         }
-        for (auto& [cls, p] : pool->second) {
+        for (auto& [cls, idle] : pool->second) {
           idle_bytes_ -= cls;
-          gone.push_back(p);
+          gone.push_back(idle.p);
         }
         pool = idle_.erase(pool);
       }
@@ -196,7 +203,26 @@ class BlockCache {
 
   std::mutex mu_;
   std::unordered_map<void*, size_t> live_;
+  // Host: releases the longest idle blocks (into `gone`) until `cls` more bytes fit the budget;
+  // false when they cannot (mu_ held).
+  bool make_room(size_t cls, std::vector<void*>& gone) {
+    if (cls > kMaxIdle)
+      return false;
+    Pool& pool = idle_[owner(Device::CPU)];
+    while (idle_bytes_ + cls > kMaxIdle && !pool.empty()) {
+      auto oldest = pool.begin();
+      for (auto it = pool.begin(); it != pool.end(); ++it)
+        if (it->second.freed < oldest->second.freed)
+          oldest = it;
+      idle_bytes_ -= oldest->first;
+      gone.push_back(oldest->second.p);
+      pool.erase(oldest);
+    }
+    return idle_bytes_ + cls <= kMaxIdle;
+  }
+
   std::map<std::thread::id, Pool> idle_;  // by the thread that freed the blocks (host: one pool)
+  uint64_t frees_ = 0;
   size_t idle_bytes_ = 0;
 };
 
@@ -213,11 +239,12 @@ struct ReleaseAtThreadExit {
 
 void BlockCache::free(Device d, void* p) noexcept {
   size_t cls = 0;
+  std::vector<void*> gone;  // host blocks idle the longest, let go to make room (after the lock)
   // Files p as idle if the budget allows (mu_ held).
   auto keep = [&] {
     if (idle_bytes_ + cls > kMaxIdle)
       return false;
-    idle_[owner(d)].emplace(cls, p);
+    idle_[owner(d)].emplace(cls, Idle{p, ++frees_});
     idle_bytes_ += cls;
     p = nullptr;
     return true;
@@ -228,9 +255,13 @@ void BlockCache::free(Device d, void* p) noexcept {
     if (it != live_.end()) {
       cls = it->second;
       live_.erase(it);
+      if (d == Device::CPU)
+        make_room(cls, gone);
       keep();
     }
   }
+  for (void* q : gone)
+    raw_free(d, q);
   if (p != nullptr && d != Device::CPU && cls != 0 && cls <= kMaxIdle) {  // over: return every idle block first
     release_idle(d);
     std::lock_guard<std::mutex> lock(mu_);

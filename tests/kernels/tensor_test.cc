@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <limits>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -123,6 +124,30 @@ TEST(Device, AHostRequestTakesAnIdleBlockUpToTwiceItsSize) {
   void* c = device_alloc(Device::CPU, big);  // b went back to its own (the larger) class
   EXPECT_EQ(c, a);
   device_free(Device::CPU, c);
+}
+
+// A host free past the idle budget (1 GiB) lets the blocks idle the longest go, not itself: of
+// three 384 MiB blocks freed in turn, the last two stay (each still holds what was written).
+TEST(Device, AFullHostPoolLetsItsLongestIdleBlocksGo) {
+  const size_t bytes = size_t{384} << 20;  // a size class of its own; two fill most of the budget
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) {
+    auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    b[0] = static_cast<unsigned char>(1 + i);
+    blocks.push_back(b);
+  }
+  for (void* b : blocks)
+    device_free(Device::CPU, b);
+  std::set<int> kept;
+  std::vector<void*> again;
+  for (int i = 0; i < 2; ++i) {
+    auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    kept.insert(b[0]);
+    again.push_back(b);
+  }
+  EXPECT_EQ(kept, (std::set<int>{2, 3}));
+  for (void* b : again)
+    device_free(Device::CPU, b);
 }
 
 TEST(Device, CudaBlocksAreReusedOnlyByTheThreadThatFreedThem) {
