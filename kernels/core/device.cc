@@ -204,10 +204,10 @@ class BlockCache {
   std::mutex mu_;
   std::unordered_map<void*, size_t> live_;
   // Host: releases the longest idle blocks (into `gone`) until `cls` more bytes fit the budget;
-  // false when they cannot (mu_ held).
-  bool make_room(size_t cls, std::vector<void*>& gone) {
+  // none for a block over the whole budget, which is returned itself (mu_ held).
+  void make_room(size_t cls, std::vector<void*>& gone) {
     if (cls > kMaxIdle)
-      return false;
+      return;
     Pool& pool = idle_[owner(Device::CPU)];
     while (idle_bytes_ + cls > kMaxIdle && !pool.empty()) {
       auto oldest = pool.begin();
@@ -218,7 +218,6 @@ class BlockCache {
       gone.push_back(oldest->second.p);
       pool.erase(oldest);
     }
-    return idle_bytes_ + cls <= kMaxIdle;
   }
 
   std::map<std::thread::id, Pool> idle_;  // by the thread that freed the blocks (host: one pool)

@@ -48,10 +48,25 @@ inline PolicyConfig spec_config() {
 // written would give NaN logits.
 class ScopedKvPoison {
  public:
-  ScopedKvPoison() { setenv("UPDRAFT_KV_POISON", "1", 1); }
-  ~ScopedKvPoison() { unsetenv("UPDRAFT_KV_POISON"); }
+  ScopedKvPoison() {
+    const char* was = std::getenv("UPDRAFT_KV_POISON");
+    had_ = was != nullptr;
+    if (had_)
+      was_ = was;
+    setenv("UPDRAFT_KV_POISON", "1", 1);
+  }
+  ~ScopedKvPoison() {  // the environment as it was
+    if (had_)
+      setenv("UPDRAFT_KV_POISON", was_.c_str(), 1);
+    else
+      unsetenv("UPDRAFT_KV_POISON");
+  }
   ScopedKvPoison(const ScopedKvPoison&) = delete;
   ScopedKvPoison& operator=(const ScopedKvPoison&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string was_;
 };
 
 // The policy's logits after feeding `tokens` to a fresh sequence (its last position).
