@@ -13,11 +13,18 @@ __attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor&
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
   float* o = out.data<float>();
-  // 16 at a time (a vector exp); worth two threads from tens of thousands of elements.
-  const int64_t chunks = (n + 15) / 16;
+  // 16 at a time (a vector exp); worth two threads from tens of thousands of elements. Whole
+  // chunks load and store whole vectors: a copy of a variable length is a call to memcpy, and
+  // three of them per chunk (with the vector bounced through memory) made this 14 us a layer of
+  // the built-in policy at 9 rows, a tenth of the verification's forward.
+  const int64_t chunks = n / 16;
 #pragma omp parallel for schedule(static) if (n > (1 << 15))
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i = c * 16, len = std::min<int64_t>(16, n - i);
+    const v16f gv = load16(g + c * 16), uv = load16(u + c * 16);
+    const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
+    std::memcpy(o + c * 16, &ov, sizeof ov);
+  }
+  if (const int64_t i = chunks * 16, len = n - i; len > 0) {  // the last, partial chunk: the same lanes' math
     const v16f gv = load16_partial(g + i, len, 0.f), uv = load16_partial(u + i, len, 0.f);
     const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
     std::memcpy(o + i, &ov, sizeof(float) * static_cast<size_t>(len));

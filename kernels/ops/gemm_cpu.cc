@@ -171,8 +171,11 @@ template <typename Prep, typename Kernel, typename Elem>
 void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* products, size_t count, Prep prep,
                       Kernel kernel, GemvTiles tiles, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
   const int64_t Kp = (K + 31) / 32 * 32;
-  buf.resize(static_cast<size_t>(T * Kp));
-  Elem* const xb = buf.data();  // the caller's thread-local buffer; the workers see it through xb
+  // The caller's thread-local buffer, the workers see it through xb. Grown, never shrunk: a
+  // resize down and back up (a decode step between two verifications) zeroes the regrown part.
+  if (buf.size() < static_cast<size_t>(T * Kp))
+    buf.resize(static_cast<size_t>(T * Kp));
+  Elem* const xb = buf.data();
   const int64_t tile = gemv_tile_rows(T, tiles);
   // Tiles prepared in parallel once there are a few (each row's result is the same either way).
 #pragma omp parallel for schedule(static) if (T > tile && T * K > (1 << 13))

@@ -7,6 +7,7 @@
 
 #include "kernels/ops.h"
 #include "tests/kernels/rand_vec.h"
+#include "tests/kernels/reference.h"
 
 namespace updraft {
 namespace {
@@ -138,6 +139,33 @@ TEST(Rope, PositionZeroIsIdentityAndRotationKeepsNorms) {
   for (int i = 0; i < HD / 2; ++i) {
     const float a = xv[HD + i], b = xv[HD + i + HD / 2], c = y[HD + i], d = y[HD + i + HD / 2];
     EXPECT_NEAR(a * a + b * b, c * c + d * d, 1e-5);
+  }
+}
+
+// The CPU keeps the last call's angles for the next call with the same positions and frequencies
+// (a forward rotates every layer's q and k at the same ones): each call below changes one of
+// them, and each result must be that of its own positions and frequencies.
+TEST(Rope, ACallWithOtherPositionsOrFrequenciesGetsItsOwnAngles) {
+  const int64_t T = 3, NH = 2, HD = 16;
+  const auto xv = rand_vec(T * NH * HD, 11);
+  ops::RopeParams fast;
+  fast.theta = 500.f;
+  const Tensor inv_a = ops::rope_inv_freq({}, HD), inv_b = ops::rope_inv_freq(fast, HD);
+  struct Call {
+    std::vector<int32_t> pos;
+    const Tensor* inv;
+  };
+  const std::vector<Call> calls = {{{4, 5, 6}, &inv_a}, {{4, 5, 6}, &inv_a}, {{4, 5, 7}, &inv_a},
+                                   {{4, 5, 7}, &inv_b}, {{9, 10}, &inv_b},   {{4, 5, 6}, &inv_a}};
+  for (const Call& c : calls) {
+    const int64_t n = static_cast<int64_t>(c.pos.size());
+    const std::vector<float> in(xv.begin(), xv.begin() + n * NH * HD);
+    Tensor x = Tensor::from_f32(in, {n, NH, HD});
+    ops::rope(x, Tensor::from_i32(c.pos, {n}), *c.inv);
+    const auto want = ref::rope(ref::Vec(in.begin(), in.end()), c.pos, c.inv->to_f32_vector(), n, NH, HD);
+    const auto got = x.to_f32_vector();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5) << "element " << i << " at positions starting " << c.pos[0];
   }
 }
 
