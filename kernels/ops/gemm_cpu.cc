@@ -97,7 +97,8 @@ constexpr GemvTiles kDotTiles{kDotPanelsMaxT, kDotPanelsTileT, kDotPanelRows};
 // Thread `id` of `nt`'s share of fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against
 // weight rows [n0, n1) — over the whole [T, N] output, in the token tiles of `tiles`.
 // T <= tiles.whole: contiguous chunks of weight rows (multiples of 8), one per thread, each
-// streamed once; next = -1. Larger T: blocks of weight rows small enough to stay in L2 while
+// streamed once; next = -1 (linear_bf16_gemv splits several products as one, shared_rows_share
+// below). Larger T: blocks of weight rows small enough to stay in L2 while
 // every tile of tokens is multiplied with them, so the weights are read from memory once. Each
 // thread takes a contiguous run of blocks, and its last tile of a block gets next = the first
 // row of the thread's next block (else -1), so that a kernel can fetch that block from memory
@@ -167,6 +168,28 @@ void fma_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProd
   gemv_rows_bf16fma(xs, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
 }
 
+// T <= tiles.whole: thread `id` of `nt`'s share of the products of one x (q, k and v; gate and
+// up), fn(product, n0, n1) for each run of its weight rows. The products' rows, in units of
+// `align`, form one list and each thread takes a contiguous run of it (a run may end in one
+// product and go on in the next), so every thread gets the same number of units even where a
+// product's rows do not split evenly: k and v of the built-in policy (224 rows, 7 panels of 32)
+// gave one thread 8 panels of them and the other 6, and the whole team waited for the first.
+template <typename Fn>
+void shared_rows_share(const GemvProduct* products, size_t count, int64_t align, int64_t id, int64_t nt, Fn&& fn) {
+  int64_t total = 0;
+  for (size_t i = 0; i < count; ++i)
+    total += (products[i].N + align - 1) / align;
+  const int64_t u0 = total * id / nt, u1 = total * (id + 1) / nt;
+  int64_t base = 0;  // units before product i
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t units = (products[i].N + align - 1) / align;
+    const int64_t lo = std::max(u0, base), hi = std::min(u1, base + units);
+    if (lo < hi)
+      fn(products[i], (lo - base) * align, std::min(products[i].N, (hi - base) * align));
+    base += units;
+  }
+}
+
 template <typename Prep, typename Kernel, typename Elem>
 void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* products, size_t count, Prep prep,
                       Kernel kernel, GemvTiles tiles, std::vector<Elem, AlignedAllocator<Elem>>& buf) {
@@ -187,11 +210,17 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* 
 #pragma omp parallel if (work > (1 << 15))
   {
     const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-    for (size_t i = 0; i < count; ++i) {
-      const GemvProduct& p = products[i];
-      gemv_tiles_share(T, K, p.N, id, nt, tiles, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
-        kernel(xb + t0 * Kp, tn, K, Kp, p, n0, n1, p.y + t0 * p.N, next);
+    if (T <= tiles.whole) {
+      shared_rows_share(products, count, tiles.align, id, nt, [&](const GemvProduct& p, int64_t n0, int64_t n1) {
+        kernel(xb, T, K, Kp, p, n0, n1, p.y, int64_t{-1});
       });
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        const GemvProduct& p = products[i];
+        gemv_tiles_share(T, K, p.N, id, nt, tiles, [&](int64_t t0, int64_t tn, int64_t n0, int64_t n1, int64_t next) {
+          kernel(xb + t0 * Kp, tn, K, Kp, p, n0, n1, p.y + t0 * p.N, next);
+        });
+      }
     }
   }
 }
