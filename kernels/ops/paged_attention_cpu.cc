@@ -104,9 +104,9 @@ template <int HDc>
   constexpr int64_t kBlock = 64;  // keys scored (and weighed, below) per pass over the queries
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock) {
     // Rows come from KV blocks anywhere in the cache: the first pair asks for the key rows 16 to
-    // 32 ahead as it scores (and for the value rows 8 ahead as it weighs them, below); the other
-    // pairs find them in L1. (Asking for a block of 64 rows' keys and values at once, as before,
-    // overran the core's outstanding misses: a decode row at 512-1024 keys took 1.1-1.35x as long.)
+    // 32 ahead as it scores (and for the value rows 8 ahead as it weighs them, below), and for
+    // both kFarRows ahead into L2; the other pairs find them in L1. (Asking for a block of 64 rows' keys and values at
+    // once, as before, overran the core's outstanding misses: a decode row at 512-1024 keys took 1.1-1.35x as long.)
     for (int64_t pi = 0; pi < P; ++pi) {
       const int64_t a = pair(pi, 0), b = pair(pi, 1);
       const float* const qs[2] = {query(a), query(b)};
