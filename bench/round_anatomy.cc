@@ -104,7 +104,7 @@ class DraftRows {
     }
     const Tensor fed = Tensor::zeros({rows, features ? A_ * H_ : H_}, act_);
     const double t0 = now_s();
-    d_.forward(cache_, st, fed);
+    d_.forward(cache_, st, fed, /*states_at_logit_rows=*/features);  // as the engine absorbs
     const double t = now_s() - t0;
     cache_.truncate(kv_, ctx_);
     return t;

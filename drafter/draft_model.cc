@@ -226,7 +226,26 @@ bool DraftModel::shares_prepared_weights(const DraftModel& o) const {
          same(layer_.attn.q, o.layer_.attn.q) && same(layer_.mlp.down, o.layer_.mlp.down);
 }
 
-DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden) const {
+namespace {
+
+// Whether every step's logit rows are its last rows, in order, and no step has a tree mask: then
+// those rows alone can attend (each a causal row over every key before it and itself).
+bool logit_rows_are_suffixes(const std::vector<SeqStep>& steps) {
+  for (const SeqStep& s : steps) {
+    const auto n = static_cast<int32_t>(s.tokens.size()), k = static_cast<int32_t>(s.logit_rows.size());
+    if (s.tree_mask.defined())
+      return false;
+    for (int32_t j = 0; j < k; ++j)
+      if (s.logit_rows[static_cast<size_t>(j)] != n - k + j)
+        return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden,
+                             bool states_at_logit_rows) const {
   const int64_t H = cfg_.hidden_size, Ht = cfg_.target_hidden_size, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads,
                 HD = cfg_.head_dim;
   const DType act = target_.act_dtype;
@@ -270,29 +289,50 @@ DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const 
   ops::copy_rows(nh, pb.src_rows, a.reshape({2 * T, H}), Tensor::from_i32(odd, {T}));
 
   Tensor q = Tensor::empty({T, NH, HD}, act, d), k = Tensor::empty({T, NKV, HD}, act, d),
-         v = Tensor::empty({T, NKV, HD}, act, d), attn = Tensor::empty({T, NH, HD}, act, d);
+         v = Tensor::empty({T, NKV, HD}, act, d);
   nn::project_qkv(a, layer_.attn, {NH, NKV, HD, cfg_.rms_norm_eps}, i32_on(pb.positions, d), inv_freq_, q, k, v);
   const ops::PagedKv kv = cache.layer(0);
   ops::copy_rows(k, pb.src_rows, kv.k_cache, pb.dst_slots);
   ops::copy_rows(v, pb.src_rows, kv.v_cache, pb.dst_slots);
-  ops::paged_attention(q, kv, pb.block_table, pb.kv_len, pb.q_start, pb.tree_mask,
-                       1.0f / std::sqrt(static_cast<float>(HD)), attn, pb.mask_len);
-  nn::PagedBatch::advance(steps);
 
-  Tensor h = Tensor::empty({T, H}, act, d);
-  ops::linear(attn.reshape({T, NH * HD}), layer_.attn.o, nullptr, h);
-  ops::add(cfg_.norm_before_residual ? nh : x, h, h);  // h1
-  Tensor m = Tensor::empty({T, H}, act, d), gate = Tensor::empty({T, cfg_.intermediate_size}, act, d),
-         up = Tensor::empty({T, cfg_.intermediate_size}, act, d);
+  // The rows that go on: all T, or only the logit rows (their queries, residuals and q_start).
+  const bool compact = states_at_logit_rows && R < T && logit_rows_are_suffixes(steps);
+  const int64_t Ta = compact ? R : T;
+  Tensor res = cfg_.norm_before_residual ? nh : x, q_start = pb.q_start;
+  if (compact) {
+    Tensor qa = Tensor::empty({R, NH, HD}, act, d), ra = Tensor::empty({R, H}, act, d);
+    ops::copy_rows(q, pb.logit_rows, qa, pb.out_rows);
+    ops::copy_rows(res, pb.logit_rows, ra, pb.out_rows);
+    q = qa;
+    res = ra;
+    std::vector<int32_t> starts = {0};
+    for (const SeqStep& s : steps)
+      starts.push_back(starts.back() + static_cast<int32_t>(s.logit_rows.size()));
+    q_start = Tensor::from_i32(starts, {static_cast<int64_t>(starts.size())});
+  }
+  nn::PagedBatch::advance(steps);
+  if (Ta == 0) {  // only absorbing: every key and value is written, no row goes on
+    out.state = Tensor::empty({0, H}, act, d);
+    return out;
+  }
+  Tensor attn = Tensor::empty({Ta, NH, HD}, act, d);
+  ops::paged_attention(q, kv, pb.block_table, pb.kv_len, q_start, pb.tree_mask,
+                       1.0f / std::sqrt(static_cast<float>(HD)), attn, pb.mask_len);
+
+  Tensor h = Tensor::empty({Ta, H}, act, d), mo = Tensor::empty({Ta, H}, act, d);
+  ops::linear(attn.reshape({Ta, NH * HD}), layer_.attn.o, nullptr, h);
+  ops::add(res, h, h);  // h1
+  Tensor m = Tensor::empty({Ta, H}, act, d), gate = Tensor::empty({Ta, cfg_.intermediate_size}, act, d),
+         up = Tensor::empty({Ta, cfg_.intermediate_size}, act, d);
   ops::rms_norm(h, layer_.post_attention_norm, cfg_.rms_norm_eps, m);
-  nn::gated_mlp(m, layer_.mlp, gate, up, e);  // e reused as the MLP output
-  ops::add(h, e, h);                          // h2
+  nn::gated_mlp(m, layer_.mlp, gate, up, mo);
+  ops::add(h, mo, h);  // h2
   if (cfg_.feed_back_normed)
     ops::rms_norm(h, final_norm_, cfg_.rms_norm_eps, h);
   out.state = h;
   if (R > 0) {
     Tensor hr = Tensor::empty({R, H}, act, d);
-    ops::copy_rows(h, pb.logit_rows, hr, pb.out_rows);
+    ops::copy_rows(h, compact ? pb.out_rows : pb.logit_rows, hr, pb.out_rows);
     if (!cfg_.feed_back_normed)
       ops::rms_norm(hr, final_norm_, cfg_.rms_norm_eps, hr);
     out.logits = Tensor::empty({R, cfg_.draft_vocab_size}, DType::F32, d);

@@ -9,7 +9,12 @@
 // Then res = hidden (or RMSNorm_hid(hidden) with norm_before_residual); h1 = res + o(attn);
 // h2 = h1 + mlp(RMSNorm_post(h1)). It returns for every row the state fed back at the next step
 // (h2, or RMSNorm_final(h2) with feed_back_normed) and, for the rows asked, the draft-vocabulary
-// logits lm_head(RMSNorm_final(h2)) in f32.
+// logits lm_head(RMSNorm_final(h2)) in f32. With states_at_logit_rows, where every sequence's
+// logit rows are its last rows and no step has a tree mask, only those rows go past the KV writes
+// (attention, o, the MLP): the pass that absorbs committed pairs needs every row's keys and values
+// but only the last row's state, and its other rows' MLP was most of its cost. out.state is then
+// [R, H], in the logits' order; each row's values are bitwise those of the full pass (every op
+// computes a row the same whatever rows are beside it). Otherwise the flag changes nothing.
 // Draft id j stands for target id vocab().to_target(j). The token embedding is the policy's
 // table, shared and never modified. RoPE comes from the draft config; the caller gives each row
 // its position (pair (h_p, x_{p+1}) at p, draft step k at p + k).
@@ -95,7 +100,8 @@ class DraftModel {
   // The EAGLE-format tensors, as stored (checkpoint dtype, CPU) — what save() writes.
   const std::vector<std::pair<std::string, Tensor>>& tensors() const { return stored_; }
 
-  DraftOut forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden) const;
+  DraftOut forward(KvCache& cache, std::vector<SeqStep>& steps, const Tensor& hidden,
+                   bool states_at_logit_rows = false) const;
 
  private:
   DraftConfig cfg_;

@@ -77,7 +77,6 @@ int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<
   const int64_t W = first.numel() / first.size(0);
   Tensor hidden = Tensor::empty({T, W}, first.dtype(), first.device());
   std::vector<SeqStep> steps(all.size());
-  std::vector<int32_t> last_rows;
   int64_t row = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     Seq& s = *all[i];
@@ -86,13 +85,12 @@ int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<
     row += s.pending();
     steps[i].kv = &s.dkv;
     steps[i].tokens = s.pending_tokens;
-    if (i < proposers.size()) {
+    if (i < proposers.size())
       steps[i].logit_rows = {static_cast<int32_t>(s.pending() - 1)};
-      last_rows.push_back(static_cast<int32_t>(row - 1));
-    }
   }
   UPD_CHECK(row == T) << "draft_step: pending rows " << row << " != pairs " << T;
-  DraftOut out = drafter.forward(cache, steps, hidden);
+  // Only the proposers' last rows go past the KV writes: out.state holds their states, in order.
+  DraftOut out = drafter.forward(cache, steps, hidden, /*states_at_logit_rows=*/true);
   for (Seq* s : all) {
     s->drop_pending();
     UPD_CHECK(s->dkv.length == s->kv.length)
@@ -101,8 +99,8 @@ int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<
   if (proposers.empty())
     return T;
   const auto P = static_cast<int64_t>(proposers.size());
-  Tensor h_last = Tensor::empty({P, out.state.size(1)}, out.state.dtype(), out.state.device());
-  ops::copy_rows(out.state, Tensor::from_i32(last_rows, {P}), h_last, iota_i32(P));
+  UPD_CHECK(out.state.size(0) == P) << "draft_step: " << out.state.size(0) << " states for " << P << " proposers";
+  const Tensor& h_last = out.state;
   std::vector<ProposeSeq> ps;
   for (Seq* s : proposers)
     ps.push_back({&s->dkv, s->pending_token()});

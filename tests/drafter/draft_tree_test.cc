@@ -118,6 +118,81 @@ class Proposer : public ::testing::Test {
   std::unique_ptr<DraftModel> draft_;
 };
 
+// The absorbing pass computes past the KV writes only at the logit rows (states_at_logit_rows):
+// three sequences absorbing 5, 1 and 3 pairs, the first asking for its last row, the second for
+// none, the third for its last two. The states and logits at those rows, the cache's entries and a
+// draft step after it are bitwise those of the full pass; a step with a tree mask or with logit
+// rows that are not a suffix runs the full pass and gives every row's state.
+TEST_F(Proposer, AStatesAtLogitRowsPassEqualsTheFullPassAtThoseRows) {
+  const int64_t H = pcfg_.hidden_size;
+  const std::vector<int64_t> lens = {5, 1, 3};
+  const std::vector<std::vector<int32_t>> rows = {{4}, {}, {1, 2}};
+  std::vector<float> f(static_cast<size_t>(9 * 3 * H));
+  for (size_t i = 0; i < f.size(); ++i)
+    f[i] = 2.f * ops::uniform01(77, i) - 1.f;
+  const Tensor feats = Tensor::from_f32(f, {9, 3 * H});
+  auto pass = [&](KvCache& cache, std::vector<SeqKv>& kv, bool compact) {
+    std::vector<SeqStep> s(3);
+    for (size_t b = 0; b < 3; ++b) {
+      EXPECT_TRUE(cache.reserve(kv[b], lens[b] + 1));
+      s[b].kv = &kv[b];
+      for (int64_t i = 0; i < lens[b]; ++i)
+        s[b].tokens.push_back(static_cast<int32_t>((b * 31 + i * 7) % pcfg_.vocab_size));
+      s[b].logit_rows = rows[b];
+    }
+    return draft_->forward(cache, s, feats, compact);
+  };
+  KvCache full_cache(draft_->kv_shape(), 16, 4), part_cache(draft_->kv_shape(), 16, 4);
+  std::vector<SeqKv> full_kv(3), part_kv(3);
+  const DraftOut full = pass(full_cache, full_kv, false), part = pass(part_cache, part_kv, true);
+  ASSERT_EQ(full.state.size(0), 9);
+  ASSERT_EQ(part.state.size(0), 3);
+  const std::vector<int64_t> global = {4, 7, 8};  // the logit rows among the 9
+  const auto fs = full.state.to_f32_vector(), ps = part.state.to_f32_vector();
+  for (size_t r = 0; r < global.size(); ++r)
+    for (int64_t j = 0; j < H; ++j)
+      ASSERT_EQ(ps[r * H + j], fs[global[r] * H + j]) << "state row " << r << " column " << j;
+  EXPECT_EQ(part.logits.to_f32_vector(), full.logits.to_f32_vector());
+  const int64_t row = draft_->kv_shape().kv_heads * draft_->kv_shape().head_dim;
+  for (const bool keys : {true, false}) {
+    const auto a = (keys ? part_cache.layer(0).k_cache : part_cache.layer(0).v_cache).to_f32_vector();
+    const auto b = (keys ? full_cache.layer(0).k_cache : full_cache.layer(0).v_cache).to_f32_vector();
+    for (size_t q = 0; q < 3; ++q) {
+      ASSERT_EQ(part_kv[q].length, lens[q]);
+      for (int64_t p = 0; p < lens[q]; ++p)
+        for (int64_t j = 0; j < row; ++j)
+          ASSERT_EQ(a[part_cache.slot(part_kv[q], p) * row + j], b[full_cache.slot(full_kv[q], p) * row + j])
+              << (keys ? "key" : "value") << " of sequence " << q << " at " << p;
+    }
+  }
+  // A draft step after each pass, from the first sequence's state, is the same too.
+  auto step = [&](KvCache& cache, SeqKv& kv, const Tensor& state) {
+    std::vector<SeqStep> s(1);
+    s[0].kv = &kv;
+    s[0].tokens = {3};
+    s[0].logit_rows = {0};
+    return draft_->forward(cache, s, state).logits.to_f32_vector();
+  };
+  EXPECT_EQ(step(part_cache, part_kv[0], part.state.rows(0, 1)), step(full_cache, full_kv[0], full.state.rows(4, 5)));
+  // Logit rows that are not each sequence's last rows, or a tree mask: the full pass.
+  const Tensor three = Tensor::from_f32(std::vector<float>(f.begin(), f.begin() + 3 * 3 * H), {3, 3 * H});
+  for (const bool tree : {false, true}) {
+    KvCache other(draft_->kv_shape(), 16, 4);
+    std::vector<SeqKv> okv(1);
+    ASSERT_TRUE(other.reserve(okv[0], 4));
+    std::vector<SeqStep> st(1);
+    st[0].kv = &okv[0];
+    st[0].tokens = {1, 2, 3};
+    st[0].logit_rows = tree ? std::vector<int32_t>{2} : std::vector<int32_t>{0, 2};
+    if (tree) {
+      st[0].tree_mask = Tensor::zeros({3, 3}, DType::Bool);
+      for (int64_t i = 0; i < 3; ++i)
+        st[0].tree_mask.data<uint8_t>()[i * 3 + i] = 1;
+    }
+    EXPECT_EQ(draft_->forward(other, st, three, true).state.size(0), 3) << (tree ? "tree mask" : "logit rows {0, 2}");
+  }
+}
+
 TEST_F(Proposer, ChainAndTreeMatchOneRowAtATimeReferences) {
   for (const SpecSettings s : {SpecSettings{4, 1, 5}, SpecSettings{3, 3, 9}, SpecSettings{4, 2, 12}}) {
     // Two sequences of different lengths, batched.
