@@ -261,7 +261,6 @@ DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const 
       << "draft forward: hidden must be [" << T << ", " << 3 * Ht << "] target features or [" << T << ", " << H
       << "] draft states in the activation dtype; got " << hidden.str();
 
-  DraftOut out;
   Tensor x = hidden;
   if (features) {
     Tensor in = hidden;
@@ -312,13 +311,21 @@ DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const 
   }
   nn::PagedBatch::advance(steps);
   if (Ta == 0) {  // only absorbing: every key and value is written, no row goes on
+    DraftOut out;
     out.state = Tensor::empty({0, H}, act, d);
     return out;
   }
+  return rest_of_layer(kv, pb, q, res, q_start, compact);
+}
+
+DraftOut DraftModel::rest_of_layer(const ops::PagedKv& kv, const nn::PagedBatch& pb, const Tensor& q, const Tensor& res,
+                                   const Tensor& q_start, bool compact) const {
+  const int64_t H = cfg_.hidden_size, NH = cfg_.num_heads, HD = cfg_.head_dim, Ta = q.size(0), R = pb.R;
+  const DType act = target_.act_dtype;
+  const Device d = target_.device;
   Tensor attn = Tensor::empty({Ta, NH, HD}, act, d);
   ops::paged_attention(q, kv, pb.block_table, pb.kv_len, q_start, pb.tree_mask,
                        1.0f / std::sqrt(static_cast<float>(HD)), attn, pb.mask_len);
-
   Tensor h = Tensor::empty({Ta, H}, act, d), mo = Tensor::empty({Ta, H}, act, d);
   ops::linear(attn.reshape({Ta, NH * HD}), layer_.attn.o, nullptr, h);
   ops::add(res, h, h);  // h1
@@ -329,6 +336,7 @@ DraftOut DraftModel::forward(KvCache& cache, std::vector<SeqStep>& steps, const 
   ops::add(h, mo, h);  // h2
   if (cfg_.feed_back_normed)
     ops::rms_norm(h, final_norm_, cfg_.rms_norm_eps, h);
+  DraftOut out;
   out.state = h;
   if (R > 0) {
     Tensor hr = Tensor::empty({R, H}, act, d);

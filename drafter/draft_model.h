@@ -115,6 +115,11 @@ class DraftModel {
   Tensor embed_norm_, hidden_norm_, final_norm_, inv_freq_;
   ops::LinearWeight lm_head_;
   nn::DecoderLayerWeights layer_;  // input_norm unused (embed_norm_/hidden_norm_ instead)
+
+  // forward() from attention on, for the rows of q (every row of pb, or with `compact` only its
+  // logit rows, in order), res their residual inputs: the states, and the logits at pb's logit rows.
+  DraftOut rest_of_layer(const ops::PagedKv& kv, const nn::PagedBatch& pb, const Tensor& q, const Tensor& res,
+                         const Tensor& q_start, bool compact) const;
 };
 
 }  // namespace updraft
