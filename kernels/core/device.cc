@@ -12,6 +12,7 @@
 
 #include "kernels/core/error.h"
 #include "kernels/core/host_arena.h"
+#include "kernels/core/small_host_blocks.h"
 
 #ifdef UPDRAFT_WITH_CUDA
 #include "kernels/cuda/cuda_check.h"
@@ -91,7 +92,7 @@ void raw_free(Device d, void* p) noexcept {
 
 // Blocks are recycled instead of returned: a decode step allocates the same activation and
 // logit buffers every time. On the host, fresh pages cost a page fault each, so blocks from
-// 256 KiB up are kept (smaller ones are cheap to malloc). On a GPU every block is kept, however
+// 256 KiB up are kept (smaller ones are kept per thread, small_host_blocks.h). On a GPU every block is kept, however
 // small: cudaMalloc is a driver call and cudaFree synchronises the whole device, and a decode step
 // of a small model allocates hundreds of temporaries of a few KiB (freeing each made a batch-1
 // step of the built-in policy take 3.2 ms on an H200). Sizes are rounded to 8 classes per power
@@ -139,8 +140,8 @@ class BlockCache {
 
   void* alloc(Device d, size_t bytes) {
     const size_t cls = size_class(d, bytes);
-    if (cls == 0)
-      return raw_alloc(d, bytes);
+    if (cls == 0)  // a small host block
+      return small_host::alloc(bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto pool = idle_.find(owner(d));
@@ -284,8 +285,12 @@ void* device_alloc(Device d, size_t bytes) {
   return p;
 }
 
-void device_free(Device d, void* p) noexcept {
-  if (p != nullptr)
+void device_free(Device d, void* p, size_t bytes) noexcept {
+  if (p == nullptr)
+    return;
+  if (BlockCache::size_class(d, bytes) == 0)  // a small host block: never in the block cache
+    small_host::release(p, bytes);
+  else
     block_cache(d).free(d, p);
 }
 

@@ -19,8 +19,10 @@ bool cuda_available();
 // True when this build was compiled with the CUDA backend (even if no GPU is present).
 bool cuda_compiled();
 
-void* device_alloc(Device d, size_t bytes);    // throws Error on failure; bytes may be 0
-void device_free(Device d, void* p) noexcept;  // p may be null
+void* device_alloc(Device d, size_t bytes);  // throws Error on failure; bytes may be 0
+// p may be null; bytes as asked of device_alloc (host blocks under 256 KiB are kept per thread by
+// their size: kernels/core/small_host_blocks.h).
+void device_free(Device d, void* p, size_t bytes) noexcept;
 // Copies bytes between any two devices; returns when the copy is complete, except from device to
 // device: that copy is ordered on the current stream before any later work there.
 void device_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);

@@ -82,7 +82,7 @@ Storage::Storage(Device device, void* data, size_t bytes, std::shared_ptr<void> 
 
 Storage::~Storage() {
   if (owned_)
-    device_free(device_, data_);
+    device_free(device_, data_, bytes_);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

@@ -96,14 +96,14 @@ TEST(Device, CudaWithoutGpuIsAnError) {
 // the thread itself gets it back. Host blocks go to any thread. The GPU case is skipped without one.
 void expect_reuse(Device d, size_t bytes, bool across_threads) {
   void* a = device_alloc(d, bytes);
-  device_free(d, a);
+  device_free(d, a, bytes);
   void* other = nullptr;
   std::thread([&] { other = device_alloc(d, bytes); }).join();
   EXPECT_EQ(other == a, across_threads) << device_name(d);
-  device_free(d, other);  // freed here, so this thread's now
+  device_free(d, other, bytes);  // freed here, so this thread's now
   void* again = device_alloc(d, bytes);
   EXPECT_TRUE(again == a || again == other) << device_name(d) << ": this thread's idle block was not reused";
-  device_free(d, again);
+  device_free(d, again, bytes);
 }
 
 TEST(Device, HostBlocksAreReusedByAnyThread) {
@@ -116,14 +116,14 @@ TEST(Device, AHostRequestTakesAnIdleBlockUpToTwiceItsSize) {
   const size_t big = (size_t{60} << 20) + 11, small = (size_t{40} << 20) + 3;  // no other test here has blocks between
   auto* a = static_cast<unsigned char*>(device_alloc(Device::CPU, big));
   std::memset(a, 0x5a, big);
-  device_free(Device::CPU, a);
+  device_free(Device::CPU, a, big);
   auto* b = static_cast<unsigned char*>(device_alloc(Device::CPU, small));
   EXPECT_EQ(b, a);
   EXPECT_EQ(b[small - 1], 0x5a) << "a fresh block, not the idle one";
-  device_free(Device::CPU, b);
+  device_free(Device::CPU, b, small);
   void* c = device_alloc(Device::CPU, big);  // b went back to its own (the larger) class
   EXPECT_EQ(c, a);
-  device_free(Device::CPU, c);
+  device_free(Device::CPU, c, big);
 }
 
 // A host free past the idle budget (1 GiB) lets the blocks idle the longest go, not itself: of
@@ -137,7 +137,7 @@ TEST(Device, AFullHostPoolLetsItsLongestIdleBlocksGo) {
     blocks.push_back(b);
   }
   for (void* b : blocks)
-    device_free(Device::CPU, b);
+    device_free(Device::CPU, b, bytes);
   std::set<int> kept;
   std::vector<void*> again;
   for (int i = 0; i < 2; ++i) {
@@ -147,7 +147,33 @@ TEST(Device, AFullHostPoolLetsItsLongestIdleBlocksGo) {
   }
   EXPECT_EQ(kept, (std::set<int>{2, 3}));
   for (void* b : again)
-    device_free(Device::CPU, b);
+    device_free(Device::CPU, b, bytes);
+}
+
+// Small host blocks (small_host_blocks.h) come back to the thread that freed them, still holding
+// what was written (the allocator's free would have written its list pointers over the start),
+// and never to another thread; a block another thread frees is that thread's.
+TEST(Device, ASmallHostBlockGoesBackToTheThreadThatFreedIt) {
+  for (const size_t bytes : {size_t{40}, size_t{1000}, size_t{5000}, size_t{200} << 10}) {
+    auto* a = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    std::memset(a, 0x3c, bytes);
+    device_free(Device::CPU, a, bytes);
+    void* other = nullptr;
+    std::thread([&] {
+      other = device_alloc(Device::CPU, bytes);
+      std::memset(other, 0x7e, bytes);
+      device_free(Device::CPU, other, bytes);
+      void* mine = device_alloc(Device::CPU, bytes);
+      EXPECT_EQ(mine, other) << bytes << " bytes: the other thread's freed block";
+      device_free(Device::CPU, mine, bytes);
+    }).join();
+    EXPECT_NE(other, static_cast<void*>(a)) << bytes << " bytes: another thread got this thread's idle block";
+    auto* again = static_cast<unsigned char*>(device_alloc(Device::CPU, bytes));
+    EXPECT_EQ(again, a) << bytes << " bytes";
+    for (size_t i = 0; i < std::min<size_t>(bytes, 64); ++i)
+      ASSERT_EQ(again[i], 0x3c) << bytes << " bytes: byte " << i << " was overwritten: a fresh block";
+    device_free(Device::CPU, again, bytes);
+  }
 }
 
 TEST(Device, CudaBlocksAreReusedOnlyByTheThreadThatFreedThem) {
