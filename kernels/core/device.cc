@@ -130,12 +130,7 @@ class BlockCache {
   static size_t size_class(Device d, size_t bytes) {
     if (d == Device::CPU && bytes < kMinHost)
       return 0;
-    bytes = std::max(bytes, kMinDevice);
-    size_t p = 1;
-    while (p * 2 <= bytes)
-      p *= 2;
-    const size_t step = p / 8;
-    return (bytes + step - 1) / step * step;
+    return round_to_size_class(bytes, kMinDevice, 8);
   }
 
   void* alloc(Device d, size_t bytes) {

@@ -41,12 +41,7 @@ Blocks::~Blocks() {
 }  // namespace
 
 size_t class_bytes(size_t bytes) {
-  bytes = std::max(bytes, kMin);
-  size_t p = kMin;
-  while (p * 2 <= bytes)
-    p *= 2;
-  const size_t step = p / 4;
-  return (bytes + step - 1) / step * step;
+  return round_to_size_class(bytes, kMin, 4);
 }
 
 void* alloc(size_t bytes) {
@@ -87,3 +82,16 @@ void release(void* p, size_t bytes) noexcept {
 }
 
 }  // namespace updraft::small_host
+
+namespace updraft {
+
+size_t round_to_size_class(size_t bytes, size_t min_bytes, size_t steps) {
+  bytes = std::max(bytes, min_bytes);
+  size_t p = 1;
+  while (p * 2 <= bytes)
+    p *= 2;
+  const size_t step = std::max<size_t>(1, p / steps);
+  return (bytes + step - 1) / step * step;
+}
+
+}  // namespace updraft

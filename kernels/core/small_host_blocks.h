@@ -18,3 +18,11 @@ void release(void* p, size_t bytes) noexcept;  // bytes as asked of alloc; p not
 size_t class_bytes(size_t bytes);              // what a request of `bytes` takes
 
 }  // namespace updraft::small_host
+
+namespace updraft {
+
+// bytes (at least min_bytes) rounded up to one of `steps` sizes from each power of two to the next
+// (steps a power of two): the size classes of the small blocks here and of device.cc's block cache.
+size_t round_to_size_class(size_t bytes, size_t min_bytes, size_t steps);
+
+}  // namespace updraft
