@@ -17,7 +17,11 @@
 // --chains 1,2,4 replaces the settings compared (chain 4, chain 6, tree 4x3) by chains of those
 // depths: how the best depth moves with the drafter's acceptance; --stop-below 0,0.3 runs each of
 // them also stopping once its drafts are jointly less likely than 0.3 under the drafter
-// (SpecSettings::stop_below; the round anatomy then times the chain at its mean depth in the run).
+// (SpecSettings::stop_below; the round anatomy then times the chain at its mean depth in the run);
+// --adaptive adds an arm whose engine chooses the drafter's depth per step (rollout/spec/adaptive.h)
+// up to the last setting's depth and with its stop rule, as a serving worker does; in each turn it
+// first decodes --warmup-groups W untimed batches of other held-out prompts (default: as many as
+// it times), as a long-lived engine has learned its costs and acceptance before.
 // `spec_bench --help` lists all.
 // --anatomy-rows prints only the round anatomy, for chains verifying those numbers of rows;
 // --anatomy-context sets the cached tokens its forwards attend to (64 by default).
@@ -29,7 +33,7 @@
 // --suffix-nodes K nodes (default 16) with candidates at --suffix-min-prob P or more (default 0.2),
 // --suffix-factor F nodes per matched token (default 2), --suffix-min-match M (default 3) and
 // --suffix-depth D tokens deep at most (default 8);
-// --adaptive lets the eagle and merged arms choose the drafter's depth per step; each engine first
+// --adaptive (with --group) lets the eagle and merged arms choose the drafter's depth per step; each engine first
 // decodes --warmup-groups W untimed groups of other prompts (default: as many as it times);
 // --pages both runs plain decoding and every setting again with the policy's and the drafter's
 // weights and the KV caches in 4 KiB pages ("... 4k"), against huge pages (the default,
@@ -97,6 +101,26 @@ void print_setting_row(const std::string& name, const SpecSettings& s, int64_t B
   std::fflush(stdout);
 }
 
+// The adaptive arm's line (the depth chosen per step, up to `s`'s), then the share of its timed
+// decode steps at each depth.
+void print_adaptive_row(const std::pair<std::string, SpecSettings>& s, int64_t B, const Run& plain, const Run& sp,
+                        const char* roof) {
+  print_setting_row("adaptive", s.second, B, plain, sp, roof);
+  int64_t steps = 0;
+  for (int64_t n : sp.depth_steps)
+    steps += n;
+  std::string shares;
+  for (size_t d = 0; d < sp.depth_steps.size(); ++d)
+    if (sp.depth_steps[d] > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%zu: %.0f%%", shares.empty() ? "" : ", ", d,
+                    100.0 * static_cast<double>(sp.depth_steps[d]) / static_cast<double>(std::max<int64_t>(1, steps)));
+      shares += buf;
+    }
+  std::printf("  (adaptive: depth chosen per step up to %s; its decode steps by depth: %s)\n", s.first.c_str(),
+              shares.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,14 +181,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, bench::kMost));
   app.add_option("--suffix-depth", suffix.max_depth, "the deepest suffix draft, in tokens after the root")
       ->check(CLI::Range(1, 64));
-  app.add_flag("--adaptive", adaptive, "the eagle and merged arms choose the drafter's depth per step");
+  app.add_flag("--adaptive", adaptive,
+               "the drafter's depth chosen per step: an extra arm up to the last setting (with --group: the eagle "
+               "and merged arms)");
   app.add_option("--suffix-factor", suffix.spec_factor, "suffix draft nodes per matched token")
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--suffix-min-match", suffix.min_match, "the shortest match that drafts")
       ->check(CLI::Range(1, bench::kMost));
   app.add_option("--suffix-min-prob", suffix.min_prob, "the least probability of a suffix candidate")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup-groups", warmup, "untimed groups of other prompts each engine decodes first (--group)")
+  app.add_option("--warmup-groups", warmup,
+                 "untimed groups (batches) of other prompts each engine (the adaptive arm's) decodes first")
       ->check(CLI::Range(0, bench::kMost));
   app.add_option("--pages", pages,
                  "huge: weights and KV caches in huge pages where the system has them; both: also in 4 KiB pages")
@@ -189,8 +216,9 @@ int main(int argc, char** argv) {
         settings.push_back({name, {d, 1, d + 1, p}});
       }
   }
+  const std::pair<std::string, SpecSettings> adaptive_up_to = settings.back();  // before the int8 and 4k copies
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
-  const char* bad = warmup >= 0 && group == 0 ? "--warmup-groups applies to --group only"
+  const char* bad = warmup >= 0 && group == 0 && !adaptive ? "--warmup-groups applies to --group or --adaptive only"
                     : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights == "int8" ||
                                               draft_weights == "both" || !cuda_available())
                         ? "--device cuda needs bf16 drafter weights (--draft-weights auto or bf16) and a usable CUDA "
@@ -235,8 +263,8 @@ int main(int argc, char** argv) {
     reps = model_dir.empty() ? 1 : 3;
   if (!model_dir.empty()) {
     const Tokenizer tok = Tokenizer::load(model_dir);
-    for (const corpus::Sample& smp :
-         corpus::make_samples(mix, corpus::Split::kHeldOut, std::max<int64_t>(64, sequences), 3))
+    for (const corpus::Sample& smp : corpus::make_samples(
+             mix, corpus::Split::kHeldOut, std::max<int64_t>(64, adaptive ? 2 * sequences : sequences), 3))
       prompts.push_back(tok.encode(smp.prompt));
   } else {
     for (int64_t b = 0; b < 64; ++b) {
@@ -348,22 +376,29 @@ int main(int argc, char** argv) {
     const size_t plains = arm_specs.size();
     for (size_t k = 0; k < settings.size(); ++k)
       arm_specs.push_back({setting_draft[k], settings[k].second, setting_4k[k] ? &*model_4k : nullptr, setting_4k[k]});
-    std::vector<Run> spec =
-        bench::take_turns(model, arm_specs, groups, reps, {B, &prompts, tokens, temperature, ignore_eos});
+    if (adaptive)  // the depth chosen per step, up to the last setting's (printed last)
+      arm_specs.push_back({&draft, adaptive_up_to.second, nullptr, false, true});
+    std::vector<Run> spec = bench::take_turns(
+        model, arm_specs, groups, reps, {B, &prompts, tokens, temperature, ignore_eos}, warmup < 0 ? groups : warmup);
     const std::vector<Run> plain_runs(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(plains));
     const Run plain = spec.front();
     spec.erase(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(plains));
     if (model_4k)
       std::printf("%-18s %5ld %10.1f %10.1f %6.2fx  (plain decoding, 4 KiB pages against huge pages)\n", "plain 4k", B,
                   plain.tokens_per_s, plain_runs[1].tokens_per_s, plain_runs[1].tokens_per_s / plain.tokens_per_s);
-    for (size_t k = 0; k < settings.size(); ++k) {
-      const Run& p = plain_runs[setting_4k[k] ? 1 : 0];
+    const auto roofline = [&](const Run& p) {  // plain decoding's share of the bandwidth bound
       char roof[16] = "-";
       if (cpu)
         std::snprintf(roof, sizeof roof, "%.0f%%",
                       100.0 * wbytes * p.tokens_per_s / static_cast<double>(B) / 1e9 / weights_gbps);
-      print_setting_row(settings[k].first, settings[k].second, B, p, spec[k], roof);
+      return std::string(roof);
+    };
+    for (size_t k = 0; k < settings.size(); ++k) {
+      const Run& p = plain_runs[setting_4k[k] ? 1 : 0];
+      print_setting_row(settings[k].first, settings[k].second, B, p, spec[k], roofline(p).c_str());
     }
+    if (adaptive)
+      print_adaptive_row(adaptive_up_to, B, plain, spec.back(), roofline(plain).c_str());
     if (B == 1 && cpu) {  // what a round costs in plain steps, and the ratio that predicts at each tau
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k)

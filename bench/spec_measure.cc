@@ -7,10 +7,12 @@
 #include "bench/bench_args.h"
 #include "kernels/core/host_arena.h"
 #include "rollout/engine/engine.h"
+#include "rollout/spec/adaptive.h"
 
 namespace updraft::bench {
 
-Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w) : w_(w) {
+Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w, bool adaptive)
+    : w_(w) {
   size_t longest = 0;
   for (const auto& p : *w.prompts)
     longest = std::max(longest, p.size());
@@ -26,11 +28,15 @@ Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& 
                                          int64_t{16} << 20, int64_t{1} << 30);
   o.spec = s;
   engine_ = std::make_unique<Engine>(model, o, draft);
+  if (adaptive && draft != nullptr) {
+    chooser_ = std::make_unique<AdaptiveDepth>(s);
+    engine_->set_depth_chooser(chooser_.get());
+  }
 }
 
 Arm::~Arm() = default;
 
-void Arm::run_batch(int64_t g) {
+void Arm::run_batch(int64_t g, bool timed) {
   Engine& e = *engine_;
   const std::vector<std::vector<int32_t>>& prompts = *w_.prompts;
   for (int64_t b = 0; b < w_.B; ++b) {
@@ -47,17 +53,24 @@ void Arm::run_batch(int64_t g) {
   }
   e.step();  // prefill (+ the first token, + the first proposal)
   const SpecStats before = e.stats().spec;
+  const std::vector<int64_t> depths0 = e.stats().depth_steps;
   const int64_t gen0 = e.stats().generated_tokens;
   const double cap0 = e.stats().capture_seconds;
   const double t0 = now_s();
   while (e.has_work())
     e.step();
+  if (!timed)
+    return;
   run_.seconds += now_s() - t0;
   run_.capture_seconds += e.stats().capture_seconds - cap0;
   run_.tokens += e.stats().generated_tokens - gen0;
   SpecStats d = e.stats().spec;
   d.subtract(before);
   run_.spec.merge(d);
+  const std::vector<int64_t>& depths = e.stats().depth_steps;
+  run_.depth_steps.resize(std::max(run_.depth_steps.size(), depths.size()), 0);
+  for (size_t k = 0; k < depths.size(); ++k)
+    run_.depth_steps[k] += depths[k] - (k < depths0.size() ? depths0[k] : 0);
 }
 
 Run Arm::result() const {
@@ -68,19 +81,25 @@ Run Arm::result() const {
 }
 
 std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
-                            const Workload& w) {
+                            const Workload& w, int64_t warmup) {
   std::vector<Run> total(arms.size());
   for (int rep = 0; rep < reps; ++rep) {
     std::vector<std::unique_ptr<Arm>> live;
     const bool huge = host_huge_pages();
     for (const ArmSpec& a : arms) {
       set_host_huge_pages(huge && !a.small_pages);
-      live.push_back(std::make_unique<Arm>(a.model != nullptr ? *a.model : model, a.draft, a.settings, w));
+      live.push_back(std::make_unique<Arm>(a.model != nullptr ? *a.model : model, a.draft, a.settings, w, a.adaptive));
       set_host_huge_pages(huge);
     }
+    for (size_t i = 0; i < arms.size(); ++i)
+      for (int64_t g = 0; arms[i].adaptive && g < warmup; ++g)
+        live[i]->run_batch(groups + g, false);
+    // Each batch the order turns by one arm: an arm that always followed plain decoding's turn
+    // found the drafter's weights evicted (two copies of one setting, side by side, read 2.65x
+    // and 2.84x plain in one run).
     for (int64_t g = 0; g < groups; ++g)
-      for (auto& a : live)
-        a->run_batch(g);
+      for (size_t i = 0; i < live.size(); ++i)
+        live[(static_cast<size_t>(g) + i) % live.size()]->run_batch(g);
     for (size_t i = 0; i < arms.size(); ++i)
       total[i].add(live[i]->result());
   }

@@ -2,6 +2,7 @@
 // decoding over batches of prompts, with the engine's counters, on the policy's device.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,6 +14,7 @@
 
 namespace updraft {
 class Engine;
+class AdaptiveDepth;
 }
 
 namespace updraft::bench {
@@ -23,6 +25,7 @@ struct Run {
   int64_t tokens = 0;
   SpecStats spec;
   ForwardProfile forwards;  // the engine's policy forwards after prefill (Engine::decode_forward_parts)
+  std::vector<int64_t> depth_steps;  // [d]: timed decode steps that ran at depth d (EngineStats)
 
   void add(const Run& o) {  // totals of interleaved repeats
     forwards.matmul_s += o.forwards.matmul_s;
@@ -32,6 +35,9 @@ struct Run {
     seconds += o.seconds;
     capture_seconds += o.capture_seconds;
     tokens += o.tokens;
+    depth_steps.resize(std::max(depth_steps.size(), o.depth_steps.size()), 0);
+    for (size_t d = 0; d < o.depth_steps.size(); ++d)
+      depth_steps[d] += o.depth_steps[d];
     tokens_per_s = static_cast<double>(tokens) / seconds;
     spec.merge(o.spec);
   }
@@ -52,32 +58,39 @@ struct Workload {
 // take turns a batch at a time: the slow spells of a shared machine, which come and go within
 // seconds, then touch every arm alike. Each batch is prefilled (and its first tokens drawn)
 // before its decode phase is timed; times, tokens and counters add up over the batches run.
+// With `adaptive`, the engine chooses the drafter's depth per step (rollout/spec/adaptive.h, up to
+// the settings' depth), as `updraft serve` does.
 class Arm {
  public:
-  Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w);
+  Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w,
+      bool adaptive = false);
   ~Arm();
   Arm(const Arm&) = delete;
   Arm& operator=(const Arm&) = delete;
 
-  void run_batch(int64_t g);
-  Run result() const;  // the batches run so far
+  void run_batch(int64_t g, bool timed = true);  // untimed: adds nothing to result()
+  Run result() const;                            // the timed batches run so far
 
  private:
   Workload w_;
+  std::unique_ptr<AdaptiveDepth> chooser_;  // declared before the engine that points to it
   std::unique_ptr<Engine> engine_;
   Run run_;
 };
 
-// Arms taking turns batch by batch over `groups` batches, `reps` times over (fresh engines each
-// time): for each arm, the total over its turns.
+// Arms taking turns batch by batch over `groups` batches (the order rotating by one arm each
+// batch), `reps` times over (fresh engines each time): for each arm, the total over its turns.
 struct ArmSpec {
   const DraftModel* draft;  // nullptr: plain decoding
   SpecSettings settings;
   const PolicyModel* model = nullptr;  // nullptr: take_turns' model
   bool small_pages = false;            // the engine's KV cache in 4 KiB pages (kernels/core/host_arena.h)
+  bool adaptive = false;               // the depth chosen per step (Arm)
 };
+// An adaptive arm first decodes `warmup` untimed batches of other prompts (batches groups ..
+// groups + warmup - 1), as a long-lived engine has learned its costs and acceptance before.
 std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>& arms, int64_t groups, int reps,
-                            const Workload& w);
+                            const Workload& w, int64_t warmup = 0);
 
 // Record capture's cost on tokens/s (docs/messaging.md), plain and chain 4 at each batch size:
 // runs without and with capture (w.capture), back to back in alternating order so that the
