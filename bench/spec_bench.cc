@@ -18,6 +18,9 @@
 // depths: how the best depth moves with the drafter's acceptance; --stop-below 0,0.3 runs each of
 // them also stopping once its drafts are jointly less likely than 0.3 under the drafter
 // (SpecSettings::stop_below; the round anatomy then times the chain at its mean depth in the run);
+// --drafts sampled|top|both: at temperature > 0 a chain's drafts are drawn from the drafter's
+// distribution (the default, drafter/proposer.h), or are its top tokens, or both side by side
+// (settings marked top);
 // --adaptive adds an arm whose engine chooses the drafter's depth per step (rollout/spec/adaptive.h)
 // up to the last setting's depth and with its stop rule, as a serving worker does; in each turn it
 // first decodes --warmup-groups W untimed batches of other held-out prompts (default: as many as
@@ -83,44 +86,6 @@ bench::AnatomySetting anatomy_setting(const std::string& name, SpecSettings s, c
   return {name, s, st.tau(), st.rounds == 0 ? 0.0 : run.seconds / static_cast<double>(st.rounds), run.forwards, draft};
 }
 
-// One line of the table: a setting at batch B against plain decoding in the same turns.
-void print_setting_row(const std::string& name, const SpecSettings& s, int64_t B, const Run& plain, const Run& sp,
-                       const char* roof) {
-  const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
-  std::string acc;
-  for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
-    const double a = sp.spec.rounds == 0 || j >= sp.spec.accepted_at.size()
-                         ? 0.0
-                         : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
-    acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
-  }
-  std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %8s %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
-              plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(), roof,
-              100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
-              100.0 * other / sp.seconds, acc.c_str());
-  std::fflush(stdout);
-}
-
-// The adaptive arm's line (the depth chosen per step, up to `s`'s), then the share of its timed
-// decode steps at each depth.
-void print_adaptive_row(const std::pair<std::string, SpecSettings>& s, int64_t B, const Run& plain, const Run& sp,
-                        const char* roof) {
-  print_setting_row("adaptive", s.second, B, plain, sp, roof);
-  int64_t steps = 0;
-  for (int64_t n : sp.depth_steps)
-    steps += n;
-  std::string shares;
-  for (size_t d = 0; d < sp.depth_steps.size(); ++d)
-    if (sp.depth_steps[d] > 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%zu: %.0f%%", shares.empty() ? "" : ", ", d,
-                    100.0 * static_cast<double>(sp.depth_steps[d]) / static_cast<double>(std::max<int64_t>(1, steps)));
-      shares += buf;
-    }
-  std::printf("  (adaptive: depth chosen per step up to %s; its decode steps by depth: %s)\n", s.first.c_str(),
-              shares.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +95,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::vector<int64_t> anatomy_rows;
   int64_t anatomy_context = 64;
-  std::string draft_dir, model_dir, draft_weights = "auto";
+  std::string draft_dir, model_dir, draft_weights = "auto", drafts = "sampled";
   float temperature = 0;
   int64_t group = 0, warmup = -1;  // -1: as many groups as are timed
   bool adaptive = false;
@@ -193,6 +158,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-groups", warmup,
                  "untimed groups (batches) of other prompts each engine (the adaptive arm's) decodes first")
       ->check(CLI::Range(0, bench::kMost));
+  app.add_option("--drafts", drafts,
+                 "a sampling chain's drafts: sampled (drawn from the drafter's distribution), top (its top token) or "
+                 "both (every setting again with top-token drafts, marked top)")
+      ->check(CLI::IsMember({"sampled", "top", "both"}))
+      ->capture_default_str();
   app.add_option("--pages", pages,
                  "huge: weights and KV caches in huge pages where the system has them; both: also in 4 KiB pages")
       ->check(CLI::IsMember({"huge", "both"}))
@@ -216,7 +186,15 @@ int main(int argc, char** argv) {
         settings.push_back({name, {d, 1, d + 1, p}});
       }
   }
-  const std::pair<std::string, SpecSettings> adaptive_up_to = settings.back();  // before the int8 and 4k copies
+  const std::pair<std::string, SpecSettings> adaptive_up_to = settings.back();  // before the copies below
+  for (size_t k = 0, n = settings.size(); drafts != "sampled" && k < n; ++k) {  // --drafts top or both
+    SpecSettings top = settings[k].second;
+    top.sample_drafts = false;
+    if (drafts == "top")
+      settings[k].second = top;
+    else
+      settings.push_back({settings[k].first + " top", top});
+  }
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
   const char* bad = warmup >= 0 && group == 0 && !adaptive ? "--warmup-groups applies to --group or --adaptive only"
                     : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights == "int8" ||
@@ -395,10 +373,10 @@ int main(int argc, char** argv) {
     };
     for (size_t k = 0; k < settings.size(); ++k) {
       const Run& p = plain_runs[setting_4k[k] ? 1 : 0];
-      print_setting_row(settings[k].first, settings[k].second, B, p, spec[k], roofline(p).c_str());
+      bench::print_setting_row(settings[k].first, settings[k].second, B, p, spec[k], roofline(p).c_str());
     }
     if (adaptive)
-      print_adaptive_row(adaptive_up_to, B, plain, spec.back(), roofline(plain).c_str());
+      bench::print_adaptive_row(adaptive_up_to, B, plain, spec.back(), roofline(plain).c_str());
     if (B == 1 && cpu) {  // what a round costs in plain steps, and the ratio that predicts at each tau
       std::vector<bench::AnatomySetting> rows;
       for (size_t k = 0; k < settings.size(); ++k)

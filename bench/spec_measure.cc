@@ -143,4 +143,42 @@ void print_capture_cost(const PolicyModel& model, const DraftModel& draft, const
     }
 }
 
+// One line of the table: a setting at batch B against plain decoding in the same turns.
+void print_setting_row(const std::string& name, const SpecSettings& s, int64_t B, const Run& plain, const Run& sp,
+                       const char* roof) {
+  const double other = sp.seconds - sp.spec.draft_seconds - sp.spec.verify_seconds;
+  std::string acc;
+  for (size_t j = 0; j < static_cast<size_t>(s.steps); ++j) {
+    const double a = sp.spec.rounds == 0 || j >= sp.spec.accepted_at.size()
+                         ? 0.0
+                         : static_cast<double>(sp.spec.accepted_at[j]) / static_cast<double>(sp.spec.rounds);
+    acc += (j ? " " : "") + std::to_string(a).substr(0, 4);
+  }
+  std::printf("%-18s %5ld %10.1f %10.1f %6.2fx %6.2f %8s %6.0f%% %6.0f%% %6.0f%%  %s\n", name.c_str(), B,
+              plain.tokens_per_s, sp.tokens_per_s, sp.tokens_per_s / plain.tokens_per_s, sp.spec.tau(), roof,
+              100.0 * sp.spec.draft_seconds / sp.seconds, 100.0 * sp.spec.verify_seconds / sp.seconds,
+              100.0 * other / sp.seconds, acc.c_str());
+  std::fflush(stdout);
+}
+
+// The adaptive arm's line (the depth chosen per step, up to `s`'s), then the share of its timed
+// decode steps at each depth.
+void print_adaptive_row(const std::pair<std::string, SpecSettings>& s, int64_t B, const Run& plain, const Run& sp,
+                        const char* roof) {
+  print_setting_row("adaptive", s.second, B, plain, sp, roof);
+  int64_t steps = 0;
+  for (int64_t n : sp.depth_steps)
+    steps += n;
+  std::string shares;
+  for (size_t d = 0; d < sp.depth_steps.size(); ++d)
+    if (sp.depth_steps[d] > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%zu: %.0f%%", shares.empty() ? "" : ", ", d,
+                    100.0 * static_cast<double>(sp.depth_steps[d]) / static_cast<double>(std::max<int64_t>(1, steps)));
+      shares += buf;
+    }
+  std::printf("  (adaptive: depth chosen per step up to %s; its decode steps by depth: %s)\n", s.first.c_str(),
+              shares.c_str());
+}
+
 }  // namespace updraft::bench

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "drafter/draft_model.h"
@@ -98,5 +100,14 @@ std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>
 // cost, and the in-engine timer's share of the captured runs' time (the work only capture does).
 void print_capture_cost(const PolicyModel& model, const DraftModel& draft, const std::vector<int64_t>& batches,
                         int64_t sequences, int reps, Workload w);
+
+// One line of spec_bench's table: a setting at batch B against plain decoding in the same turns
+// (`roof`: plain decoding's share of the bandwidth bound, printed as given).
+void print_setting_row(const std::string& name, const SpecSettings& s, int64_t B, const Run& plain, const Run& sp,
+                       const char* roof);
+// The adaptive arm's line (the depth chosen per step, up to `s`'s), then the share of its timed
+// decode steps at each depth.
+void print_adaptive_row(const std::pair<std::string, SpecSettings>& s, int64_t B, const Run& plain, const Run& sp,
+                        const char* roof);
 
 }  // namespace updraft::bench

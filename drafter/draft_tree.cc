@@ -43,7 +43,12 @@ std::vector<int32_t> DraftTree::children(int32_t node) const {
 }
 
 DraftTree DraftTree::single(int32_t root) {
-  return DraftTree{{root}, {-1}, {0}, {0.f}, {}, {}};
+  DraftTree t;
+  t.tokens = {root};
+  t.parent = {-1};
+  t.depth = {0};
+  t.score = {0.f};
+  return t;
 }
 
 const char* draft_source_name(DraftSource s) {

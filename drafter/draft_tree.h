@@ -34,6 +34,11 @@ struct SpecSettings {
   // deep while doubtful ones stop early, which spares the draft steps and verification rows that
   // would most likely be rejected. Verification is unchanged, so output is too.
   double stop_below = 0;
+  // A chain of a sequence that samples (temperature > 0) draws each draft from the drafter's
+  // distribution at its temperature, verified against that distribution (drafter/proposer.h);
+  // false: the drafter's top token, verified as a point mass. Greedy sequences and trees always
+  // take the top tokens.
+  bool sample_drafts = true;
   bool chain() const { return top_k == 1; }
   // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size, and a
   // chain keeps every draft (draft_tokens = steps + 1).
@@ -56,7 +61,18 @@ struct DraftTree {
   // Per node, bit k set when source k proposed it (a node several sources proposed keeps the
   // first in `source`), or empty: each node proposed by its `source` alone.
   std::vector<uint8_t> proposers;
+  // Sampled drafts (a chain's drafter at temperature > 0, drafter/proposer.h): node i's token was
+  // drawn from a distribution q over kSampledSupport target ids, row q_row[i] of q_tokens/q_probs;
+  // q_row[i] = -1, or q_row empty: a deterministic proposal (a point mass on its token). The
+  // verifier (rollout/spec/verifier.h) accepts a sampled node with probability min(1, P(x) / q(x))
+  // and leaves max(0, P - q) when it rejects it, which is lossless only if the node was drawn
+  // independently of everything verification draws and is its parent's first child.
+  static constexpr int64_t kSampledSupport = 64;
+  std::vector<int32_t> q_row;
+  std::vector<int32_t> q_tokens;  // [rows * kSampledSupport] target ids (-1: no token)
+  std::vector<float> q_probs;     // [rows * kSampledSupport], each row summing to 1
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  bool sampled(int64_t i) const { return !q_row.empty() && q_row[static_cast<size_t>(i)] >= 0; }
   DraftSource source_of(int64_t i) const {
     return source.empty() ? DraftSource::kEagle : source[static_cast<size_t>(i)];
   }

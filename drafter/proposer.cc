@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/ops.h"
+#include "kernels/ops/sampling.h"
 
 namespace updraft {
 
@@ -20,7 +21,118 @@ void top_draft_tokens(const DraftModel& model, const Tensor& logits, int64_t k, 
     t = model.vocab().to_target(t);
 }
 
+float draft_coin(uint64_t seed, uint64_t i) {
+  return ops::uniform01(ops::mix64(seed ^ 0xbb67ae8584caa73bull), i);
+}
+
 namespace {
+
+// One row of `fetch` top draft tokens (target ids, log-probabilities, best first) as a node's
+// candidates: its best k, or for a sequence that samples (ps.temperature > 0) one token drawn
+// with the coin u from q: the row's tokens at the sequence's temperature, filtered by its top_k
+// and top_p as the policy's distribution is (ops::sampling_probs), renormalised. q then goes to
+// the end of q_tok / q_prob (kSampledSupport entries, unused ones -1 and 0).
+void candidates(const ProposeSeq& ps, const int32_t* tok, const float* lp, int64_t fetch, int64_t k, float u,
+                std::vector<int32_t>& out_tok, std::vector<float>& out_lp, std::vector<int32_t>& q_tok,
+                std::vector<float>& q_prob, float& confidence) {
+  out_tok.assign(tok, tok + k);
+  out_lp.assign(lp, lp + k);
+  confidence += lp[0];
+  if (ps.temperature <= 0)
+    return;
+  const int64_t n_max = ps.top_k > 0 ? std::min<int64_t>(fetch, ps.top_k) : fetch;
+  std::vector<double> w(static_cast<size_t>(n_max));
+  double total = 0;
+  for (int64_t j = 0; j < n_max; ++j) {
+    const double x = static_cast<double>(lp[j]) - lp[0];
+    w[static_cast<size_t>(j)] = std::isfinite(x) ? std::exp(x / ps.temperature) : 0.0;
+    total += w[static_cast<size_t>(j)];
+  }
+  int64_t n = n_max;  // top_p: the shortest prefix whose mass reaches it
+  double cum = 0;
+  for (int64_t j = 0; ps.top_p < 1 && j < n_max; ++j) {
+    cum += w[static_cast<size_t>(j)];
+    if (cum >= static_cast<double>(ps.top_p) * total) {
+      n = j + 1;
+      break;
+    }
+  }
+  total = 0;
+  for (int64_t j = 0; j < n; ++j)
+    total += w[static_cast<size_t>(j)];
+  int64_t pick = 0;
+  for (double acc = 0; pick < n - 1; ++pick) {  // the first token whose cumulative mass exceeds u
+    acc += w[static_cast<size_t>(pick)];
+    if (acc > static_cast<double>(u) * total)
+      break;
+  }
+  out_tok = {tok[pick]};
+  out_lp = {static_cast<float>(std::log(w[static_cast<size_t>(pick)] / total))};
+  confidence += static_cast<float>(std::log(w[0] / total)) - lp[0];  // q's top probability instead
+  for (int64_t j = 0; j < DraftTree::kSampledSupport; ++j) {
+    q_tok.push_back(j < n ? tok[j] : -1);
+    q_prob.push_back(j < n ? static_cast<float>(w[static_cast<size_t>(j)] / total) : 0.f);
+  }
+}
+
+// The candidates of each sequence's frontier nodes, level by level, from the rows of top draft
+// tokens fetch() takes: the top k, or for a sampling chain one draw from q (candidates() above),
+// its q rows kept for the tree (attach()). A chain stops on its confidence: the sum over its levels
+// of the log of the drafter's top probability (for a greedy chain its drafts' joint
+// log-probability; a sampling chain's draws are less likely than the top tokens, and stopping on
+// them cut its chains short: the built-in pair at temperature 1 then verified fewer tokens than
+// the top tokens' chain and accepted about as many).
+class Draws {
+ public:
+  Draws(const DraftModel& model, const std::vector<ProposeSeq>& seqs, const SpecSettings& s)
+      : model_(model), seqs_(seqs), k_(s.top_k), fetch_(s.top_k), sample_(s.chain() && s.sample_drafts) {
+    const size_t B = seqs.size();
+    for (size_t b = 0; b < B; ++b)
+      if (temp(static_cast<int64_t>(b)) > 0)  // sampling chains fetch q's support
+        fetch_ = std::min(DraftTree::kSampledSupport, model.config().draft_vocab_size);
+    confidence_.assign(B, 0.f);
+    q_tok_.resize(B);
+    q_prob_.resize(B);
+  }
+  void fetch(const Tensor& logits) { top_draft_tokens(model_, logits, fetch_, top_, lps_); }
+  // Row r of the fetched rows as the candidates of sequence b's frontier node at `level`.
+  std::pair<std::vector<int32_t>, std::vector<float>> candidates_of(int64_t b, int64_t r, int64_t level) {
+    ProposeSeq ps = seqs_[static_cast<size_t>(b)];
+    ps.temperature = temp(b);
+    const float u = ps.temperature > 0 ? draft_coin(ps.seed, ps.index + static_cast<uint64_t>(level - 1)) : 0.f;
+    const auto at = static_cast<size_t>(b);
+    std::pair<std::vector<int32_t>, std::vector<float>> c;
+    candidates(ps, top_.data() + r * fetch_, lps_.data() + r * fetch_, fetch_, k_, u, c.first, c.second, q_tok_[at],
+               q_prob_[at], confidence_[at]);
+    return c;
+  }
+  float confidence(int64_t b) const { return confidence_[static_cast<size_t>(b)]; }
+  // A sampling chain's q rows into its tree: node d holds level d's draw, q row d - 1.
+  void attach(int64_t b, DraftTree& t) {
+    if (temp(b) <= 0)
+      return;
+    auto& qt = q_tok_[static_cast<size_t>(b)];
+    UPD_CHECK(static_cast<int64_t>(qt.size()) == (t.size() - 1) * DraftTree::kSampledSupport)
+        << "propose: " << qt.size() / DraftTree::kSampledSupport << " draws for " << t.size() - 1 << " drafts";
+    t.q_row.assign(1, -1);
+    for (int32_t d = 1; d < t.size(); ++d)
+      t.q_row.push_back(d - 1);
+    t.q_tokens = std::move(qt);
+    t.q_probs = std::move(q_prob_[static_cast<size_t>(b)]);
+  }
+
+ private:
+  float temp(int64_t b) const { return sample_ ? std::max(0.f, seqs_[static_cast<size_t>(b)].temperature) : 0.f; }
+  const DraftModel& model_;
+  const std::vector<ProposeSeq>& seqs_;
+  int64_t k_, fetch_;
+  bool sample_;
+  std::vector<float> confidence_;
+  std::vector<std::vector<int32_t>> q_tok_;
+  std::vector<std::vector<float>> q_prob_;
+  std::vector<int32_t> top_;
+  std::vector<float> lps_;
+};
 
 // A level's draft forward inputs for the live sequences: one step per sequence (its frontier at
 // RoPE position base + level - 2, each node attending to its ancestors-or-self among the
@@ -77,11 +189,12 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
     UPD_CHECK(cache.blocks_needed(base[b] + s.scratch_entries()) <= static_cast<int64_t>(seqs[b].kv->blocks.size()))
         << "propose: sequence " << b << " needs " << base[b] + s.scratch_entries() << " draft KV entries reserved";
   }
-  std::vector<int32_t> top;
-  std::vector<float> lps;
-  top_draft_tokens(model, logits, k, top, lps);
-  for (int64_t b = 0; b < B; ++b)
-    trees[b].expand({top.begin() + b * k, top.begin() + (b + 1) * k}, {lps.begin() + b * k, lps.begin() + (b + 1) * k});
+  Draws draws(model, seqs, s);
+  draws.fetch(logits);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [t, l] = draws.candidates_of(b, b, 1);
+    trees[b].expand(t, l);
+  }
 
   // Per sequence: the pool index of each scratch entry written so far, and where each expanded
   // pool entry's output state lives (its row in `states`; -1: the root, row b of h_last).
@@ -90,10 +203,10 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
   Tensor states = h_last;
   const float stop = s.stop_below > 0 ? std::log(static_cast<float>(s.stop_below)) : -INFINITY;
   for (int64_t level = 2; level <= s.steps; ++level) {
-    // The sequences still drafting: a chain whose drafts are jointly less likely than stop_below stops.
+    // The sequences still drafting: a chain whose confidence fell below stop_below stops.
     std::vector<int64_t> live;
     for (int64_t b = 0; b < B; ++b)
-      if (!(trees[b].pool_score(trees[b].frontier().front()) < stop))
+      if (!(draws.confidence(b) < stop))
         live.push_back(b);
     if (live.empty())
       break;
@@ -106,19 +219,23 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
     Tensor hidden = Tensor::empty({T, H}, model.act_dtype(), model.device());
     ops::copy_rows(states, Tensor::from_i32(src, {T}), hidden, Tensor::from_i32(dst, {T}));
     DraftOut out = model.forward(cache, steps, hidden);
-    top_draft_tokens(model, out.logits, k, top, lps);
+    draws.fetch(out.logits);
     int64_t row = 0;
     for (const int64_t b : live) {
       const std::vector<int32_t> fr = trees[b].frontier();
       const int64_t n = static_cast<int64_t>(fr.size());
+      std::vector<int32_t> level_tok;
+      std::vector<float> level_lp;
       for (int64_t i = 0; i < n; ++i) {
         const auto node = static_cast<size_t>(fr[i]);
         if (state_row[b].size() <= node)
           state_row[b].resize(node + 1, -1);
         state_row[b][node] = static_cast<int32_t>(row + i);
+        const auto [t, l] = draws.candidates_of(b, row + i, level);
+        level_tok.insert(level_tok.end(), t.begin(), t.end());
+        level_lp.insert(level_lp.end(), l.begin(), l.end());
       }
-      trees[b].expand({top.begin() + row * k, top.begin() + (row + n) * k},
-                      {lps.begin() + row * k, lps.begin() + (row + n) * k});
+      trees[b].expand(level_tok, level_lp);
       row += n;
     }
     states = out.state;  // this level's rows; a stopped sequence's nodes are never expanded again
@@ -127,6 +244,7 @@ std::vector<DraftTree> propose(const DraftModel& model, KvCache& cache, const st
   for (int64_t b = 0; b < B; ++b) {
     cache.truncate(*seqs[b].kv, base[b]);
     result.push_back(trees[b].finish());
+    draws.attach(b, result.back());
   }
   return result;
 }

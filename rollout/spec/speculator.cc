@@ -21,7 +21,7 @@ Tensor iota_i32(int64_t n, int64_t from = 0) {
 SpecSettings settings_at_depth(const SpecSettings& full, int64_t depth) {
   UPD_CHECK(depth >= 1 && depth <= full.steps && (full.chain() || depth == full.steps))
       << "speculation depth " << depth << " under steps " << full.steps << ", top_k " << full.top_k;
-  return depth == full.steps ? full : SpecSettings{depth, 1, depth + 1, full.stop_below};
+  return depth == full.steps ? full : SpecSettings{depth, 1, depth + 1, full.stop_below, full.sample_drafts};
 }
 
 std::vector<int64_t> allowed_depths(const SpecSettings& full) {
@@ -102,8 +102,11 @@ int64_t draft_step(const DraftModel& drafter, KvCache& cache, const std::vector<
   UPD_CHECK(out.state.size(0) == P) << "draft_step: " << out.state.size(0) << " states for " << P << " proposers";
   const Tensor& h_last = out.state;
   std::vector<ProposeSeq> ps;
-  for (Seq* s : proposers)
-    ps.push_back({&s->dkv, s->pending_token()});
+  for (Seq* s : proposers) {
+    const SamplingParams& p = s->req.params;
+    ps.push_back(
+        {&s->dkv, s->pending_token(), p.temperature, p.top_k, p.top_p, s->seed, static_cast<uint64_t>(s->out_len())});
+  }
   std::vector<DraftTree> trees = propose(drafter, cache, ps, h_last, out.logits, settings);
   for (size_t i = 0; i < proposers.size(); ++i)
     proposers[i]->tree = std::move(trees[i]);

@@ -27,7 +27,8 @@ int32_t child_with(const DraftTree& t, int32_t parent, int32_t token) {
 
 // Renumbers the nodes breadth-first with each node's children by descending score (ties: the
 // earlier node first), so that sampling verification, which tries children in index order,
-// tries the likelier candidate first whichever source proposed it.
+// tries the likelier candidate first whichever source proposed it; a sampled draft (a sampling
+// chain's: DraftTree::q_row) stays its parent's first child, as the verifier requires.
 void order_children_by_score(DraftTree& t) {
   const auto n = static_cast<size_t>(t.size());
   std::vector<std::vector<int32_t>> kids(n);
@@ -37,13 +38,17 @@ void order_children_by_score(DraftTree& t) {
   new_of[0] = 0;
   for (size_t k = 0; k < order.size(); ++k) {
     std::vector<int32_t>& c = kids[static_cast<size_t>(order[k])];
-    std::stable_sort(c.begin(), c.end(), [&](int32_t a, int32_t b) { return t.score[a] > t.score[b]; });
+    std::stable_sort(c.begin(), c.end(), [&](int32_t a, int32_t b) {
+      return t.sampled(a) != t.sampled(b) ? t.sampled(a) : t.score[a] > t.score[b];
+    });
     for (int32_t x : c) {
       new_of[static_cast<size_t>(x)] = static_cast<int32_t>(order.size());
       order.push_back(x);
     }
   }
   DraftTree r;
+  r.q_tokens = std::move(t.q_tokens);
+  r.q_probs = std::move(t.q_probs);
   for (int32_t old : order) {
     const auto o = static_cast<size_t>(old);
     r.tokens.push_back(t.tokens[o]);
@@ -52,6 +57,8 @@ void order_children_by_score(DraftTree& t) {
     r.score.push_back(t.score[o]);
     r.source.push_back(t.source[o]);
     r.proposers.push_back(t.proposers[o]);
+    if (!t.q_row.empty())
+      r.q_row.push_back(t.q_row[o]);
   }
   t = std::move(r);
 }
@@ -133,6 +140,8 @@ int64_t graft_candidates(DraftTree& tree, const std::vector<std::vector<SourcedC
       tree.score.push_back(static_cast<float>(std::log(sc.c.path_prob)));
       tree.source.push_back(sc.source);
       tree.proposers.push_back(0);
+      if (!tree.q_row.empty())
+        tree.q_row.push_back(-1);  // a point mass
       ++added;
     }
     if (n >= 0)

@@ -62,6 +62,41 @@ Verdict verify_greedy(const DraftTree& tree, const float* logits, const float* l
   }
 }
 
+namespace {
+
+// Child c of a sampled draft (q: its row) tried against the residual P of total `mass`: accepted
+// iff u < (P(x) / mass) / q(x); otherwise P becomes max(0, P / mass - q), returned as the new mass
+// (with `wrong`, the negative control, P loses x alone, as for a point mass).
+bool try_sampled(const DraftTree& tree, int32_t c, std::vector<double>& P, double& mass, float u, bool wrong) {
+  const int64_t S = DraftTree::kSampledSupport, row = tree.q_row[static_cast<size_t>(c)];
+  const int32_t* qt = tree.q_tokens.data() + row * S;
+  const float* qp = tree.q_probs.data() + row * S;
+  const int32_t x = tree.tokens[static_cast<size_t>(c)];
+  double qx = 0;
+  for (int64_t j = 0; j < S; ++j)
+    if (qt[j] == x)
+      qx += qp[j];
+  UPD_CHECK(qx > 0) << "verify: sampled draft " << x << " outside its own distribution";
+  if (static_cast<double>(u) * qx * mass < P[static_cast<size_t>(x)])
+    return true;
+  if (wrong) {
+    mass -= P[static_cast<size_t>(x)];
+    P[static_cast<size_t>(x)] = 0;
+    return false;
+  }
+  const double m = mass;  // P changes only on q's support
+  for (int64_t j = 0; j < S; ++j)
+    if (qt[j] >= 0) {
+      double& pj = P[static_cast<size_t>(qt[j])];
+      const double after = std::max(0.0, pj - qp[j] * m);
+      mass -= pj - after;
+      pj = after;
+    }
+  return false;
+}
+
+}  // namespace
+
 Verdict verify_sampled(const DraftTree& tree, const float* probs, int64_t V, uint64_t seed, uint64_t first_index,
                        AcceptRule rule) {
   Verdict v;
@@ -72,13 +107,26 @@ Verdict verify_sampled(const DraftTree& tree, const float* probs, int64_t V, uin
     const uint64_t i = first_index + v.tokens.size();
     for (int64_t t = 0; t < V; ++t)
       P[t] = p[t];
-    double mass = 1.0;  // P's current total (p rows sum to 1)
+    double mass = 1.0;  // P's current total (p rows sum to 1): P / mass is the residual distribution
     int32_t next = -1;
     const std::vector<int32_t> kids = tree.children(node);
     for (size_t j = 0; j < kids.size(); ++j) {
       const int32_t tok = tree.tokens[kids[j]];
-      if (P[tok] <= 0.0)
+      UPD_CHECK(j == 0 || !tree.sampled(kids[j])) << "verify: a sampled draft must be its parent's first child";
+      if (P[tok] <= 0.0 && !tree.sampled(kids[j]))
         continue;  // outside the filtered distribution: never accepted
+      if (tree.sampled(kids[j])) {
+        if (try_sampled(tree, kids[j], P, mass, accept_coin(seed, i, j), rule == AcceptRule::PointResidual)) {
+          next = kids[j];
+          break;
+        }
+        if (mass <= 1e-12) {  // q covered P (q = P up to rounding, rejected by a last-bit coin): p's draw
+          for (int64_t t = 0; t < V; ++t)
+            P[t] = p[t];
+          break;
+        }
+        continue;
+      }
       if (static_cast<double>(accept_coin(seed, i, j)) * mass < P[tok]) {
         next = kids[j];
         break;

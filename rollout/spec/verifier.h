@@ -8,13 +8,15 @@
 // log_softmax(logits) of the node before it.
 //
 // Sampled: p(.|node) is the policy's sampling distribution (temperature, top-k, top-p;
-// ops::sampling_probs). At each node the children are tried in draft-rank order: child c is
-// accepted iff u < P[c] for a fresh uniform u, where P starts as p(.|node); a rejected child's
-// token is removed from P and P renormalised (sampling without replacement). If a child is
-// accepted, verification moves on to it with a fresh P = p(.|child); otherwise the bonus is drawn
-// from the residual P. Each emitted token is then distributed exactly as p(.|node), because the
-// drafts are deterministic proposals. Logprobs are log p(token|node), the same quantity plain
-// decoding reports.
+// ops::sampling_probs). At each node the children are tried in draft-rank order, each with its
+// own draft distribution q (SpecInfer's multi-candidate rule): child c with token x is accepted
+// iff u < P(x) / q(x) for a fresh uniform u, where P starts as p(.|node); a rejected child leaves
+// P = norm(max(0, P - q)). A deterministic proposal is a point mass (q(x) = 1: accepted with P(x),
+// its token removed from P: sampling without replacement); a sampled draft (DraftTree::q_row: a
+// chain's drafter at temperature > 0) carries its q, and is its parent's first child. If a child
+// is accepted, verification moves on to it with a fresh P = p(.|child); otherwise the bonus is
+// drawn from the residual P. Each emitted token is then distributed exactly as p(.|node).
+// Logprobs are log p(token|node), the same quantity plain decoding reports.
 //
 // Randomness is counter-based per request seed and output index i (0-based count of tokens the
 // request has emitted): the bonus draw uses uniform01(seed, i), the very number plain decoding
@@ -22,7 +24,10 @@
 // acceptance coins use a separate stream.
 //
 // AcceptRule::NoResidual is deliberately wrong (the bonus is drawn from the full p, not the
-// residual): it exists only as the negative control that shows the losslessness test can fail.
+// residual), and so is AcceptRule::PointResidual (a sampled draft accepted with min(1, P(x) / q(x))
+// but rejected as a point mass is, x alone removed from P): they exist only as the negative
+// controls that show the losslessness tests can fail. (Verifying a sampled draft entirely as a
+// point mass would be lossless, as for any proposal, only less often accepted.)
 #pragma once
 
 #include <cstdint>
@@ -32,7 +37,7 @@
 
 namespace updraft {
 
-enum class AcceptRule { Exact, NoResidual };
+enum class AcceptRule { Exact, NoResidual, PointResidual };
 
 struct Verdict {
   std::vector<int32_t> nodes;   // accepted tree nodes after the root, root to leaf

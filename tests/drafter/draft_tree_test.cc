@@ -5,11 +5,14 @@
 // to its committed length.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "drafter/proposer.h"
 #include "kernels/ops.h"
 #include "tests/drafter/test_drafts.h"
+#include "tests/rollout/chi2.h"
 #include "tests/rollout/test_models.h"
 
 namespace updraft {
@@ -269,6 +272,87 @@ TEST_F(Proposer, ChainsStopOnceTheirDraftsAreJointlyUnlikely) {
   }
   EXPECT_EQ(cut[0].size(), 3);
   EXPECT_EQ(run(1e-30)[1].tokens, full[1].tokens);  // a threshold nothing falls below stops nothing
+}
+
+// A sequence that samples draws its chain's drafts from q: the drafter's distribution at its
+// temperature (here over all 40 draft tokens), filtered by its top_k and top_p. Over many seeds the
+// first draft follows q (and not the untempered distribution); each node records its q (rows that
+// sum to 1, its score the log q of its draw). A greedy sequence beside it keeps the argmax chain,
+// and a tree never samples.
+TEST_F(Proposer, ASamplingChainDrawsItsDraftsFromTheDraftersDistribution) {
+  const int64_t V = pcfg_.vocab_size, H = pcfg_.hidden_size, steps = 4;
+  KvCache cache(draft_->kv_shape(), 32, 4);
+  std::vector<SeqKv> kv(2);
+  Tensor h = Tensor::empty({2, H}, DType::F32), z = Tensor::empty({2, 40}, DType::F32);
+  for (int64_t b = 0; b < 2; ++b) {
+    ASSERT_TRUE(cache.reserve(kv[b], 8 + 9));
+    auto [st, lg] = commit(cache, kv[b], 8, 300 + b);
+    std::copy_n(st.data<float>(), H, h.data<float>() + b * H);
+    std::copy_n(lg.data<float>(), 40, z.data<float>() + b * 40);
+  }
+  // q over the target vocabulary from the first row's logits, as the proposer should build it.
+  auto q_of = [&](float t, int32_t top_k, float top_p) {
+    std::vector<int> order(40);
+    std::iota(order.begin(), order.end(), 0);
+    const float* zr = z.data<float>();
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return zr[a] > zr[b]; });
+    const int n = top_k > 0 ? top_k : 40;
+    std::vector<double> w(static_cast<size_t>(n));
+    double total = 0, cum = 0;
+    for (int j = 0; j < n; ++j)
+      total += w[j] = std::exp((zr[order[j]] - zr[order[0]]) / t);
+    int keep = n;
+    for (int j = 0; j < n && top_p < 1; ++j)
+      if ((cum += w[j]) >= top_p * total) {
+        keep = j + 1;
+        break;
+      }
+    std::vector<double> q(static_cast<size_t>(V), 0.0);
+    double kept = 0;
+    for (int j = 0; j < keep; ++j)
+      kept += w[j];
+    for (int j = 0; j < keep; ++j)
+      q[static_cast<size_t>(draft_->vocab().to_target(order[j]))] = w[j] / kept;
+    return q;
+  };
+  struct Filter {
+    int32_t top_k;
+    float top_p;
+  };
+  for (const Filter f : {Filter{0, 1.f}, Filter{3, 1.f}, Filter{0, 0.6f}}) {
+    std::vector<int64_t> counts(static_cast<size_t>(V), 0);
+    const int64_t N = 6000;
+    for (int64_t i = 0; i < N; ++i) {  // one level: the draft from the given logits
+      const ProposeSeq ps{&kv[0], 3, 0.7f, f.top_k, f.top_p, static_cast<uint64_t>(i), 5};
+      ++counts[static_cast<size_t>(propose(*draft_, cache, {ps}, h.rows(0, 1), z.rows(0, 1), {1, 1, 2})[0].tokens[1])];
+    }
+    const auto [stat, df] = testing_chi2::chi2_fit(counts, q_of(0.7f, f.top_k, f.top_p), N);
+    EXPECT_LT(stat, testing_chi2::chi2_critical(df)) << "top_k " << f.top_k << ", top_p " << f.top_p;
+    if (f.top_k == 0 && f.top_p == 1.f) {
+      const auto [ustat, udf] = testing_chi2::chi2_fit(counts, q_of(1.f, 0, 1.f), N);
+      EXPECT_GT(ustat, testing_chi2::chi2_critical(udf)) << "the untempered distribution fits too: no power";
+    }
+  }
+  const std::vector<ProposeSeq> two = {{&kv[0], 3, 0.7f, 0, 1.f, 42, 5}, {&kv[1], 4}};
+  const auto trees = propose(*draft_, cache, two, h, z, {steps, 1, steps + 1});
+  const DraftTree& t = trees[0];
+  ASSERT_EQ(t.size(), steps + 1);
+  EXPECT_EQ(t.q_row, (std::vector<int32_t>{-1, 0, 1, 2, 3}));
+  for (int32_t i = 1; i < t.size(); ++i) {
+    double sum = 0, qx = 0;
+    for (int64_t j = 0; j < DraftTree::kSampledSupport; ++j) {
+      const size_t at = static_cast<size_t>((i - 1) * DraftTree::kSampledSupport + j);
+      sum += t.q_probs[at];
+      if (t.q_tokens[at] == t.tokens[static_cast<size_t>(i)])
+        qx = t.q_probs[at];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << "node " << i;
+    EXPECT_NEAR(t.score[static_cast<size_t>(i)] - t.score[static_cast<size_t>(i - 1)], std::log(qx), 1e-5);
+  }
+  const auto greedy = propose(*draft_, cache, {{&kv[0], 3}, {&kv[1], 4}}, h, z, {steps, 1, steps + 1});
+  EXPECT_EQ(trees[1].tokens, greedy[1].tokens);
+  EXPECT_TRUE(trees[1].q_row.empty());
+  EXPECT_TRUE(propose(*draft_, cache, two, h, z, {2, 2, 5})[0].q_row.empty()) << "a tree samples nothing";
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Lossless sampled speculation: on the tiny random policy and drafter of spec_engine_test.cc,
 // 12000 seeded two-token samples from speculative decoding (tree, chain, a chain that stops
-// early, a busy engine that preempts and changes depth every step) fit the policy's exact joint
-// distribution of the first two tokens (computed by enumerating the first token); the same test
-// rejects NoResidual (negative controls) and accepts plain decoding; logprobs equal the exact
-// log-probabilities.
+// early, a busy engine that preempts and changes depth every step; a chain's drafts are drawn
+// from the drafter's distribution, under the request's top_k and top_p too) fit the policy's
+// exact joint distribution of the first two tokens (computed by enumerating the first token); the
+// same test rejects NoResidual and PointResidual (negative controls) and accepts plain decoding;
+// logprobs equal the exact log-probabilities.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,6 +71,14 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       EXPECT_LT(per_round, 3.8);
       const auto [cbstat, cbdf] = fit(sample(&chain, AcceptRule::NoResidual, 5'000'000, nullptr));
       EXPECT_GT(cbstat, chi2_critical(cbdf)) << "the biased chain control passed: the test has no power";
+      // The chain's drafts are drawn from the drafter's distribution (drafter/proposer.h): left
+      // as a point mass's residual when rejected, they bias the output.
+      const auto [cpstat, cpdf] = fit(sample(&chain, AcceptRule::PointResidual, 8'000'000, nullptr));
+      EXPECT_GT(cpstat, chi2_critical(cpdf)) << "the sampled-draft control passed: the test has no power";
+    } else {  // the chain's drafts drawn under the request's top_k and top_p
+      const auto [fstat, fdf] = fit(sample(&chain, AcceptRule::Exact, 9'000'000, &cst));
+      EXPECT_LT(fstat, chi2_critical(fdf)) << "filtered chain samples do not fit the policy";
+      EXPECT_GT(cst.accepted, N / 100) << "too few chain acceptances for the test to mean anything";
     }
     for (size_t i = 0; i < 200; ++i) {  // logprobs are the policy's own
       const auto& r = spec[i];

@@ -1,12 +1,13 @@
 // Verification unit tests on hand-built trees (rollout/spec/verifier.h): greedy walks the argmax
 // path and adds the bonus; sampled verification emits each token with the policy's probability
-// (goodness of fit over many seeds), while the deliberately wrong NoResidual rule is caught by
-// the same test; SpecStats' tau and conditional acceptance.
+// (goodness of fit over many seeds), with point-mass and sampled drafts, while the deliberately
+// wrong rules are caught by the same test; SpecStats' tau and conditional acceptance.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "drafter/proposer.h"
 #include "rollout/spec/spec_stats.h"
 #include "rollout/spec/verifier.h"
 #include "tests/rollout/chi2.h"
@@ -18,7 +19,7 @@ using namespace testing_chi2;
 
 TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
   // Root 0 -> children (tokens 3, 1); node 1 (token 3) -> child token 2; V = 4.
-  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}, {}, {}};
+  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}, {}, {}, {}, {}, {}};
   const int64_t V = 4;
   std::vector<float> logits = {0, 1, 0, 5,   // root: argmax 3 -> node 1
                                0, 0, 4, 0,   // node 1: argmax 2 -> node 3
@@ -45,7 +46,7 @@ TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
 // children are; NoResidual over-weights the tried children and must fail the same test.
 TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
   const int64_t V = 6;
-  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}, {}, {}};
+  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}, {}, {}, {}, {}, {}};
   const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
   std::vector<float> probs(static_cast<size_t>(5 * V));
   for (int r = 0; r < 5; ++r)
@@ -62,6 +63,48 @@ TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
       EXPECT_LT(stat, chi2_critical(df));
     else
       EXPECT_GT(stat, chi2_critical(df)) << "the biased control passed: the test has no power";
+  }
+}
+
+// A sampled draft (drawn per seed from its q, with the drafter's own coin) tried first, then a
+// point-mass sibling: the first emitted token must follow p; leaving a point mass's residual after
+// rejecting the sampled draft (PointResidual) or drawing the bonus from the full p (NoResidual)
+// must not.
+TEST(SpecVerify, SampledDraftsAreAcceptedByTheirOwnDistribution) {
+  const int64_t V = 6, S = DraftTree::kSampledSupport;
+  const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
+  const std::vector<float> q = {0.3f, 0.3f, 0.1f, 0.1f, 0.1f, 0.1f};
+  std::vector<float> probs(static_cast<size_t>(3 * V), 1.f / V);  // the children's rows: never reached here
+  std::copy(root.begin(), root.end(), probs.begin());
+  const std::vector<double> p(root.begin(), root.end());
+  for (AcceptRule rule : {AcceptRule::Exact, AcceptRule::PointResidual, AcceptRule::NoResidual}) {
+    std::vector<int64_t> counts(V, 0);
+    const int64_t N = 40000;
+    for (int64_t s = 0; s < N; ++s) {
+      const auto seed = static_cast<uint64_t>(s);
+      int32_t x = 0;  // x ~ q with the drafter's coin, apart from the verifier's
+      for (float u = draft_coin(seed, 0), cum = q[0]; cum <= u && x < V - 1;)
+        cum += q[static_cast<size_t>(++x)];
+      const int32_t y = x == 4 ? 1 : 4;  // a point mass beside it
+      DraftTree t = DraftTree::single(0);
+      t.tokens = {0, x, y};
+      t.parent = {-1, 0, 0};
+      t.depth = {0, 1, 1};
+      t.score = {0, 0, 0};
+      t.q_row = {-1, 0, -1};
+      t.q_tokens.assign(static_cast<size_t>(S), -1);
+      t.q_probs.assign(static_cast<size_t>(S), 0.f);
+      for (int64_t j = 0; j < V; ++j) {
+        t.q_tokens[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+        t.q_probs[static_cast<size_t>(j)] = q[static_cast<size_t>(j)];
+      }
+      ++counts[verify_sampled(t, probs.data(), V, seed, 0, rule).tokens[0]];
+    }
+    const auto [stat, df] = chi2_fit(counts, p, N);
+    if (rule == AcceptRule::Exact)
+      EXPECT_LT(stat, chi2_critical(df));
+    else
+      EXPECT_GT(stat, chi2_critical(df)) << "a biased control passed: the test has no power";
   }
 }
 

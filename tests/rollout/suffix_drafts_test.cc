@@ -290,20 +290,21 @@ TEST_F(SuffixEngine, EveryGraftingStepTellsTheChooserItsRuns) {
 }
 
 // Merged trees under sampling: the history and the group hold many earlier samples of the prompt,
-// so the root gets several point-mass candidates beside the drafter's; the two tokens must still
-// follow the policy. Without a drafter, the suffix candidates alone under the NoResidual rule must
-// fail the same test (its power).
+// so the root gets several point-mass candidates beside the drafter's (a tree's, and a chain's
+// drafts drawn from the drafter's distribution, tried first); the two tokens must still follow
+// the policy. Without a drafter, the suffix candidates alone under the NoResidual rule must fail
+// the same test (its power), and so must the merged chain under PointResidual.
 TEST_F(SuffixEngine, SampledMergedTreesFollowThePolicyDistribution) {
   using namespace testing_chi2;
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9};
   const int64_t N = 12000, V = cfg_.vocab_size;
   const float temp = 1.3f;
   const auto joint = testing_spec::exact_pairs(*model_, prompt, temp, 0, 1.f);
-  auto sample = [&](bool drafter, AcceptRule rule, uint64_t seed0, EngineStats* st) {
+  auto sample = [&](bool drafter, AcceptRule rule, uint64_t seed0, EngineStats* st, bool chain = false) {
     EngineOptions o;
     o.max_batch = 64;
     o.kv_cache_bytes = 64 << 20;
-    o.spec = SpecSettings{3, 3, 8};
+    o.spec = chain ? SpecSettings{4, 1, 5} : SpecSettings{3, 3, 8};
     o.suffix = both();
     o.accept_rule = rule;
     Engine e(*model_, o, drafter ? draft_.get() : nullptr);
@@ -332,6 +333,13 @@ TEST_F(SuffixEngine, SampledMergedTreesFollowThePolicyDistribution) {
   EXPECT_LT(sstat, chi2_critical(sdf)) << "suffix-only samples do not fit the policy";
   const auto [bstat, bdf] = sample(false, AcceptRule::NoResidual, 9'000'000, nullptr);
   EXPECT_GT(bstat, chi2_critical(bdf)) << "the biased control passed: the test has no power";
+  EngineStats cst;
+  const auto [cstat, cdf] = sample(true, AcceptRule::Exact, 10'000'000, &cst, true);
+  EXPECT_LT(cstat, chi2_critical(cdf)) << "merged-chain samples do not fit the policy";
+  EXPECT_GT(cst.spec.accepted_by[1] + cst.spec.accepted_by[2], N / 10) << "too few suffix acceptances";
+  EXPECT_GT(cst.spec.accepted_by[0], N / 50) << "too few drafter acceptances";
+  const auto [pstat, pdf] = sample(true, AcceptRule::PointResidual, 11'000'000, nullptr, true);
+  EXPECT_GT(pstat, chi2_critical(pdf)) << "the sampled-draft control passed: the test has no power";
 }
 
 }  // namespace

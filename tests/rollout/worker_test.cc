@@ -154,8 +154,10 @@ TEST(Worker, SwapsADrafterInBetweenStepsWithRequestsInFlight) {
 // Without captures the verdict compares live acceptance with the previous drafter's recent
 // rounds. With captured completions a live alarm is confirmed on the same completions: a damaged
 // drafter is rolled back (confirmed), while a copy of the serving drafter swapped in as the
-// requests turn to hot sampling (live acceptance falls by far more than the margin) is kept,
-// because on the same completions the two are equal.
+// requests turn to a strong repetition penalty, which the drafter knows nothing of (live
+// acceptance falls by far more than the margin), is kept, because on the same completions the two
+// are equal. (Hot sampling no longer does it: a sampling chain draws its drafts at the request's
+// temperature, drafter/proposer.h, and keeps its acceptance.)
 TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   WorkerFixture s;
   const auto samples = capture(*s.policy, rollouts(*s.policy, prompts(24, 1)), 1);
@@ -195,13 +197,10 @@ TEST(Worker, RollsBackADrafterThatLosesAcceptance) {
   ASSERT_EQ(bar.drafter_version, 1u);
   ASSERT_TRUE(w->offer_drafter(s.publish_draft(trained, 4).dir));  // the same weights as v1
   ASSERT_TRUE(w->wait_serving(true, 4, 10s));
-  std::vector<GenRequest> hot = greedy_requests(s.ps);
-  for (size_t i = 0; i < hot.size(); ++i) {
-    hot[i].params.temperature = 2.0f;
-    hot[i].params.has_seed = true;
-    hot[i].params.seed = 100 + i;
-  }
-  w->generate(hot, GenMode::kServing);
+  std::vector<GenRequest> penalised = greedy_requests(s.ps);
+  for (GenRequest& r : penalised)
+    r.params.repetition_penalty = 2.0f;
+  w->generate(penalised, GenMode::kServing);
   ASSERT_TRUE(w->wait_rollback_verdict(60s));
   const WorkerMetrics m = w->metrics();
   ASSERT_GE(m.by_version.at({1, 4}).spec.rounds, 20) << "the watch must have closed";
