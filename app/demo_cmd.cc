@@ -47,9 +47,9 @@ void add_demo_options(CLI::App& cmd, demo::DemoOptions& o) {
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   cmd.add_option("--spec-sampled-drafts", o.spec_sampled_drafts,
-                 "a sampling request's chain draws its drafts from the drafter's distribution (on) or takes its top "
-                 "tokens (off)")
-      ->check(CLI::IsMember({"on", "off"}))
+                 "a sampling request's chain draws its drafts from the drafter's distribution (on), takes its top "
+                 "tokens (off), or whichever measures the higher acceptance (auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd.add_option("--trainer-idle-rounds", o.trainer_idle_rounds,
                  "online trainer rounds on the unchanged window after each round on new records, within its share")

@@ -101,9 +101,9 @@ void add_generate_options(CLI::App& cmd, GenerateArgs& a) {
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   cmd.add_option("--spec-sampled-drafts", a.spec_sampled_drafts,
-                 "a sampling request's chain draws its drafts from the drafter's distribution (on) or takes its top "
-                 "tokens (off)")
-      ->check(CLI::IsMember({"on", "off"}))
+                 "a sampling request's chain draws its drafts from the drafter's distribution (on), takes its top "
+                 "tokens (off), or whichever measures the higher acceptance (auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd.add_option("--suffix-drafts", a.suffix_drafts,
                  "model-free drafts from the prompts' groups and finished results: off, group, history or both")
@@ -141,7 +141,8 @@ int run_generate(const GenerateArgs& a) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   EngineOptions eo;
   eo.kv_cache_bytes = a.kv_cache_mb << 20;
-  eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens, a.spec_stop_below, a.spec_sampled_drafts == "on"};
+  eo.spec = {a.spec_steps, a.spec_top_k, a.spec_draft_tokens, a.spec_stop_below};
+  eo.draft_sampling = parse_draft_sampling(a.spec_sampled_drafts);
   eo.suffix.mode = parse_suffix_mode(a.suffix_drafts);
   eo.suffix.gate = false;  // one batch: too few steps to measure whether they pay
   std::unique_ptr<DraftModel> draft;

@@ -34,7 +34,7 @@ struct GenerateArgs {
   bool draft_fallback = false;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 5;
   double spec_stop_below = 0;         // SpecSettings::stop_below
-  std::string spec_sampled_drafts = "on";  // SpecSettings::sample_drafts: on, off
+  std::string spec_sampled_drafts = "auto";  // EngineOptions::draft_sampling: auto, on, off
   std::string suffix_drafts = "off";  // model-free drafts (rollout/spec/suffix_drafts.h), with or without --draft
   // Records (docs/messaging.md): with `send`, every result's tokens, aux states and teacher
   // top-k (captured while generating) go to the buffer at that endpoint as one Record, labelled

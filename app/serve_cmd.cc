@@ -87,9 +87,9 @@ void add_serve_options(CLI::App& cmd, ServeArgs& a) {
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   cmd.add_option("--spec-sampled-drafts", a.spec_sampled_drafts,
-                 "a sampling request's chain draws its drafts from the drafter's distribution (on) or takes its top "
-                 "tokens (off)")
-      ->check(CLI::IsMember({"on", "off"}))
+                 "a sampling request's chain draws its drafts from the drafter's distribution (on), takes its top "
+                 "tokens (off), or whichever measures the higher acceptance (auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd.add_flag("!--no-adaptive", a.adaptive,
                "always speculate at the full depth (default: each step picks the depth, plain included, that is "
@@ -183,9 +183,9 @@ int run_serve(const ServeArgs& a) {
   wo.engine.max_batch = a.max_running;
   wo.speculate = speculate;
   if (speculate)
-    wo.engine.spec =
-        SpecSettings{a.spec_steps, a.spec_top_k, a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1,
-                     a.spec_stop_below, a.spec_sampled_drafts == "on"};
+    wo.engine.spec = SpecSettings{a.spec_steps, a.spec_top_k,
+                                  a.spec_draft_tokens > 0 ? a.spec_draft_tokens : a.spec_steps + 1, a.spec_stop_below};
+  wo.engine.draft_sampling = parse_draft_sampling(a.spec_sampled_drafts);
   wo.adaptive.enabled = a.adaptive && speculate;
   if (speculate)
     wo.engine.suffix.mode = parse_suffix_mode(a.suffix_drafts);
@@ -229,7 +229,7 @@ int run_serve(const ServeArgs& a) {
                           {"spec_top_k", wo.engine.spec.top_k},
                           {"spec_draft_tokens", wo.engine.spec.draft_tokens},
                           {"spec_stop_below", wo.engine.spec.stop_below},
-                          {"spec_sampled_drafts", wo.engine.spec.sample_drafts},
+                          {"spec_sampled_drafts", draft_sampling_name(wo.engine.draft_sampling)},
                           {"adaptive", wo.adaptive.enabled},
                           {"suffix_drafts", suffix_mode_name(wo.engine.suffix.mode)},
                           {"prefix_reuse", wo.engine.prefix_reuse},

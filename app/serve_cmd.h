@@ -33,7 +33,7 @@ struct ServeArgs {
   int64_t kv_cache_mb = 256, max_running = 64;
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;
   double spec_stop_below = 0;  // SpecSettings::stop_below
-  std::string spec_sampled_drafts = "on";  // SpecSettings::sample_drafts: on, off
+  std::string spec_sampled_drafts = "auto";  // EngineOptions::draft_sampling: auto, on, off
   bool adaptive = true;
   std::string suffix_drafts = "both";  // off, group, history, both (rollout/spec/suffix_drafts.h)
   bool prefix_reuse = true;            // rollout/engine/prefix_reuse.h

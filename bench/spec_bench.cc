@@ -18,9 +18,10 @@
 // depths: how the best depth moves with the drafter's acceptance; --stop-below 0,0.3 runs each of
 // them also stopping once its drafts are jointly less likely than 0.3 under the drafter
 // (SpecSettings::stop_below; the round anatomy then times the chain at its mean depth in the run);
-// --drafts sampled|top|both: at temperature > 0 a chain's drafts are drawn from the drafter's
-// distribution (the default, drafter/proposer.h), or are its top tokens, or both side by side
-// (settings marked top);
+// --drafts auto|on|off|all: at temperature > 0 a chain's drafts are drawn from the drafter's
+// distribution (on, drafter/proposer.h), or are its top tokens (off), or whichever the engine
+// measures to accept more (auto, the default: rollout/spec/draft_sampling.h); all runs each
+// setting with auto and again with on and off (settings marked on and off);
 // --adaptive adds an arm whose engine chooses the drafter's depth per step (rollout/spec/adaptive.h)
 // up to the last setting's depth and with its stop rule, as a serving worker does; in each turn it
 // first decodes --warmup-groups W untimed batches of other held-out prompts (default: as many as
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 4, 16, 64};
   std::vector<int64_t> anatomy_rows;
   int64_t anatomy_context = 64;
-  std::string draft_dir, model_dir, draft_weights = "auto", drafts = "sampled";
+  std::string draft_dir, model_dir, draft_weights = "auto", drafts = "auto";
   float temperature = 0;
   int64_t group = 0, warmup = -1;  // -1: as many groups as are timed
   bool adaptive = false;
@@ -159,9 +160,9 @@ int main(int argc, char** argv) {
                  "untimed groups (batches) of other prompts each engine (the adaptive arm's) decodes first")
       ->check(CLI::Range(0, bench::kMost));
   app.add_option("--drafts", drafts,
-                 "a sampling chain's drafts: sampled (drawn from the drafter's distribution), top (its top token) or "
-                 "both (every setting again with top-token drafts, marked top)")
-      ->check(CLI::IsMember({"sampled", "top", "both"}))
+                 "a sampling chain's drafts (EngineOptions::draft_sampling): auto, on (drawn from the drafter's "
+                 "distribution), off (its top tokens), or all (each setting with auto, and again with on and off)")
+      ->check(CLI::IsMember({"auto", "on", "off", "all"}))
       ->capture_default_str();
   app.add_option("--pages", pages,
                  "huge: weights and KV caches in huge pages where the system has them; both: also in 4 KiB pages")
@@ -187,14 +188,13 @@ int main(int argc, char** argv) {
       }
   }
   const std::pair<std::string, SpecSettings> adaptive_up_to = settings.back();  // before the copies below
-  for (size_t k = 0, n = settings.size(); drafts != "sampled" && k < n; ++k) {  // --drafts top or both
-    SpecSettings top = settings[k].second;
-    top.sample_drafts = false;
-    if (drafts == "top")
-      settings[k].second = top;
-    else
-      settings.push_back({settings[k].first + " top", top});
-  }
+  // Each setting's draft sampling (--drafts; all: copies marked on and off).
+  std::vector<DraftSampling> setting_sampling(settings.size(), parse_draft_sampling(drafts == "all" ? "auto" : drafts));
+  for (size_t k = 0, n = settings.size(); drafts == "all" && k < n; ++k)
+    for (DraftSampling m : {DraftSampling::kOn, DraftSampling::kOff}) {
+      settings.push_back({settings[k].first + " " + draft_sampling_name(m), settings[k].second});
+      setting_sampling.push_back(m);
+    }
   const Device dev = device == "cuda" ? Device::CUDA : Device::CPU;
   const char* bad = warmup >= 0 && group == 0 && !adaptive ? "--warmup-groups applies to --group or --adaptive only"
                     : dev == Device::CUDA && (!anatomy_rows.empty() || draft_weights == "int8" ||
@@ -280,6 +280,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0, n = settings.size(); k < n; ++k) {
       settings.push_back({settings[k].first + " int8", settings[k].second});
       setting_draft.push_back(&*draft_q8);
+      setting_sampling.push_back(setting_sampling[k]);
     }
   }
   std::vector<bool> setting_4k(settings.size(), false);
@@ -288,6 +289,7 @@ int main(int argc, char** argv) {
       settings.push_back({settings[k].first + " 4k", settings[k].second});
       setting_draft.push_back(&*draft_4k);
       setting_4k.push_back(true);
+      setting_sampling.push_back(setting_sampling[k]);
     }
   }
   std::printf("policy: %s, Llama-style, %ld layers, hidden %ld, vocab %ld, bf16 weights %.0f MiB, on %s\n",
@@ -353,7 +355,8 @@ int main(int argc, char** argv) {
       arm_specs.push_back({nullptr, {}, &*model_4k, true});
     const size_t plains = arm_specs.size();
     for (size_t k = 0; k < settings.size(); ++k)
-      arm_specs.push_back({setting_draft[k], settings[k].second, setting_4k[k] ? &*model_4k : nullptr, setting_4k[k]});
+      arm_specs.push_back({setting_draft[k], settings[k].second, setting_4k[k] ? &*model_4k : nullptr, setting_4k[k],
+                           false, setting_sampling[k]});
     if (adaptive)  // the depth chosen per step, up to the last setting's (printed last)
       arm_specs.push_back({&draft, adaptive_up_to.second, nullptr, false, true});
     std::vector<Run> spec = bench::take_turns(

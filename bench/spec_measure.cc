@@ -11,7 +11,8 @@
 
 namespace updraft::bench {
 
-Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w, bool adaptive)
+Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w, bool adaptive,
+         DraftSampling drafts)
     : w_(w) {
   size_t longest = 0;
   for (const auto& p : *w.prompts)
@@ -27,6 +28,7 @@ Arm::Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& 
   o.kv_cache_bytes = std::clamp<int64_t>(4 * blocks * KvCache::block_bytes(model.kv_shape(), o.block_size),
                                          int64_t{16} << 20, int64_t{1} << 30);
   o.spec = s;
+  o.draft_sampling = drafts;
   engine_ = std::make_unique<Engine>(model, o, draft);
   if (adaptive && draft != nullptr) {
     chooser_ = std::make_unique<AdaptiveDepth>(s);
@@ -88,7 +90,8 @@ std::vector<Run> take_turns(const PolicyModel& model, const std::vector<ArmSpec>
     const bool huge = host_huge_pages();
     for (const ArmSpec& a : arms) {
       set_host_huge_pages(huge && !a.small_pages);
-      live.push_back(std::make_unique<Arm>(a.model != nullptr ? *a.model : model, a.draft, a.settings, w, a.adaptive));
+      live.push_back(
+          std::make_unique<Arm>(a.model != nullptr ? *a.model : model, a.draft, a.settings, w, a.adaptive, a.drafts));
       set_host_huge_pages(huge);
     }
     for (size_t i = 0; i < arms.size(); ++i)

@@ -12,6 +12,7 @@
 #include "drafter/draft_model.h"
 #include "drafter/draft_tree.h"
 #include "rollout/policy_model.h"
+#include "rollout/spec/draft_sampling.h"
 #include "rollout/spec/spec_stats.h"
 
 namespace updraft {
@@ -65,7 +66,7 @@ struct Workload {
 class Arm {
  public:
   Arm(const PolicyModel& model, const DraftModel* draft, const SpecSettings& s, const Workload& w,
-      bool adaptive = false);
+      bool adaptive = false, DraftSampling drafts = DraftSampling::kAuto);
   ~Arm();
   Arm(const Arm&) = delete;
   Arm& operator=(const Arm&) = delete;
@@ -88,6 +89,7 @@ struct ArmSpec {
   const PolicyModel* model = nullptr;  // nullptr: take_turns' model
   bool small_pages = false;            // the engine's KV cache in 4 KiB pages (kernels/core/host_arena.h)
   bool adaptive = false;               // the depth chosen per step (Arm)
+  DraftSampling drafts = DraftSampling::kAuto;  // EngineOptions::draft_sampling
 };
 // An adaptive arm first decodes `warmup` untimed batches of other prompts (batches groups ..
 // groups + warmup - 1), as a long-lived engine has learned its costs and acceptance before.

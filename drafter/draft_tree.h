@@ -61,18 +61,21 @@ struct DraftTree {
   // Per node, bit k set when source k proposed it (a node several sources proposed keeps the
   // first in `source`), or empty: each node proposed by its `source` alone.
   std::vector<uint8_t> proposers;
-  // Sampled drafts (a chain's drafter at temperature > 0, drafter/proposer.h): node i's token was
-  // drawn from a distribution q over kSampledSupport target ids, row q_row[i] of q_tokens/q_probs;
-  // q_row[i] = -1, or q_row empty: a deterministic proposal (a point mass on its token). The
-  // verifier (rollout/spec/verifier.h) accepts a sampled node with probability min(1, P(x) / q(x))
+  // The drafter's distribution q at a sampling chain's nodes (drafter/proposer.h): over
+  // kSampledSupport target ids, best first, row q_row[i] of q_tokens/q_probs for node i (-1, or
+  // q_row empty: none). With `drawn` the chain's tokens were drawn from their q (sampled(i)):
+  // the verifier (rollout/spec/verifier.h) accepts such a node with probability min(1, P(x) / q(x))
   // and leaves max(0, P - q) when it rejects it, which is lossless only if the node was drawn
-  // independently of everything verification draws and is its parent's first child.
+  // independently of everything verification draws and is its parent's first child. Otherwise
+  // every node is a deterministic proposal (a point mass on its token), q only measured.
   static constexpr int64_t kSampledSupport = 64;
+  bool drawn = false;
   std::vector<int32_t> q_row;
   std::vector<int32_t> q_tokens;  // [rows * kSampledSupport] target ids (-1: no token)
   std::vector<float> q_probs;     // [rows * kSampledSupport], each row summing to 1
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
-  bool sampled(int64_t i) const { return !q_row.empty() && q_row[static_cast<size_t>(i)] >= 0; }
+  bool has_q(int64_t i) const { return !q_row.empty() && q_row[static_cast<size_t>(i)] >= 0; }
+  bool sampled(int64_t i) const { return drawn && has_q(i); }
   DraftSource source_of(int64_t i) const {
     return source.empty() ? DraftSource::kEagle : source[static_cast<size_t>(i)];
   }

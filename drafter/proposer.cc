@@ -28,11 +28,12 @@ float draft_coin(uint64_t seed, uint64_t i) {
 namespace {
 
 // One row of `fetch` top draft tokens (target ids, log-probabilities, best first) as a node's
-// candidates: its best k, or for a sequence that samples (ps.temperature > 0) one token drawn
-// with the coin u from q: the row's tokens at the sequence's temperature, filtered by its top_k
-// and top_p as the policy's distribution is (ops::sampling_probs), renormalised. q then goes to
-// the end of q_tok / q_prob (kSampledSupport entries, unused ones -1 and 0).
-void candidates(const ProposeSeq& ps, const int32_t* tok, const float* lp, int64_t fetch, int64_t k, float u,
+// candidates: its best k, or for a sequence that samples (ps.temperature > 0) and `draw`s one
+// token drawn with the coin u from q: the row's tokens at the sequence's temperature, filtered by
+// its top_k and top_p as the policy's distribution is (ops::sampling_probs), renormalised. For a
+// sequence that samples, q goes to the end of q_tok / q_prob (kSampledSupport entries, unused ones
+// -1 and 0), drawn from or not.
+void candidates(const ProposeSeq& ps, bool draw, const int32_t* tok, const float* lp, int64_t fetch, int64_t k, float u,
                 std::vector<int32_t>& out_tok, std::vector<float>& out_lp, std::vector<int32_t>& q_tok,
                 std::vector<float>& q_prob, float& confidence) {
   out_tok.assign(tok, tok + k);
@@ -60,6 +61,12 @@ void candidates(const ProposeSeq& ps, const int32_t* tok, const float* lp, int64
   total = 0;
   for (int64_t j = 0; j < n; ++j)
     total += w[static_cast<size_t>(j)];
+  for (int64_t j = 0; j < DraftTree::kSampledSupport; ++j) {
+    q_tok.push_back(j < n ? tok[j] : -1);
+    q_prob.push_back(j < n ? static_cast<float>(w[static_cast<size_t>(j)] / total) : 0.f);
+  }
+  if (!draw)
+    return;
   int64_t pick = 0;
   for (double acc = 0; pick < n - 1; ++pick) {  // the first token whose cumulative mass exceeds u
     acc += w[static_cast<size_t>(pick)];
@@ -69,10 +76,6 @@ void candidates(const ProposeSeq& ps, const int32_t* tok, const float* lp, int64
   out_tok = {tok[pick]};
   out_lp = {static_cast<float>(std::log(w[static_cast<size_t>(pick)] / total))};
   confidence += static_cast<float>(std::log(w[0] / total)) - lp[0];  // q's top probability instead
-  for (int64_t j = 0; j < DraftTree::kSampledSupport; ++j) {
-    q_tok.push_back(j < n ? tok[j] : -1);
-    q_prob.push_back(j < n ? static_cast<float>(w[static_cast<size_t>(j)] / total) : 0.f);
-  }
 }
 
 // The candidates of each sequence's frontier nodes, level by level, from the rows of top draft
@@ -85,7 +88,7 @@ void candidates(const ProposeSeq& ps, const int32_t* tok, const float* lp, int64
 class Draws {
  public:
   Draws(const DraftModel& model, const std::vector<ProposeSeq>& seqs, const SpecSettings& s)
-      : model_(model), seqs_(seqs), k_(s.top_k), fetch_(s.top_k), sample_(s.chain() && s.sample_drafts) {
+      : model_(model), seqs_(seqs), k_(s.top_k), fetch_(s.top_k), sample_(s.chain()), draw_(s.sample_drafts) {
     const size_t B = seqs.size();
     for (size_t b = 0; b < B; ++b)
       if (temp(static_cast<int64_t>(b)) > 0)  // sampling chains fetch q's support
@@ -102,8 +105,8 @@ class Draws {
     const float u = ps.temperature > 0 ? draft_coin(ps.seed, ps.index + static_cast<uint64_t>(level - 1)) : 0.f;
     const auto at = static_cast<size_t>(b);
     std::pair<std::vector<int32_t>, std::vector<float>> c;
-    candidates(ps, top_.data() + r * fetch_, lps_.data() + r * fetch_, fetch_, k_, u, c.first, c.second, q_tok_[at],
-               q_prob_[at], confidence_[at]);
+    candidates(ps, draw_, top_.data() + r * fetch_, lps_.data() + r * fetch_, fetch_, k_, u, c.first, c.second,
+               q_tok_[at], q_prob_[at], confidence_[at]);
     return c;
   }
   float confidence(int64_t b) const { return confidence_[static_cast<size_t>(b)]; }
@@ -114,6 +117,7 @@ class Draws {
     auto& qt = q_tok_[static_cast<size_t>(b)];
     UPD_CHECK(static_cast<int64_t>(qt.size()) == (t.size() - 1) * DraftTree::kSampledSupport)
         << "propose: " << qt.size() / DraftTree::kSampledSupport << " draws for " << t.size() - 1 << " drafts";
+    t.drawn = draw_;
     t.q_row.assign(1, -1);
     for (int32_t d = 1; d < t.size(); ++d)
       t.q_row.push_back(d - 1);
@@ -126,7 +130,7 @@ class Draws {
   const DraftModel& model_;
   const std::vector<ProposeSeq>& seqs_;
   int64_t k_, fetch_;
-  bool sample_;
+  bool sample_, draw_;  // chains of sampling sequences: q measured; drawn from
   std::vector<float> confidence_;
   std::vector<std::vector<int32_t>> q_tok_;
   std::vector<std::vector<float>> q_prob_;

@@ -102,7 +102,8 @@ DemoRun::DemoRun(const DemoOptions& o, const std::string& buffer_dir)
   // Workers: each on its share of the cores.
   const int cores = std::max(1, omp_get_max_threads());
   eo_.spec = SpecSettings{o.spec_steps, o.spec_top_k, o.spec_draft_tokens > 0 ? o.spec_draft_tokens : o.spec_steps + 1,
-                          o.spec_stop_below, o.spec_sampled_drafts == "on"};
+                          o.spec_stop_below};
+  eo_.draft_sampling = parse_draft_sampling(o.spec_sampled_drafts);
   eo_.max_batch = o.worker_batch > 0 ? o.worker_batch : o.prompts_per_step * o.group;
   eo_.suffix.mode = parse_suffix_mode(o.suffix_drafts);  // the workers' serving engines only
   eo_.suffix.max_nodes = o.suffix_nodes;

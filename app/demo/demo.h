@@ -75,7 +75,7 @@ struct DemoOptions {
   bool prefix_reuse = true;            // every engine's prefix reuse (rollout/engine/prefix_reuse.h)
   int64_t spec_steps = 4, spec_top_k = 1, spec_draft_tokens = 0;  // 0: spec_steps + 1 (a chain)
   double spec_stop_below = 0;                                     // SpecSettings::stop_below
-  std::string spec_sampled_drafts = "on";                         // SpecSettings::sample_drafts: on, off
+  std::string spec_sampled_drafts = "auto";                       // EngineOptions::draft_sampling: auto, on, off
   // The online trainer's recipe, chosen by the ablation in docs/online.md ("Drift recovery"):
   // training-time test as deep as the served chain (K = 4), one record per optimiser step, 40
   // steps per round (the records per round of the earlier 4 x 10).

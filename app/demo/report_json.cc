@@ -26,7 +26,7 @@ nlohmann::json report_json(const DemoOptions& o, const EngineOptions& eo, const 
                                     {"top_k", o.spec_top_k},
                                     {"draft_tokens", eo.spec.draft_tokens},
                                     {"stop_below", eo.spec.stop_below},
-                                    {"sampled_drafts", eo.spec.sample_drafts}}},
+                                    {"sampled_drafts", draft_sampling_name(eo.draft_sampling)}}},
                                   {"trainer",
                                    {{"steps_per_round", o.trainer_steps_per_round},
                                     {"idle_rounds", o.trainer_idle_rounds},

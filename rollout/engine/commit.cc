@@ -119,6 +119,9 @@ std::vector<Committed> verify_commit(const StepPlan& plan, const RunOut& run, Kv
             ? verify_greedy(tree, run.host_logits.data<float>() + lr * V, run.host_logp.data<float>() + lr * V, V)
             : verify_sampled(tree, run.host_probs.data<float>() + lr * V, V, s.seed,
                              static_cast<uint64_t>(s.out_len()), opts.accept_rule);
+    stats.q_overlap += v.q_overlap;
+    stats.q_top += v.q_top;
+    stats.q_nodes += v.q_nodes;
     if (tree.size() > 1) {
       const SpecRound r = round_of(tree, v);
       s.result.spec.add_round(r.drafted, r.accepted, r.depth);

@@ -46,7 +46,8 @@ Engine::Engine(const PolicyModel& model, const EngineOptions& opts, const DraftM
       cache_(model.kv_shape(), KvCache::blocks_for_bytes(model.kv_shape(), opts.block_size, opts.kv_cache_bytes),
              opts.block_size),
       scheduler_(limits_of(opts, false)),
-      suffix_(opts.suffix) {
+      suffix_(opts.suffix),
+      draws_(opts.draft_sampling) {
   UPD_REQUIRE(opts.max_batch > 0 && opts.prefill_chunk > 0) << "engine: max_batch and prefill_chunk must be positive";
   UPD_REQUIRE(opts.capture_teacher_k >= 1 && opts.draft_backlog >= 1)
       << "engine: capture_teacher_k and draft_backlog must be at least 1";
@@ -217,11 +218,13 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   if (at_depth.empty() && at_full.empty() && absorb.empty())
     return d;
   const auto t0 = Clock::now();
+  SpecSettings full = opts_.spec;
+  full.sample_drafts = draws_.draw();
   if (!at_depth.empty() || !absorb.empty())
-    d.absorbed += draft_step(*drafter_, *draft_cache_, at_depth, absorb,
-                             depth > 0 ? settings_at_depth(opts_.spec, depth) : opts_.spec);
+    d.absorbed +=
+        draft_step(*drafter_, *draft_cache_, at_depth, absorb, depth > 0 ? settings_at_depth(full, depth) : full);
   if (!at_full.empty())
-    d.absorbed += draft_step(*drafter_, *draft_cache_, at_full, {}, opts_.spec);
+    d.absorbed += draft_step(*drafter_, *draft_cache_, at_full, {}, full);
   d.seconds = seconds_since(t0);
   d.proposers = std::move(at_depth);
   d.proposers.insert(d.proposers.end(), at_full.begin(), at_full.end());
@@ -263,73 +266,6 @@ void Engine::stream(const StepPlan& plan, const std::vector<Committed>& committe
       s.result.first_token_step = step;
     if (s.req.on_tokens)
       s.req.on_tokens(s.id, c.tokens, c.logprobs);
-  }
-}
-
-void Engine::account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
-                     const Drafted& drafted, double seconds, int suffix) {
-  ++stats_.steps;
-  stats_.step_seconds += seconds;
-  stats_.prompt_tokens += plan.prefill_tokens;
-  stats_.preemptions = scheduler_.preemptions();
-  stats_.recomputed_tokens = scheduler_.recomputed_tokens();
-  stats_.reused_tokens = scheduler_.reused_tokens();
-  const double share = seconds / static_cast<double>(plan.entries.size());
-  for (size_t e = 0; e < plan.entries.size(); ++e) {
-    Seq& s = *plan.entries[e].seq;
-    s.result.step_seconds += share;
-    if (run.at[e].rows > 1 && plan.entries[e].prefill == 0) {  // a tree: its rows' share of the forward verified
-      const double v = run.forward_seconds * static_cast<double>(run.at[e].rows) / static_cast<double>(run.rows);
-      s.result.spec.verify_seconds += v;
-      stats_.spec.verify_seconds += v;
-    }
-  }
-  stats_.spec.draft_seconds += drafted.seconds;
-  for (Seq* s : drafted.proposers)
-    s->result.spec.draft_seconds += drafted.seconds / static_cast<double>(drafted.proposers.size());
-  stats_.last_depth = depth;
-  stats_.last_decoding = plan.decoding;
-  if (plan.decoding == 0)
-    return;
-  if (stats_.depth_steps.size() <= static_cast<size_t>(depth))
-    stats_.depth_steps.resize(static_cast<size_t>(depth) + 1, 0);
-  ++stats_.depth_steps[static_cast<size_t>(depth)];
-  if (chooser_ != nullptr && drafter_ != nullptr) {
-    StepSample ss;
-    ss.batch = plan.decoding;
-    ss.depth = depth;
-    ss.seconds = seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
-    ss.forward_seconds = run.forward_seconds;
-    ss.forward_rows = run.rows;
-    ss.draft_seconds = drafted.seconds;
-    ss.draft_rows = drafted.absorbed;
-    ss.cold = cold_step();
-    ss.suffix = suffix;
-    ss.grafted_rows = drafted.grafted;
-    for (size_t e = 0; e < plan.entries.size(); ++e) {
-      const Seq& s = *plan.entries[e].seq;
-      if (plan.entries[e].prefill != 0)
-        continue;
-      ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
-      if (suffix != DepthChooser::kNoSuffix && grafts(s)) {
-        // The depth the drafter ran at for it: the step's (a grafting sequence is no probe, so it
-        // drafts exactly when the step's depth is above 0); a sequence without the drafter is as
-        // if it ran to the full depth and drafted nothing (its suffix drafts add their whole run
-        // at every depth).
-        const SpecRound none;
-        const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
-        const int64_t d = s.spec ? depth : opts_.spec.steps;
-        ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run});
-      }
-    }
-    for (const Seq* s : drafted.proposers) {  // each proposer verified one round this step
-      const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
-      if (r.drafted_by[0] > 0)
-        ss.spec.add_round(r.drafted_by[0], r.eagle_run, r.eagle_depth);
-      ss.extra_tokens -= std::min<double>(r.eagle_run, ss.extra_tokens);
-      ss.mixed |= s->req.probe && depth != opts_.spec.steps;
-    }
-    chooser_->observe(ss);
   }
 }
 

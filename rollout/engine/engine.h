@@ -139,6 +139,7 @@ class Engine {
   const KvCache& cache() const { return cache_; }
   const KvCache* draft_cache() const { return draft_cache_.get(); }
   const SuffixDrafts& suffix_drafts() const { return suffix_; }
+  const DrawChooser& draws() const { return draws_; }
   const SuffixGate* suffix_gate() const { return suffix_gate_.get(); }
   const DraftModel* drafter() const { return drafter_; }
   const EngineOptions& options() const { return opts_; }
@@ -199,6 +200,11 @@ class Engine {
   SuffixDrafts suffix_;
   std::unique_ptr<SuffixGate> suffix_gate_;  // with EngineOptions::suffix.gate
   DepthChooser* chooser_ = nullptr;
+  DrawChooser draws_;  // whether sampling requests' chains draw their drafts (EngineOptions::draft_sampling)
+  struct {
+    double q_overlap = 0, q_top = 0;
+    int64_t q_nodes = 0;
+  } draws_seen_;  // stats_' q measures the chooser has seen
   bool admission_open_ = true;
   uint64_t next_id_ = 1, drafter_generation_ = 0;
   EngineStats stats_;

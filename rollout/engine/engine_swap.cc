@@ -31,6 +31,7 @@ void Engine::attach(const DraftModel* d, std::unique_ptr<KvCache> cache) {
   scheduler_.set_limits(limits_of(opts_, d != nullptr));
   if (chooser_ != nullptr)
     chooser_->drafter_changed(++drafter_generation_);
+  draws_.drafter_changed();
 }
 
 void Engine::set_drafter(const DraftModel* drafter) {

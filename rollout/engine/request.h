@@ -11,6 +11,7 @@
 
 #include "drafter/draft_tree.h"
 #include "kernels/core/tensor.h"
+#include "rollout/spec/draft_sampling.h"
 #include "rollout/spec/spec_stats.h"
 #include "rollout/spec/suffix_drafts.h"
 #include "rollout/spec/verifier.h"
@@ -127,6 +128,9 @@ struct EngineOptions {
   int64_t prefill_chunk = 512;   // prompt (and recompute) tokens per step at most
   uint64_t seed = 0;             // seeds requests that bring none
   SpecSettings spec;             // the full speculation settings when a drafter is set
+  // Whether sampling requests' chains draw their drafts (rollout/spec/draft_sampling.h); it
+  // decides SpecSettings::sample_drafts each step.
+  DraftSampling draft_sampling = DraftSampling::kAuto;
   SuffixOptions suffix;          // model-free drafts grafted onto every round (off by default)
   int64_t draft_kv_cache_bytes = int64_t{64} << 20;
   AcceptRule accept_rule = AcceptRule::Exact;  // NoResidual only for the losslessness test's control
@@ -169,6 +173,9 @@ struct EngineStats {
   int64_t suffix_steps = 0;          // steps that grafted them, and the sum of those steps' bars
   double suffix_bar_sum = 0;         // (the least path probability a new node needed: row_worth)
   int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences
+  // Sampled verification's measures of the drafter's q (Verdict::q_overlap, q_top, q_nodes).
+  double q_overlap = 0, q_top = 0;
+  int64_t q_nodes = 0;
 };
 
 }  // namespace updraft

@@ -47,6 +47,7 @@ void order_children_by_score(DraftTree& t) {
     }
   }
   DraftTree r;
+  r.drawn = t.drawn;
   r.q_tokens = std::move(t.q_tokens);
   r.q_probs = std::move(t.q_probs);
   for (int32_t old : order) {

@@ -1,5 +1,6 @@
 #include "rollout/spec/verifier.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/core/error.h"
@@ -95,6 +96,19 @@ bool try_sampled(const DraftTree& tree, int32_t c, std::vector<double>& P, doubl
   return false;
 }
 
+// What a draw from the drafter's q at child c (its first child) is accepted with at a node whose
+// policy distribution is p, and what its top token is: into the verdict's sums.
+void measure_q(const DraftTree& tree, int32_t c, const float* p, Verdict& v) {
+  const int64_t S = DraftTree::kSampledSupport, row = tree.q_row[static_cast<size_t>(c)];
+  const int32_t* qt = tree.q_tokens.data() + row * S;
+  const float* qp = tree.q_probs.data() + row * S;
+  for (int64_t j = 0; j < S; ++j)
+    if (qt[j] >= 0)
+      v.q_overlap += std::min(static_cast<double>(qp[j]), static_cast<double>(p[qt[j]]));
+  v.q_top += qt[0] >= 0 ? p[qt[0]] : 0.f;
+  ++v.q_nodes;
+}
+
 }  // namespace
 
 Verdict verify_sampled(const DraftTree& tree, const float* probs, int64_t V, uint64_t seed, uint64_t first_index,
@@ -110,6 +124,8 @@ Verdict verify_sampled(const DraftTree& tree, const float* probs, int64_t V, uin
     double mass = 1.0;  // P's current total (p rows sum to 1): P / mass is the residual distribution
     int32_t next = -1;
     const std::vector<int32_t> kids = tree.children(node);
+    if (!kids.empty() && tree.has_q(kids[0]))
+      measure_q(tree, kids[0], p, v);
     for (size_t j = 0; j < kids.size(); ++j) {
       const int32_t tok = tree.tokens[kids[j]];
       UPD_CHECK(j == 0 || !tree.sampled(kids[j])) << "verify: a sampled draft must be its parent's first child";

@@ -43,6 +43,11 @@ struct Verdict {
   std::vector<int32_t> nodes;   // accepted tree nodes after the root, root to leaf
   std::vector<int32_t> tokens;  // emitted: the accepted drafts, then the bonus
   std::vector<float> logprobs;  // one per emitted token
+  // Sampled verification, at every node visited whose first child carries the drafter's q
+  // (DraftTree::has_q): the sums of sum_x min(p(x), q(x)) (a draw's chance of acceptance) and of
+  // p(argmax q) (the top token's), and how many such nodes (rollout/spec/draft_sampling.h).
+  double q_overlap = 0, q_top = 0;
+  int32_t q_nodes = 0;
 };
 
 // logits and logp (= log_softmax(logits)) are host f32 [tree.size(), V], row i at node i.

@@ -353,6 +353,13 @@ TEST_F(Proposer, ASamplingChainDrawsItsDraftsFromTheDraftersDistribution) {
   EXPECT_EQ(trees[1].tokens, greedy[1].tokens);
   EXPECT_TRUE(trees[1].q_row.empty());
   EXPECT_TRUE(propose(*draft_, cache, two, h, z, {2, 2, 5})[0].q_row.empty()) << "a tree samples nothing";
+  EXPECT_TRUE(t.drawn);
+  SpecSettings top{steps, 1, steps + 1};  // the top tokens, q only measured
+  top.sample_drafts = false;
+  const auto measured = propose(*draft_, cache, two, h, z, top);
+  EXPECT_EQ(measured[0].tokens, greedy[0].tokens);
+  EXPECT_FALSE(measured[0].drawn);
+  EXPECT_EQ(measured[0].q_row, t.q_row);
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ class SpecFixture : public ::testing::Test {
     if (spec != nullptr)
       o.spec = *spec;
     o.accept_rule = rule;
+    o.draft_sampling = drafts_;
     Engine e(*model_, o, spec != nullptr ? draft_.get() : nullptr);
     for (const auto& r : reqs)
       e.submit(r);
@@ -114,6 +115,7 @@ class SpecFixture : public ::testing::Test {
     return out;
   }
 
+  DraftSampling drafts_ = DraftSampling::kOn;  // run()'s engines: sampling chains draw their drafts
   PolicyConfig cfg_;
   std::unique_ptr<PolicyModel> model_;
   std::unique_ptr<DraftModel> draft_;

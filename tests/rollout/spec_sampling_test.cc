@@ -75,6 +75,10 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       // as a point mass's residual when rejected, they bias the output.
       const auto [cpstat, cpdf] = fit(sample(&chain, AcceptRule::PointResidual, 8'000'000, nullptr));
       EXPECT_GT(cpstat, chi2_critical(cpdf)) << "the sampled-draft control passed: the test has no power";
+      drafts_ = DraftSampling::kOff;  // the top tokens as point masses, q only measured
+      const auto [tstat, tdf] = fit(sample(&chain, AcceptRule::Exact, 12'000'000, nullptr));
+      EXPECT_LT(tstat, chi2_critical(tdf)) << "top-token chain samples do not fit the policy";
+      drafts_ = DraftSampling::kOn;
     } else {  // the chain's drafts drawn under the request's top_k and top_p
       const auto [fstat, fdf] = fit(sample(&chain, AcceptRule::Exact, 9'000'000, &cst));
       EXPECT_LT(fstat, chi2_critical(fdf)) << "filtered chain samples do not fit the policy";
@@ -97,6 +101,7 @@ TEST_F(SpecEngine, SampledSpeculationFollowsThePolicyDistribution) {
       o.max_batch = 64;
       o.prefill_chunk = 7;
       o.spec = chain;
+      o.draft_sampling = DraftSampling::kAuto;  // draws or top tokens, as measured, step by step
       o.kv_cache_bytes = 30 * KvCache::block_bytes(model_->kv_shape(), o.block_size);
       Engine e(*model_, o, draft_.get());
       RandomDepth depth(chain, 3);

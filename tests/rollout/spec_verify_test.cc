@@ -17,9 +17,18 @@ namespace {
 
 using namespace testing_chi2;
 
+DraftTree tree(std::vector<int32_t> tokens, std::vector<int32_t> parent, std::vector<int32_t> depth) {
+  DraftTree t;
+  t.score.assign(tokens.size(), 0.f);
+  t.tokens = std::move(tokens);
+  t.parent = std::move(parent);
+  t.depth = std::move(depth);
+  return t;
+}
+
 TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
   // Root 0 -> children (tokens 3, 1); node 1 (token 3) -> child token 2; V = 4.
-  DraftTree t{{0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2}, {0, 0, 0, 0}, {}, {}, {}, {}, {}};
+  const DraftTree t = tree({0, 3, 1, 2}, {-1, 0, 0, 1}, {0, 1, 1, 2});
   const int64_t V = 4;
   std::vector<float> logits = {0, 1, 0, 5,   // root: argmax 3 -> node 1
                                0, 0, 4, 0,   // node 1: argmax 2 -> node 3
@@ -46,7 +55,7 @@ TEST(SpecVerify, GreedyFollowsTheArgmaxPathAndAddsTheBonus) {
 // children are; NoResidual over-weights the tried children and must fail the same test.
 TEST(SpecVerify, SampledFirstTokenFollowsThePolicyAndTheControlDoesNot) {
   const int64_t V = 6;
-  DraftTree t{{0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2}, {0, 0, 0, 0, 0}, {}, {}, {}, {}, {}};
+  const DraftTree t = tree({0, 2, 4, 5, 1}, {-1, 0, 0, 1, 1}, {0, 1, 1, 2, 2});
   const std::vector<float> root = {0.05f, 0.1f, 0.3f, 0.15f, 0.25f, 0.15f};
   std::vector<float> probs(static_cast<size_t>(5 * V));
   for (int r = 0; r < 5; ++r)
@@ -86,11 +95,8 @@ TEST(SpecVerify, SampledDraftsAreAcceptedByTheirOwnDistribution) {
       for (float u = draft_coin(seed, 0), cum = q[0]; cum <= u && x < V - 1;)
         cum += q[static_cast<size_t>(++x)];
       const int32_t y = x == 4 ? 1 : 4;  // a point mass beside it
-      DraftTree t = DraftTree::single(0);
-      t.tokens = {0, x, y};
-      t.parent = {-1, 0, 0};
-      t.depth = {0, 1, 1};
-      t.score = {0, 0, 0};
+      DraftTree t = tree({0, x, y}, {-1, 0, 0}, {0, 1, 1});
+      t.drawn = true;
       t.q_row = {-1, 0, -1};
       t.q_tokens.assign(static_cast<size_t>(S), -1);
       t.q_probs.assign(static_cast<size_t>(S), 0.f);

@@ -305,6 +305,7 @@ TEST_F(SuffixEngine, SampledMergedTreesFollowThePolicyDistribution) {
     o.max_batch = 64;
     o.kv_cache_bytes = 64 << 20;
     o.spec = chain ? SpecSettings{4, 1, 5} : SpecSettings{3, 3, 8};
+    o.draft_sampling = DraftSampling::kOn;
     o.suffix = both();
     o.accept_rule = rule;
     Engine e(*model_, o, drafter ? draft_.get() : nullptr);
