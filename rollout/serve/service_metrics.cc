@@ -189,6 +189,16 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
     family(os, "updraft_suffix_gate_explore_steps_total", "counter", "steps run with the other suffix-draft arm");
     sample(os, "updraft_suffix_gate_explore_steps_total", "", static_cast<double>(g.explore_steps));
   }
+  family(os, "updraft_draft_draws", "gauge",
+         "sampling requests' chains draw their drafts from the drafter's distribution (1) or take its top tokens (0)");
+  sample(os, "updraft_draft_draws", "", m.draws.draw ? 1.0 : 0.0);
+  family(os, "updraft_draft_acceptance", "gauge",
+         "a first draft's chance of acceptance drawn from the drafter's distribution and as its top token (means "
+         "over the latest nodes verified; 0: none yet)");
+  sample(os, "updraft_draft_acceptance", "draft=\"drawn\"", m.draws.overlap);
+  sample(os, "updraft_draft_acceptance", "draft=\"top\"", m.draws.top);
+  family(os, "updraft_draft_acceptance_nodes", "gauge", "nodes those means rest on since the drafter was set");
+  sample(os, "updraft_draft_acceptance_nodes", "", static_cast<double>(m.draws.nodes));
   if (!m.adaptive)
     return;
   const AdaptiveDepth::Snapshot& a = m.adaptive_model;

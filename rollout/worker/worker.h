@@ -188,6 +188,7 @@ struct WorkerMetrics {
   AdaptiveDepth::Snapshot adaptive_model;
   bool suffix_gate = false;  // the serving engine's suffix drafts are gated (rollout/spec/suffix_gate.h)
   SuffixGate::Snapshot suffix_gate_model;
+  DrawChooser::Snapshot draws;  // whether sampling chains draw their drafts (rollout/spec/draft_sampling.h)
 };
 
 class Worker {

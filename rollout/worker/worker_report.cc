@@ -127,6 +127,7 @@ void Worker::publish_state() {  // mu_ held
   metrics_.suffix_gate = gate != nullptr;
   if (gate != nullptr)
     metrics_.suffix_gate_model = gate->snapshot();
+  metrics_.draws = s.engine->draws().snapshot();
 }
 
 }  // namespace updraft

@@ -103,6 +103,8 @@ TEST(RolloutService, SuffixDraftsAreAccountedBySource) {
             std::string::npos)
       << metrics;
   EXPECT_EQ(metrics.find("updraft_suffix_gate_on"), std::string::npos) << "no gate, no gate metrics";
+  EXPECT_NE(metrics.find("updraft_draft_draws "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("updraft_draft_acceptance{draft=\"top\"} "), std::string::npos) << metrics;
   // Prefix reuse: the second call's two siblings took all but the last of their 6 prompt tokens
   // from the first call's kept requests (the first call's siblings, admitted together with a
   // prompt too short to wait for, prefilled theirs).
