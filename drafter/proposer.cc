@@ -38,7 +38,7 @@ void candidates(const ProposeSeq& ps, bool draw, const int32_t* tok, const float
                 std::vector<float>& q_prob, float& confidence) {
   out_tok.assign(tok, tok + k);
   out_lp.assign(lp, lp + k);
-  confidence += lp[0];
+  confidence += std::isnan(lp[0]) ? -INFINITY : lp[0];  // a NaN draft stops the chain
   if (ps.temperature <= 0)
     return;
   const int64_t n_max = ps.top_k > 0 ? std::min<int64_t>(fetch, ps.top_k) : fetch;
@@ -61,6 +61,11 @@ void candidates(const ProposeSeq& ps, bool draw, const int32_t* tok, const float
   total = 0;
   for (int64_t j = 0; j < n; ++j)
     total += w[static_cast<size_t>(j)];
+  if (!(total > 0) || !std::isfinite(total)) {  // degenerate logits: q is a point mass on the top token
+    n = 1;
+    w.assign(1, 1.0);
+    total = 1.0;
+  }
   for (int64_t j = 0; j < DraftTree::kSampledSupport; ++j) {
     q_tok.push_back(j < n ? tok[j] : -1);
     q_prob.push_back(j < n ? static_cast<float>(w[static_cast<size_t>(j)] / total) : 0.f);
