@@ -30,6 +30,7 @@ const char* arm_name(Arm a) {
 struct Totals {
   double seconds = 0, suffix_seconds = 0, bar_sum = 0, forward_seconds = 0;
   int64_t tokens = 0, steps = 0, suffix_nodes = 0, suffix_steps = 0;
+  int64_t depth_sum = 0, depth_steps = 0;  // the drafter's depth over the decode steps
   SpecStats spec;
 
   void add(const Totals& t) {
@@ -41,6 +42,8 @@ struct Totals {
     steps += t.steps;
     suffix_nodes += t.suffix_nodes;
     suffix_steps += t.suffix_steps;
+    depth_sum += t.depth_sum;
+    depth_steps += t.depth_steps;
     spec.merge(t.spec);
   }
 };
@@ -108,6 +111,11 @@ void run_group(const GroupBenchArgs& a, ArmEngine& ae, int64_t g, bool timed, bo
     t.suffix_nodes += after.suffix_nodes - before.suffix_nodes;
     t.suffix_steps += after.suffix_steps - before.suffix_steps;
     t.bar_sum += after.suffix_bar_sum - before.suffix_bar_sum;
+    for (size_t d = 0; d < after.depth_steps.size(); ++d) {
+      const int64_t n = after.depth_steps[d] - (d < before.depth_steps.size() ? before.depth_steps[d] : 0);
+      t.depth_sum += static_cast<int64_t>(d) * n;
+      t.depth_steps += n;
+    }
     SpecStats d = after.spec;
     d.subtract(before.spec);
     t.spec.merge(d);
@@ -161,10 +169,12 @@ void print_layout(const GroupBenchArgs& a, bool live) {
       std::snprintf(grafting, sizeof grafting, "%.0f%%",
                     100.0 * static_cast<double>(t.suffix_steps) / static_cast<double>(t.steps));
     }
-    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %12s %6s %8s %6.2f %5.0f%% %5.0f%% %5.0f%%\n", arm_name(arm),
-                tps, tps / plain_tps, t.spec.tau(), by, static_cast<double>(t.spec.drafted) / r, cost, bar, grafting,
-                t.seconds / static_cast<double>(t.steps) / plain_step, 100.0 * t.spec.draft_seconds / t.seconds,
-                100.0 * t.spec.verify_seconds / t.seconds, 100.0 * t.forward_seconds / t.seconds);
+    std::printf("  %-12s %9.1f %6.2fx %6.2f %22s %9.2f %6.2f %12s %6s %8s %6.2f %5.0f%% %5.0f%% %5.0f%%\n",
+                arm_name(arm), tps, tps / plain_tps, t.spec.tau(), by, static_cast<double>(t.spec.drafted) / r,
+                t.depth_steps > 0 ? static_cast<double>(t.depth_sum) / static_cast<double>(t.depth_steps) : 0.0, cost,
+                bar, grafting, t.seconds / static_cast<double>(t.steps) / plain_step,
+                100.0 * t.spec.draft_seconds / t.seconds, 100.0 * t.spec.verify_seconds / t.seconds,
+                100.0 * t.forward_seconds / t.seconds);
     std::fflush(stdout);
   }
 }
@@ -193,7 +203,8 @@ bool run_group_bench(GroupBenchArgs a) {
   print_layout(a, false);
   std::printf(
       "\ntau: 1 + accepted drafts per round; accepted/round by source (eagle | group | history); drafted: drafts "
-      "verified per round; suffix cost: lookups and grafting per step as a share of a plain step; bar: the least "
+      "verified per round; depth: the drafter's depth per decode step, mean (0: plain); suffix cost: lookups and "
+      "grafting per step as a share of a plain step; bar: the least "
       "path probability a new suffix node needed, mean over grafting steps (DepthChooser::row_worth); grafting: "
       "the steps that grafted suffix drafts; step: an "
       "engine step's wall time in plain steps; draft, verify: the drafter's passes and the speculating steps' policy "
