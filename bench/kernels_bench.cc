@@ -232,7 +232,7 @@ void proposal_section(int reps) {
               C);
   std::printf("%-4s %-4s %10s %12s %8s\n", "R", "k", "fused", "two ops", "ratio");
   for (const int64_t R : {1, 4, 16})
-    for (const int64_t k : {1, 8}) {
+    for (const int64_t k : {1, 8, 64}) {  // 64: a sampling chain's fetch (q's support)
       Tensor x = random_tensor({R, C}, DType::F32, 5), lp = Tensor::empty({R, C}, DType::F32),
              v = Tensor::empty({R, k}, DType::F32), i = Tensor::empty({R, k}, DType::I32);
       const auto per_call = [&](auto f) {

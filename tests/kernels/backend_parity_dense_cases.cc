@@ -228,17 +228,21 @@ void append_lookup_and_loss_cases(std::vector<OpCase>& c) {
 
   // The drafter's proposal: bitwise log_softmax then topk on the same backend, and the reference's
   // order. Row 1 has masked entries, row 2 a single finite one (its other ranks are -inf, lower
-  // indices first), and C is not a multiple of 16.
-  for (int64_t k : {1, 4, 64})
+  // indices first), row 3 five values repeated (ties across the k-th rank: lower indices first),
+  // row 4 the best far above the rest (the k best 60 below it), and C is not a multiple of 16.
+  for (int64_t k : {1, 4, 32, 64})
     c.push_back({"top_log_softmax_" + std::to_string(k), false, [=](const Backend& b) {
-                   const int64_t R = 3, C = 1000;
+                   const int64_t R = 5, C = 1000;
                    const float ninf = -std::numeric_limits<float>::infinity();
                    auto xv = rand_vec(R * C, 130 + k, -8, 8);
                    xv[5] = xv[9] = 30.f;  // an exact tie at the top: lower index first
                    for (int64_t i = 0; i < C; i += 3)
                      xv[C + i] = ninf;
-                   for (int64_t i = 0; i < C; ++i)
+                   for (int64_t i = 0; i < C; ++i) {
                      xv[2 * C + i] = i == 17 ? 1.f : ninf;
+                     xv[3 * C + i] = static_cast<float>(i % 5);
+                     xv[4 * C + i] = i == 500 ? 60.f : xv[4 * C + i];
+                   }
                    Tensor x = make(xv, {R, C}, b, b.act), lp = Tensor::empty({R, C}, DType::F32, b.device);
                    const auto empty = [&](DType dt) { return Tensor::empty({R, k}, dt, b.device); };
                    Tensor vals = empty(DType::F32), idx = empty(DType::I32), v2 = empty(DType::F32),
