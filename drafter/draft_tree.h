@@ -39,6 +39,11 @@ struct SpecSettings {
   // false: the drafter's top token, verified as a point mass. Greedy sequences and trees always
   // take the top tokens.
   bool sample_drafts = true;
+  // With sample_drafts false, whether such a chain still records q at its nodes for verification
+  // to measure both ways (DrawChooser, under auto): true; false (drafts never drawn) records none
+  // and stops on its drafts' joint probability as a greedy chain does, without fetching q's
+  // support (the drafter's top kSampledSupport tokens) or building q at every draft step.
+  bool measure_drafts = true;
   bool chain() const { return top_k == 1; }
   // Throws Error unless 1 <= top_k, 1 <= steps, 2 <= draft_tokens <= 1 + the pool size, and a
   // chain keeps every draft (draft_tokens = steps + 1).

@@ -93,7 +93,12 @@ void candidates(const ProposeSeq& ps, bool draw, const int32_t* tok, const float
 class Draws {
  public:
   Draws(const DraftModel& model, const std::vector<ProposeSeq>& seqs, const SpecSettings& s)
-      : model_(model), seqs_(seqs), k_(s.top_k), fetch_(s.top_k), sample_(s.chain()), draw_(s.sample_drafts) {
+      : model_(model),
+        seqs_(seqs),
+        k_(s.top_k),
+        fetch_(s.top_k),
+        sample_(s.chain() && (s.sample_drafts || s.measure_drafts)),
+        draw_(s.sample_drafts) {
     const size_t B = seqs.size();
     for (size_t b = 0; b < B; ++b)
       if (temp(static_cast<int64_t>(b)) > 0)  // sampling chains fetch q's support
@@ -135,7 +140,7 @@ class Draws {
   const DraftModel& model_;
   const std::vector<ProposeSeq>& seqs_;
   int64_t k_, fetch_;
-  bool sample_, draw_;  // chains of sampling sequences: q measured; drawn from
+  bool sample_, draw_;  // chains of sampling sequences: q recorded; drawn from
   std::vector<float> confidence_;
   std::vector<std::vector<int32_t>> q_tok_;
   std::vector<std::vector<float>> q_prob_;

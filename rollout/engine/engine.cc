@@ -220,6 +220,7 @@ Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   const auto t0 = Clock::now();
   SpecSettings full = opts_.spec;
   full.sample_drafts = draws_.draw();
+  full.measure_drafts = opts_.draft_sampling != DraftSampling::kOff;
   if (!at_depth.empty() || !absorb.empty())
     d.absorbed +=
         draft_step(*drafter_, *draft_cache_, at_depth, absorb, depth > 0 ? settings_at_depth(full, depth) : full);

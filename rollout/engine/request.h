@@ -129,7 +129,7 @@ struct EngineOptions {
   uint64_t seed = 0;             // seeds requests that bring none
   SpecSettings spec;             // the full speculation settings when a drafter is set
   // Whether sampling requests' chains draw their drafts (rollout/spec/draft_sampling.h); it
-  // decides SpecSettings::sample_drafts each step.
+  // decides SpecSettings::sample_drafts each step (and measure_drafts: false under kOff).
   DraftSampling draft_sampling = DraftSampling::kAuto;
   SuffixOptions suffix;          // model-free drafts grafted onto every round (off by default)
   int64_t draft_kv_cache_bytes = int64_t{64} << 20;

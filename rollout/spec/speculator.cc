@@ -21,7 +21,13 @@ Tensor iota_i32(int64_t n, int64_t from = 0) {
 SpecSettings settings_at_depth(const SpecSettings& full, int64_t depth) {
   UPD_CHECK(depth >= 1 && depth <= full.steps && (full.chain() || depth == full.steps))
       << "speculation depth " << depth << " under steps " << full.steps << ", top_k " << full.top_k;
-  return depth == full.steps ? full : SpecSettings{depth, 1, depth + 1, full.stop_below, full.sample_drafts};
+  if (depth == full.steps)
+    return full;
+  SpecSettings s = full;
+  s.steps = depth;
+  s.top_k = 1;
+  s.draft_tokens = depth + 1;
+  return s;
 }
 
 std::vector<int64_t> allowed_depths(const SpecSettings& full) {

@@ -360,6 +360,17 @@ TEST_F(Proposer, ASamplingChainDrawsItsDraftsFromTheDraftersDistribution) {
   EXPECT_EQ(measured[0].tokens, greedy[0].tokens);
   EXPECT_FALSE(measured[0].drawn);
   EXPECT_EQ(measured[0].q_row, t.q_row);
+  // Neither drawn nor measured (--spec-sampled-drafts off): the greedy chain's tree, without q.
+  for (const double stop : {0.0, 0.3}) {
+    SpecSettings off{steps, 1, steps + 1, stop};
+    off.sample_drafts = off.measure_drafts = false;
+    const auto plain = propose(*draft_, cache, two, h, z, off);
+    const auto want = propose(*draft_, cache, {{&kv[0], 3}, {&kv[1], 4}}, h, z, {steps, 1, steps + 1, stop});
+    EXPECT_EQ(plain[0].tokens, want[0].tokens) << "stop_below " << stop;
+    EXPECT_EQ(plain[0].score, want[0].score) << "stop_below " << stop;
+    EXPECT_TRUE(plain[0].q_row.empty());
+    EXPECT_FALSE(plain[0].drawn);
+  }
 }
 
 }  // namespace
