@@ -3,9 +3,24 @@
 #include <cstring>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/team_for.h"
 #include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
+namespace {
+
+[[gnu::always_inline]] inline void silu_mul16(const float* g, const float* u, float* o) {
+  const v16f gv = load16(g), uv = load16(u);
+  const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
+  std::memcpy(o, &ov, sizeof ov);
+}
+
+[[gnu::always_inline]] inline void add16(const float* a, const float* b, float* o) {
+  const v16f ov = load16(a) + load16(b);
+  std::memcpy(o, &ov, sizeof ov);
+}
+
+}  // namespace
 
 // Built for AVX-512 and baseline x86-64, chosen at load time (as paged_attention).
 __attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -18,12 +33,7 @@ __attribute__((target_clones("avx512f", "default"))) void silu_mul(const Tensor&
   // three of them per chunk (with the vector bounced through memory) made this 14 us a layer of
   // the built-in policy at 9 rows, a tenth of the verification's forward.
   const int64_t chunks = n / 16;
-#pragma omp parallel for schedule(static) if (n > (1 << 15))
-  for (int64_t c = 0; c < chunks; ++c) {
-    const v16f gv = load16(g + c * 16), uv = load16(u + c * 16);
-    const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
-    std::memcpy(o + c * 16, &ov, sizeof ov);
-  }
+  UPD_TEAM_FOR(n > (1 << 15), c, chunks, silu_mul16(g + c * 16, u + c * 16, o + c * 16));
   if (const int64_t i = chunks * 16, len = n - i; len > 0) {  // the last, partial chunk: the same lanes' math
     const v16f gv = load16_partial(g + i, len, 0.f), uv = load16_partial(u + i, len, 0.f);
     const v16f ov = gv / (1.0f + exp16(-gv)) * uv;
@@ -38,11 +48,7 @@ __attribute__((target_clones("avx512f", "default"))) void add(const Tensor& a, c
   float* o = out.data<float>();
   // 16 at a time (the residual adds of a forward: a scalar loop was 3-6 us for 16 rows of 448).
   const int64_t chunks = n / 16;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t c = 0; c < chunks; ++c) {
-    const v16f ov = load16(ap + c * 16) + load16(bp + c * 16);
-    std::memcpy(o + c * 16, &ov, sizeof ov);
-  }
+  UPD_TEAM_FOR(n > (1 << 16), c, chunks, add16(ap + c * 16, bp + c * 16, o + c * 16));
   for (int64_t i = chunks * 16; i < n; ++i)
     o[i] = ap[i] + bp[i];
 }
@@ -58,14 +64,13 @@ void convert(const Tensor& src, Tensor& dst) {
     const uint16_t h = static_cast<const uint16_t*>(s)[i];
     return st == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
   };
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = load(i);
+  const auto store = [&](int64_t i, float v) {
     if (dt == DType::F32)
       static_cast<float*>(d)[i] = v;
     else
       static_cast<uint16_t*>(d)[i] = dt == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-  }
+  };
+  UPD_TEAM_FOR(n > (1 << 16), i, n, store(i, load(i)));
 }
 
 }  // namespace updraft::ops::cpu

@@ -14,6 +14,7 @@
 #include "kernels/ops/backend.h"
 #include "kernels/ops/gemm.h"
 #include "kernels/ops/gemv_cpu.h"
+#include "kernels/ops/team_for.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -201,9 +202,8 @@ void linear_bf16_gemv(const float* xp, int64_t T, int64_t K, const GemvProduct* 
   Elem* const xb = buf.data();
   const int64_t tile = gemv_tile_rows(T, tiles);
   // Tiles prepared in parallel once there are a few (each row's result is the same either way).
-#pragma omp parallel for schedule(static) if (T > tile && T * K > (1 << 13))
-  for (int64_t t0 = 0; t0 < T; t0 += tile)
-    prep(xp + t0 * K, std::min(tile, T - t0), K, Kp, xb + t0 * Kp);
+  UPD_TEAM_FOR(T > tile && T * K > (1 << 13), c, (T + tile - 1) / tile,
+               prep(xp + c * tile * K, std::min(tile, T - c * tile), K, Kp, xb + c * tile * Kp));
   int64_t work = 0;
   for (size_t i = 0; i < count; ++i)
     work += products[i].N * K;

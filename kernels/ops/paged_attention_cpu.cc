@@ -249,34 +249,39 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
   const int64_t per =
       static_cast<int64_t>(chunks.size()) >= threads ? NKV : std::max<int64_t>(1, (items + threads - 1) / threads);
 
-#pragma omp parallel if (work * NH * HD > (1 << 15))
-  {
-    // Per-thread buffers kept across calls (a forward calls this once per layer).
+  // One item on the calling thread, with that thread's buffers (kept across calls: a forward
+  // calls this once per layer). Inlined into the team and the loop below alike.
+  const auto attend_item = [&](int64_t item) __attribute__((always_inline)) {
     thread_local ItemKeys it;
     thread_local std::vector<const float*> krows, vrows;
     thread_local Scratch scratch;
-#pragma omp for schedule(static, per)
-    for (int64_t item = 0; item < items; ++item) {
-      const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
-      const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
-      gather_item(it, kp, vp, bt + b * MAXB, BS, NKV, HD, g, S, prefix, r0 - qs[b], rows,
-                  tm != nullptr ? tm + r0 * tm_cols : nullptr, tm_cols);
-      if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
-                        it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
-        continue;
-      for (int64_t r = 0; r < rows; ++r) {  // other head sizes: a row's visible keys, then the generic loop
-        const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
-        const std::vector<const float*>& ev = it.extra_v[static_cast<size_t>(r)];
-        krows.assign(it.keys.begin(), it.keys.begin() + it.ns);
-        krows.insert(krows.end(), ek.begin(), ek.end());
-        vrows.assign(it.vals.begin(), it.vals.begin() + it.ns);
-        vrows.insert(vrows.end(), ev.begin(), ev.end());
-        const int64_t nk = static_cast<int64_t>(krows.size()), i = r0 + r;
-        scratch.scores.resize(static_cast<size_t>(G * nk + 16));
-        attend_generic(qp + (i * NH + g * G) * HD, G, HD, krows.data(), vrows.data(), nk, scale, scratch.scores.data(),
-                       op + (i * NH + g * G) * HD);
-      }
+    const auto [b, r0, rows] = chunks[static_cast<size_t>(item / NKV)];
+    const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
+    gather_item(it, kp, vp, bt + b * MAXB, BS, NKV, HD, g, S, prefix, r0 - qs[b], rows,
+                tm != nullptr ? tm + r0 * tm_cols : nullptr, tm_cols);
+    if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
+                      it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
+      return;
+    for (int64_t r = 0; r < rows; ++r) {  // other head sizes: a row's visible keys, then the generic loop
+      const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
+      const std::vector<const float*>& ev = it.extra_v[static_cast<size_t>(r)];
+      krows.assign(it.keys.begin(), it.keys.begin() + it.ns);
+      krows.insert(krows.end(), ek.begin(), ek.end());
+      vrows.assign(it.vals.begin(), it.vals.begin() + it.ns);
+      vrows.insert(vrows.end(), ev.begin(), ev.end());
+      const int64_t nk = static_cast<int64_t>(krows.size()), i = r0 + r;
+      scratch.scores.resize(static_cast<size_t>(G * nk + 16));
+      attend_generic(qp + (i * NH + g * G) * HD, G, HD, krows.data(), vrows.data(), nk, scale, scratch.scores.data(),
+                     op + (i * NH + g * G) * HD);
     }
+  };
+  if (work * NH * HD > (1 << 15)) {
+#pragma omp parallel for schedule(static, per)
+    for (int64_t item = 0; item < items; ++item)
+      attend_item(item);
+  } else {  // not through the OpenMP runtime (kernels/ops/team_for.h)
+    for (int64_t item = 0; item < items; ++item)
+      attend_item(item);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/team_for.h"
 
 namespace updraft::ops::cpu {
 namespace {
@@ -32,14 +33,31 @@ const RopeTable& rope_table(const int32_t* pos, int64_t T, const float* inv, int
   t.sn.resize(static_cast<size_t>(T * half));
   float* cs = t.cs.data();
   float* sn = t.sn.data();
-#pragma omp parallel for schedule(static) if (T * half > (1 << 12))
-  for (int64_t r = 0; r < T; ++r)
+  const auto angles = [&](int64_t r) {
     for (int64_t i = 0; i < half; ++i) {
       const float a = static_cast<float>(pos[r]) * inv[i];
       cs[r * half + i] = std::cos(a);
       sn[r * half + i] = std::sin(a);
     }
+  };
+  UPD_TEAM_FOR(T * half > (1 << 12), r, T, angles(r));
   return t;
+}
+
+// One row's NH heads of HD rotated by the row's angles (cos cs, sin sn: HD / 2 each).
+[[gnu::always_inline]] inline void rotate_row(float* x, int64_t NH, int64_t HD, const float* __restrict cs,
+                                              const float* __restrict sn) {
+  const int64_t half = HD / 2;
+  for (int64_t h = 0; h < NH; ++h) {
+    float* __restrict lo = x + h * HD;
+    float* __restrict hi = lo + half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = lo[i], b = hi[i];
+      lo[i] = a * cs[i] - b * sn[i];
+      hi[i] = b * cs[i] + a * sn[i];
+    }
+  }
 }
 
 }  // namespace
@@ -53,21 +71,8 @@ __attribute__((target_clones("avx512f", "default"))) void rope(Tensor& x, const 
   const float* cs_all = table.cs.data();  // the calling thread's table, read by the whole team
   const float* sn_all = table.sn.data();
   float* xp = x.data<float>();
-#pragma omp parallel for schedule(static) if (T * NH * HD > (1 << 15))
-  for (int64_t t = 0; t < T; ++t) {
-    const float* __restrict cs = cs_all + t * half;
-    const float* __restrict sn = sn_all + t * half;
-    for (int64_t h = 0; h < NH; ++h) {
-      float* __restrict lo = xp + (t * NH + h) * HD;
-      float* __restrict hi = lo + half;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = lo[i], b = hi[i];
-        lo[i] = a * cs[i] - b * sn[i];
-        hi[i] = b * cs[i] + a * sn[i];
-      }
-    }
-  }
+  UPD_TEAM_FOR(T * NH * HD > (1 << 15), t, T,
+               rotate_row(xp + t * NH * HD, NH, HD, cs_all + t * half, sn_all + t * half));
 }
 
 }  // namespace updraft::ops::cpu

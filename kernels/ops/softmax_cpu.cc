@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/team_for.h"
 #include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
@@ -104,6 +105,42 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   }
 }
 
+[[gnu::always_inline]] inline void softmax_row(const float* xr, int64_t C, bool log, float* orow) {
+  float m = 0.f, s = 0.f;
+  row_stats(xr, C, m, s);
+  if (log) {
+    const float lse = m + std::log(s);
+    for (int64_t i = 0; i < C; ++i)
+      orow[i] = xr[i] - lse;
+  } else {
+    write_probs(xr, C, m, s, orow);
+  }
+}
+
+// top_log_softmax's row (below).
+[[gnu::always_inline]] inline void top_log_softmax_row(const float* xr, int64_t C, int64_t k, float* v, int32_t* id) {
+  float m = 0.f, s = 0.f;
+  row_stats(xr, C, m, s);
+  const float lse = m + std::log(s);
+  if (k >= 32 && std::isfinite(lse)) {
+    top_ranked(xr, C, lse, m - lse, k, v, id);
+    return;
+  }
+  int64_t n = 0;  // filled so far
+  for (int64_t i = 0; i < C; ++i) {
+    const float lp = xr[i] - lse;
+    if (n == k && !(lp > v[k - 1]))
+      continue;
+    int64_t j = n < k ? n++ : k - 1;
+    for (; j > 0 && lp > v[j - 1]; --j) {
+      v[j] = v[j - 1];
+      id[j] = id[j - 1];
+    }
+    v[j] = lp;
+    id[j] = static_cast<int32_t>(i);
+  }
+}
+
 }  // namespace
 
 // Vectorised (exp16: within 2 ulp of exp); masked entries (-inf) get probability exactly 0.
@@ -111,20 +148,7 @@ __attribute__((target_clones("avx512f", "default"))) void softmax(const Tensor& 
   const int64_t R = x.size(0), C = x.size(1);
   const float* xp = x.data<float>();
   float* op = out.data<float>();
-#pragma omp parallel for schedule(static) if (R * C > (1 << 15))
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = xp + r * C;
-    float* orow = op + r * C;
-    float m = 0.f, s = 0.f;
-    row_stats(xr, C, m, s);
-    if (log) {
-      const float lse = m + std::log(s);
-      for (int64_t i = 0; i < C; ++i)
-        orow[i] = xr[i] - lse;
-    } else {
-      write_probs(xr, C, m, s, orow);
-    }
-  }
+  UPD_TEAM_FOR(R * C > (1 << 15), r, R, softmax_row(xp + r * C, C, log, op + r * C));
 }
 
 __attribute__((target_clones("avx512f", "default"))) void softmax_row_scaled(const float* x, float scale, float* out,
@@ -150,32 +174,7 @@ __attribute__((target_clones("avx512f", "default"))) void top_log_softmax(const 
   const float* xp = x.data<float>();
   float* vo = values.data<float>();
   int32_t* io = indices.data<int32_t>();
-#pragma omp parallel for schedule(static) if (R * C > (1 << 15))
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = xp + r * C;
-    float* v = vo + r * k;
-    int32_t* id = io + r * k;
-    float m = 0.f, s = 0.f;
-    row_stats(xr, C, m, s);
-    const float lse = m + std::log(s);
-    if (k >= 32 && std::isfinite(lse)) {
-      top_ranked(xr, C, lse, m - lse, k, v, id);
-      continue;
-    }
-    int64_t n = 0;  // filled so far
-    for (int64_t i = 0; i < C; ++i) {
-      const float lp = xr[i] - lse;
-      if (n == k && !(lp > v[k - 1]))
-        continue;
-      int64_t j = n < k ? n++ : k - 1;
-      for (; j > 0 && lp > v[j - 1]; --j) {
-        v[j] = v[j - 1];
-        id[j] = id[j - 1];
-      }
-      v[j] = lp;
-      id[j] = static_cast<int32_t>(i);
-    }
-  }
+  UPD_TEAM_FOR(R * C > (1 << 15), r, R, top_log_softmax_row(xp + r * C, C, k, vo + r * k, io + r * k));
 }
 
 }  // namespace updraft::ops::cpu
