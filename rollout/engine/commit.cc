@@ -75,6 +75,7 @@ SpecRound round_of(const DraftTree& tree, const Verdict& v) {
   SpecRound r;
   r.drafted = static_cast<int32_t>(tree.size() - 1);
   r.accepted = static_cast<int32_t>(v.nodes.size());
+  r.drawn = tree.drawn;
   for (int64_t i = 1; i < tree.size(); ++i) {
     const auto k = static_cast<size_t>(tree.source_of(i));
     ++r.drafted_by[k];

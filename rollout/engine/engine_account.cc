@@ -64,7 +64,7 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
         const SpecRound none;
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
         const int64_t d = s.spec ? depth : opts_.spec.steps;
-        ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run});
+        ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run, r.drawn});
       }
     }
     for (const Seq* s : drafted.proposers) {         // each proposer verified one round this step

@@ -73,7 +73,8 @@ struct GenRequest {
 // its drafts, how many accepted tokens in a row came from it (the path's prefix of drafter
 // nodes), and the depth of its part of the tree (what adaptive depth learns the drafter from).
 // suffix_run: the path's prefix of nodes a suffix index proposed, alone or beside the drafter
-// (what the suffix drafts would have given at another depth: rollout/spec/adaptive.h).
+// (what the suffix drafts would have given at another depth: rollout/spec/adaptive.h). drawn: the
+// tree's drafts were drawn from the drafter's distribution (DraftTree::drawn).
 // rejected_at: the response index of the token the policy chose where every draft of the round
 // was rejected (the accepted path stopped at a node with children); -1 when the path ended at a
 // leaf or the round's tokens were cut short (stop token, length). The trainer can weight these
@@ -83,6 +84,7 @@ struct SpecRound {
   std::array<int32_t, kDraftSources> drafted_by{}, accepted_by{};
   int32_t eagle_run = 0, eagle_depth = 0, suffix_run = 0;
   int32_t rejected_at = -1;
+  bool drawn = false;
 };
 
 struct GenResult {

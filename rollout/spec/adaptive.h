@@ -25,7 +25,9 @@
 // drafter's chain is this round's cut at d, so the round would have added max(0, s - min(a, d))
 // beyond the drafter there; exact under greedy verification for d up to the round's depth D, and
 // for deeper d when the drafter stopped short of D, as long as the graft budget (new nodes only)
-// does not bind; when it ran to D, the expectation over the estimated reach of the positions
+// does not bind (a round whose drafts were drawn, DraftTree::drawn, adds max(0, s - a) there
+// instead: where a candidate was also the draw, the draw was accepted as a draw, which tells
+// little of the candidate as a point mass); when it ran to D, the expectation over the estimated reach of the positions
 // beyond, as if the two runs were independent (repetitive text lengthens both, so this
 // overestimates deep depths a little until they run). Costs are per depth, and a step's grafted
 // suffix nodes are priced apart (a step at depth 0 that verifies a dozen suffix rows must not
@@ -105,10 +107,12 @@ struct StepSample {
   // The suffix class the step grafted at (kNoSuffix: none) and, if it did, per decoding sequence
   // that looked them up, the depth the drafter ran at for it (0: it did not draft; the full depth
   // for a sequence without the drafter), and its accepted path's prefix of drafter nodes and of
-  // nodes a suffix index proposed (SpecRound::eagle_run, suffix_run; 0 without a round).
+  // nodes a suffix index proposed (SpecRound::eagle_run, suffix_run; 0 without a round), and
+  // whether the drafter's drafts were drawn (SpecRound::drawn).
   int suffix = -1;  // DepthChooser::kNoSuffix
   struct Runs {
     int32_t depth = 0, eagle = 0, suffix = 0;
+    bool drawn = false;
   };
   std::vector<Runs> runs;
   int64_t grafted_rows = 0;  // suffix nodes grafted beyond the drafter's trees (verification rows)

@@ -79,6 +79,17 @@ TEST(AdaptiveDepth, AGraftingStepTeachesTheSuffixDraftsWorthAtEveryDepth) {
   const AdaptiveDepth::Snapshot snap = a.snapshot();
   for (size_t d = 0; d < 5; ++d)
     EXPECT_NEAR(snap.cells[1][d].extra[1], (ran_to_2[d] + stopped_at_1[d]) / 2, 1e-9) << "depth " << d;  // bucket 2-3
+
+  // Drawn drafts: up to the depth run (and everywhere the drafter stopped short) only what the
+  // suffix run adds beyond the drafter's, s - a; deeper as before.
+  AdaptiveDepth b(SpecSettings{4, 1, 5});
+  b.observe(learn);
+  s.runs = {{2, 2, 4, true}, {2, 1, 3, true}};
+  b.observe(s);
+  const double drawn_to_2[5] = {2, 2, 2, ran_to_2[3], ran_to_2[4]};
+  const AdaptiveDepth::Snapshot drawn = b.snapshot();
+  for (size_t d = 0; d < 5; ++d)
+    EXPECT_NEAR(drawn.cells[1][d].extra[1], (drawn_to_2[d] + 2) / 2, 1e-9) << "drawn, depth " << d;
 }
 
 // A depth not chosen still learns what suffix drafts add there. A strong drafter and no suffix
