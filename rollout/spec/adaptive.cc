@@ -117,13 +117,17 @@ double AdaptiveDepth::forward_at(double rows) const {
 // E at batch bucket b: measured there, else from the nearest measured bucket, scaled like the
 // policy's forward between the two batches (a draft level is one decoder layer over B rows: it
 // turns from memory-bound to compute-bound where the policy's layers do).
-double AdaptiveDepth::draft_level_at(int b) const {
+double AdaptiveDepth::draft_level_at(int b, bool* settled) const {
+  if (settled != nullptr)
+    *settled = false;
   for (int dist = 0; dist < kBuckets; ++dist)
     for (const int bb : {b - dist, b + dist}) {
       if (bb < 0 || bb >= kBuckets || draft_level_[static_cast<size_t>(bb)] <= 0)
         continue;
       const double here = forward_at(typical_batch_[static_cast<size_t>(b)]),
                    there = forward_at(typical_batch_[static_cast<size_t>(bb)]);
+      if (settled != nullptr)
+        *settled = draft_level_n_[static_cast<size_t>(bb)] >= opt_.min_samples;
       return draft_level_[static_cast<size_t>(bb)] * (here > 0 && there > 0 ? here / there : 1.0);
     }
   return 0.0;
@@ -144,16 +148,16 @@ double AdaptiveDepth::ratio(int b, size_t d) const {
     return 1.0;
   const auto& here = cells_[static_cast<size_t>(b)];
   if (here[d].cost > 0 && here[0].cost > 0) {
-    // Until both cells have min_samples steps, the ratio leans on the cost curves (learned from
-    // every step) in proportion: one slow step of a depth rarely run must not price it out, as a
-    // depth not chosen is measured only by exploration (at most one step in 20).
+    // Until both cells have min_samples steps, the lesser of the measured ratio and the cost
+    // curves' (learned from every step): one slow step of a depth rarely run must not price it
+    // out, as a depth not chosen is measured only by exploration (at most one step in 20), and the
+    // host's stalls only ever add time. (Leaning on the curves in proportion was not enough: a
+    // fresh engine's first drafter pass, 10x a typical one, still kept the full depth below the
+    // exploration floor for good.)
     const double measured = here[d].cost / here[0].cost;
     const int64_t n = std::min(here[d].samples, here[0].samples);
     const double curve = n < opt_.min_samples ? curve_ratio(b, depths_[d]) : 0.0;
-    if (curve <= 0)
-      return measured;
-    const double w = static_cast<double>(n) / static_cast<double>(opt_.min_samples);
-    return w * measured + (1 - w) * curve;
+    return curve > 0 ? std::min(measured, curve) : measured;
   }
   // Plain not measured here (it never pays at this batch): its cost from the best-measured depth
   // and the curves, so that measured depths still compare by what they measured.
@@ -206,7 +210,11 @@ int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
     // Once the cost curves can tell, a depth far behind is not worth a measurement. Plain always
     // is: it costs no drafter pass, and it is what every speculative cost is measured against
     // (the curves alone misjudge small batches, where a forward's cost barely grows with rows).
-    const bool curves = d > 0 && curve_ratio(b, depths_[d]) > 0;
+    // (Only once E rests on min_samples steps: a fresh engine's first drafter pass, cold, can take
+    // 20-30 ms on a VM whose new huge pages are slow to fault in, and priced every depth out.)
+    bool settled = false;
+    draft_level_at(b, &settled);
+    const bool curves = d > 0 && settled && curve_ratio(b, depths_[d]) > 0;
     if (curves && predicted(b, depths_[d], suffix) < opt_.explore_floor * predicted(b, cur, suffix))
       continue;
     if (best < 0) {
@@ -300,8 +308,10 @@ void AdaptiveDepth::observe(const StepSample& s) {
     }
   }
   if (!backlog && !stall) {
+    // Until settled, the least of the samples: the host's stalls only ever add time, and one slow
+    // first step (a fresh cache's pages faulted in) must not price a depth out.
     const double x = settled ? std::min(base_per_seq, kOutlier * c.cost) : base_per_seq;
-    c.cost = c.samples == 0 ? x : (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x;
+    c.cost = c.samples == 0 ? x : settled ? (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x : std::min(c.cost, x);
     ++c.samples;
     c.last_step = steps_;
   }
@@ -327,8 +337,12 @@ void AdaptiveDepth::learn_curves(const StepSample& s, bool backlog) {
     blend(fwd_rows_[static_cast<size_t>(rb)], static_cast<double>(s.forward_rows));
     blend(fwd_secs_[static_cast<size_t>(rb)], s.forward_seconds);
   }
-  if (s.depth > 0 && s.draft_seconds > 0 && !backlog)
-    blend(draft_level_[b], s.draft_seconds / static_cast<double>(s.depth));
+  if (s.depth > 0 && s.draft_seconds > 0 && !backlog) {  // as a cell's cost (observe)
+    const double x = s.draft_seconds / static_cast<double>(s.depth);
+    double& e = draft_level_[b];
+    e = draft_level_n_[b]++ < opt_.min_samples ? (e <= 0 ? x : std::min(e, x))
+                                               : (1 - opt_.cost_ema) * e + opt_.cost_ema * std::min(x, kOutlier * e);
+  }
 }
 
 void AdaptiveDepth::drafter_changed(uint64_t) {

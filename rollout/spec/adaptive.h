@@ -38,16 +38,18 @@
 // nodes grafted per sequence at that depth and class (an EMA of its grafting steps; a depth not
 // run at that class yet borrows the most the class grafted at another). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
-// (EMAs of their step times; a step over 2x a settled estimate is a stall of the OS or the host
-// and does not count unless three come in a row, when they count as at most 3x: one stall must
-// not price a depth out, as a depth no longer chosen is no longer measured; a step whose drafter
-// absorbed a backlog, a new sequence's prompt or pairs kept through plain steps, is not a
-// typical step of its depth and does not count either), leaning on the cost curves below in
-// proportion while either cell has fewer than min_samples steps (one noisy step of a depth
-// rarely explored must not decide it); otherwise it comes from a cost curve learned from every
-// step: F(rows), the policy forward's time for a number of rows (decode, verification and
-// prefill steps all measure it, 1 to thousands of rows), and E(B), a draft level's time for B
-// sequences; r(b, d) = (F(B r_d) + d E(B)) / F(B) at the bucket's typical batch B. With
+// (the least of a cell's first min_samples steps, then EMAs of their step times; a step over 2x
+// a settled estimate is a stall of the OS or the host and does not count unless three come in a
+// row, when they count as at most 3x: one stall must not price a depth out, as a depth no longer
+// chosen is no longer measured; a step whose drafter absorbed a backlog, a new sequence's prompt
+// or pairs kept through plain steps, is not a typical step of its depth and does not count
+// either), and the lesser of that and the cost curves' ratio while either cell has fewer than
+// min_samples steps (the host's stalls only ever add time, and a fresh engine's first drafter
+// pass, its cache's new pages faulted in, took 10x a typical one); otherwise it comes from a cost
+// curve learned from every step: F(rows), the policy forward's time for a number of rows
+// (decode, verification and prefill steps all measure it, 1 to thousands of rows), and E(B), a
+// draft level's time for B sequences (as a cell: the least of its first min_samples, then an
+// EMA); r(b, d) = (F(B r_d) + d E(B)) / F(B) at the bucket's typical batch B. With
 // nothing measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets
 // measured. A drafter not measured yet is assumed to accept everything (it runs at full depth
 // first, which measures it); a new drafter version starts from its predecessor's acceptance
@@ -70,10 +72,10 @@
 // cost one drafter pass over every position), the step speculates only if that predicts at least
 // (1 + backlog_margin) times plain's throughput: a marginal gain does not pay the pass back. Exploration: a
 // step runs another depth of its bucket when that depth has fewer than min_samples measurements
-// or none for stale_steps steps, and, once the cost curves can predict it, is predicted within
-// explore_floor of the current depth's throughput (a depth the curves show far behind is not
-// worth a measurement: an explored depth can cost several plain steps at a large batch); at most
-// one step in 1 / explore_share (5%) explores, and none whose drafter would first absorb a
+// or none for stale_steps steps, and, once the cost curves can predict it (E resting on
+// min_samples steps), is predicted within explore_floor of the current depth's throughput (a
+// depth the curves show far behind is not worth a measurement: an explored depth can cost several plain steps at a
+// large batch); at most one step in 1 / explore_share (5%) explores, and none whose drafter would first absorb a
 // backlog (the pairs sequences kept through plain steps: for a large batch a drafter pass over
 // thousands of rows, which only pays if those sequences go on to speculate). Explored steps are
 // interleaved with the others in time, so they see the same machine and requests.
@@ -209,7 +211,7 @@ class AdaptiveDepth final : public DepthChooser {
   double ratio(int b, size_t d) const;
   double curve_ratio(int b, int64_t depth) const;  // 0: the curves cannot tell yet
   double forward_at(double rows) const;            // F; 0 when nothing is measured
-  double draft_level_at(int b) const;              // E; 0 when nothing is measured
+  double draft_level_at(int b, bool* settled = nullptr) const;  // E; 0 when nothing is measured
   double reach(size_t j) const;
   double extra_at(const StepSample::Runs& r, int64_t depth) const;  // one round's, at another depth
   double rows_at(int64_t depth) const;                   // the drafter's verification rows per sequence at `depth`
@@ -231,6 +233,7 @@ class AdaptiveDepth final : public DepthChooser {
   std::array<double, kBuckets> typical_batch_{};    // EMA of the batch seen in each bucket
   std::array<double, kRowBuckets> fwd_rows_{}, fwd_secs_{};  // EMAs per row bucket (0: none)
   std::array<double, kBuckets> draft_level_{};      // E per batch bucket (0: none)
+  std::array<int64_t, kBuckets> draft_level_n_{};   // the steps it rests on
   std::vector<double> num_, den_;  // decayed accepted_at / tried_at counts per position
   static constexpr int64_t kMeasureNewDrafter = 16;  // rounds measured before a new drafter is judged
   static constexpr double kPriorRounds = 2.0;        // pseudo-rounds of a position's acceptance prior

@@ -216,6 +216,34 @@ TEST(AdaptiveDepth, ColdStepsTeachAcceptanceButNotCost) {
   EXPECT_GT(a.snapshot().cells[2][0].cost, warm.cost * 1.1);
 }
 
+// A fresh engine's first drafter pass writes a fresh draft cache: on the 2-core VM each new 2 MiB
+// page took 5-11 ms to fault in, and that first speculative step took 24 ms against 2.5 ms
+// after. Taken as the drafter's cost (its cell's and the curves' first sample), it priced every
+// depth out: the cost curves then showed them all far behind, so none was explored again, and
+// the engine decoded plainly for good (1.9 tokens a step where the drafter gives 5.5).
+TEST(AdaptiveDepth, ASlowFirstDrafterPassDoesNotPriceSpeculationOutForGood) {
+  const int64_t D = 4;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1});
+  SyntheticEngine env;
+  env.curves = true;
+  env.reach = 0.85;
+  env.per_row = 5e-5;
+  env.per_draft = 9e-5;
+  ASSERT_EQ(a.choose(1), D) << "nothing measured: speculate at full depth, which measures it";
+  StepSample first = env.run(1, D);
+  first.seconds += 0.024;  // the fresh pages, all in the drafter's passes
+  first.draft_seconds += 0.024;
+  a.observe(first);
+  int64_t speculating = 0;
+  for (int i = 0; i < 400; ++i) {
+    const int64_t d = a.choose(1);
+    speculating += i >= 300 && d > 0;
+    a.observe(env.run(1, d));
+  }
+  EXPECT_EQ(a.snapshot().current[0], best_depth(env, 1, D));
+  EXPECT_GE(speculating, 90) << "still decoding plainly 300 steps after one slow first pass";
+}
+
 TEST(AdaptiveDepth, HysteresisKeepsTheDepthWhenTwoAreEqual) {
   AdaptiveOptions o;
   o.explore_share = 0;  // no exploration: only the choice itself
