@@ -228,6 +228,12 @@ int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
   return best < 0 ? -1 : depths_[static_cast<size_t>(best)];
 }
 
+// A drafter pass over up to a few dozen rows costs about what one over a single row does (it
+// reads the same weights); beyond that, and beyond two steps' worth of pairs, it is a cost.
+int64_t AdaptiveDepth::cheap_backlog(int64_t batch) const {
+  return std::max<int64_t>(kCheapBacklog, 2 * std::max<int64_t>(1, batch) * (full_.steps + 1));
+}
+
 int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, int suffix) {
   ++steps_;
   ++since_explore_;
@@ -249,9 +255,7 @@ int64_t AdaptiveDepth::choose(int64_t batch, int64_t backlog, int suffix) {
     cur = best;
     shown_[static_cast<size_t>(b)] = best;
     depth = best;
-    // A drafter pass over up to a few dozen rows costs about what one over a single row does (it
-    // reads the same weights); beyond that, and beyond two steps' worth of pairs, it is a cost.
-    const bool cheap = backlog <= std::max<int64_t>(kCheapBacklog, 2 * std::max<int64_t>(1, batch) * (full_.steps + 1));
+    const bool cheap = backlog <= cheap_backlog(batch);
     // Speculating now first absorbs the backlog (paid once, but only worth it for a clear gain).
     if (!cheap && depth > 0 && predicted(b, depth, suffix) < (1.0 + opt_.backlog_margin) * predicted(b, 0, suffix))
       depth = 0;
@@ -285,10 +289,14 @@ void AdaptiveDepth::observe(const StepSample& s) {
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
   // A speculative step normally absorbs the pairs of the previous one (1 + accepted per sequence);
-  // far more is a backlog (a prompt, or pairs kept through plain steps), paid once. A mixed step's
-  // cost belongs to no one depth.
-  const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1));
-  learn_curves(s, backlog);
+  // more is a backlog (a prompt, or pairs kept through plain steps), paid once: the drafter's
+  // level time E is learned only without one, and a step's cost counts unless its backlog was
+  // more than a cheap one (choose()). Every explored depth after plain steps absorbs their pairs
+  // first, and not counting those steps at all left the depths explored from plain unmeasured for
+  // good. A mixed step's cost belongs to no one depth.
+  const bool absorbed = s.depth > 0 && s.draft_rows > 2 * s.batch * (s.depth + 1);
+  const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > cheap_backlog(s.batch));
+  learn_curves(s, backlog || absorbed);
   learn_extra(s, b);
   // What the cell prices: the step less its grafted rows, on the curve that now includes its forward.
   const double base_per_seq = (s.seconds - grafted_seconds(s)) / static_cast<double>(s.batch);

@@ -219,6 +219,7 @@ class AdaptiveDepth final : public DepthChooser {
   double graft_cost(int b, size_t d, int suffix) const;  // predicted grafted rows' seconds per sequence
   double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
   int64_t explore_candidate(int b, int suffix) const;
+  int64_t cheap_backlog(int64_t batch) const;  // pairs absorbed at about one drafter pass's cost
   void learn_extra(const StepSample& s, int b);
   void learn_curves(const StepSample& s, bool backlog);
 

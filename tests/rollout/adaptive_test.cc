@@ -21,6 +21,10 @@ namespace {
 struct SyntheticEngine {
   double base = 1e-3, per_row = 2e-5, per_draft = 0, reach = 0.8, noise = 0.05;
   bool curves = false;
+  // With `pairs`, a speculative step reports the pairs its drafter absorbed (draft_rows): one per
+  // sequence, and one more per plain step since the drafter last ran (as the engine keeps them).
+  bool pairs = false;
+  int64_t plain_since = 0;
   std::mt19937_64 rng{11};
 
   double tokens_per_seq(int64_t d) const {
@@ -44,6 +48,10 @@ struct SyntheticEngine {
       s.forward_rows = B * (d + 1);
       s.forward_seconds = (base + per_row * static_cast<double>(s.forward_rows)) * jitter;
       s.draft_seconds = per_draft * static_cast<double>(B * d) * jitter;
+    }
+    if (pairs) {
+      s.draft_rows = d > 0 ? B * (1 + plain_since) : 0;
+      plain_since = d > 0 ? 0 : plain_since + 1;
     }
     for (int64_t b = 0; b < B && d > 0; ++b) {
       int64_t acc = 0;
@@ -220,12 +228,15 @@ TEST(AdaptiveDepth, ColdStepsTeachAcceptanceButNotCost) {
 // page took 5-11 ms to fault in, and that first speculative step took 24 ms against 2.5 ms
 // after. Taken as the drafter's cost (its cell's and the curves' first sample), it priced every
 // depth out: the cost curves then showed them all far behind, so none was explored again, and
-// the engine decoded plainly for good (1.9 tokens a step where the drafter gives 5.5).
+// the engine decoded plainly for good (1.9 tokens a step where the drafter gives 5.5). Nor may
+// the pairs kept through the plain steps after it: every explored step absorbs them first, and
+// not counting such a step's cost left the explored depths unmeasured for good.
 TEST(AdaptiveDepth, ASlowFirstDrafterPassDoesNotPriceSpeculationOutForGood) {
   const int64_t D = 4;
   AdaptiveDepth a(SpecSettings{D, 1, D + 1});
   SyntheticEngine env;
   env.curves = true;
+  env.pairs = true;
   env.reach = 0.85;
   env.per_row = 5e-5;
   env.per_draft = 9e-5;
