@@ -69,8 +69,11 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     }
     for (const Seq* s : drafted.proposers) {         // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
+      // Tried to the depth it ran at (a probe: the full settings'), where a chain stopped early
+      // (stop_below) too: acceptance per position is then what a round at that depth brings.
+      const int64_t asked = s->req.probe ? opts_.spec.steps : depth;
       if (r.drafted_by[0] > 0)
-        ss.spec.add_round(r.drafted_by[0], r.eagle_run, r.eagle_depth);
+        ss.spec.add_round(r.drafted_by[0], r.eagle_run, std::max<int64_t>(r.eagle_depth, asked));
       ss.extra_tokens -= std::min<double>(r.eagle_run, ss.extra_tokens);
       ss.mixed |= s->req.probe && depth != opts_.spec.steps;
     }
