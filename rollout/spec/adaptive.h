@@ -101,8 +101,9 @@ struct StepSample {
   int64_t forward_rows = 0;    // its rows (prefill included)
   double draft_seconds = 0;    // the drafter's passes (absorbing pairs and proposing)
   int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
-  SpecStats
-      spec;  // the step's rounds (the drafter's part of them), tried to the depth each ran at (a stopped chain too)
+  // The step's rounds (the drafter's part of them), each tried to the depth it ran at (a chain
+  // that stopped early too: its undrafted positions were not reached).
+  SpecStats spec;
   // Tokens the decoding sequences emitted beyond one each and the drafter's accepted run: what
   // suffix drafts (rollout/spec/suffix_drafts.h) added, summed over the step's sequences (only
   // the prediction error reads it; extra is learned from `runs`).
