@@ -199,6 +199,11 @@ int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
   // acceptance is what every speculative prediction rests on.
   if (new_drafter_rounds_ < kMeasureNewDrafter && cur != full_.steps)
     return full_.steps;
+  // The curves can tell only once E rests on min_samples steps: a fresh engine's first drafter
+  // pass, cold, can take 20-30 ms on a VM whose new huge pages are slow to fault in, and priced
+  // every depth out.
+  bool settled = false;
+  draft_level_at(b, &settled);
   const auto& row = cells_[static_cast<size_t>(b)];
   int64_t best = -1;
   for (size_t d = 0; d < depths_.size(); ++d) {
@@ -210,10 +215,6 @@ int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
     // Once the cost curves can tell, a depth far behind is not worth a measurement. Plain always
     // is: it costs no drafter pass, and it is what every speculative cost is measured against
     // (the curves alone misjudge small batches, where a forward's cost barely grows with rows).
-    // (Only once E rests on min_samples steps: a fresh engine's first drafter pass, cold, can take
-    // 20-30 ms on a VM whose new huge pages are slow to fault in, and priced every depth out.)
-    bool settled = false;
-    draft_level_at(b, &settled);
     const bool curves = d > 0 && settled && curve_ratio(b, depths_[d]) > 0;
     if (curves && predicted(b, depths_[d], suffix) < opt_.explore_floor * predicted(b, cur, suffix))
       continue;
@@ -226,6 +227,14 @@ int64_t AdaptiveDepth::explore_candidate(int b, int suffix) const {
       best = static_cast<int64_t>(d);
   }
   return best < 0 ? -1 : depths_[static_cast<size_t>(best)];
+}
+
+// A cost estimate after `samples` earlier ones, with the newest x: the least of the first
+// min_samples (the host's stalls only ever add time), then an EMA.
+double AdaptiveDepth::settle(double est, int64_t samples, double x) const {
+  if (samples == 0)
+    return x;
+  return samples < opt_.min_samples ? std::min(est, x) : (1 - opt_.cost_ema) * est + opt_.cost_ema * x;
 }
 
 // A drafter pass over up to a few dozen rows costs about what one over a single row does (it
@@ -316,10 +325,9 @@ void AdaptiveDepth::observe(const StepSample& s) {
     }
   }
   if (!backlog && !stall) {
-    // Until settled, the least of the samples: the host's stalls only ever add time, and one slow
-    // first step (a fresh cache's pages faulted in) must not price a depth out.
+    // (settle: one slow first step, a fresh cache's pages faulted in, must not price a depth out.)
     const double x = settled ? std::min(base_per_seq, kOutlier * c.cost) : base_per_seq;
-    c.cost = c.samples == 0 ? x : settled ? (1 - opt_.cost_ema) * c.cost + opt_.cost_ema * x : std::min(c.cost, x);
+    c.cost = settle(c.cost, c.samples, x);
     ++c.samples;
     c.last_step = steps_;
   }
@@ -348,8 +356,8 @@ void AdaptiveDepth::learn_curves(const StepSample& s, bool backlog) {
   if (s.depth > 0 && s.draft_seconds > 0 && !backlog) {  // as a cell's cost (observe)
     const double x = s.draft_seconds / static_cast<double>(s.depth);
     double& e = draft_level_[b];
-    e = draft_level_n_[b]++ < opt_.min_samples ? (e <= 0 ? x : std::min(e, x))
-                                               : (1 - opt_.cost_ema) * e + opt_.cost_ema * std::min(x, kOutlier * e);
+    const int64_t n = draft_level_n_[b]++;
+    e = settle(e, n, n >= opt_.min_samples ? std::min(x, kOutlier * e) : x);
   }
 }
 

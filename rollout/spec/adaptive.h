@@ -222,6 +222,7 @@ class AdaptiveDepth final : public DepthChooser {
   double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
   int64_t explore_candidate(int b, int suffix) const;
   int64_t cheap_backlog(int64_t batch) const;  // pairs absorbed at about one drafter pass's cost
+  double settle(double est, int64_t samples, double x) const;  // a cell's or E's estimate with x
   void learn_extra(const StepSample& s, int b);
   void learn_curves(const StepSample& s, bool backlog);
 
