@@ -194,24 +194,38 @@ int64_t Engine::choose_depth(const StepPlan& plan, int suffix) {
       any = true;
       backlog += std::max<int64_t>(0, e.seq->pending() - (opts_.spec.steps + 1));
     }
+  canary_ = 0;
   if (drafter_ == nullptr || !any)
     return 0;
-  return chooser_ != nullptr ? chooser_->choose(plan.decoding, backlog, suffix) : opts_.spec.steps;
+  if (chooser_ == nullptr)
+    return opts_.spec.steps;
+  const int64_t depth = chooser_->choose(plan.decoding, backlog, suffix);
+  // A canary (DepthChooser::canary): the decoding sequence with the fewest pairs to absorb first.
+  const Seq* pick = nullptr;
+  for (const StepEntry& e : plan.entries)
+    if (chooser_->canary() && depth != opts_.spec.steps && e.prefill == 0 && e.seq->spec && !e.seq->req.probe &&
+        (pick == nullptr || e.seq->pending() < pick->pending()))
+      pick = e.seq;
+  if (pick != nullptr) {
+    canary_ = pick->id;
+    ++stats_.canary_steps;
+  }
+  return depth;
 }
 
 Engine::Drafted Engine::draft(const StepPlan& plan, int64_t depth) {
   Drafted d;
   if (drafter_ == nullptr)
     return d;
-  // Proposers at the step's depth, probes at the full settings (one group when they agree), and
+  // Proposers at the step's depth, probes and the canary at the full settings (one group when they agree), and
   // sequences that absorb a backlog without drafting.
   std::vector<Seq*> at_depth, at_full, absorb;
   for (const StepEntry& e : plan.entries) {
     Seq* s = e.seq;
     if (!s->spec)
       continue;
-    if (e.prefill == 0 && (s->req.probe || depth > 0))
-      (s->req.probe && depth != opts_.spec.steps ? at_full : at_depth).push_back(s);
+    if (e.prefill == 0 && (full_settings(*s) || depth > 0))
+      (full_settings(*s) && depth != opts_.spec.steps ? at_full : at_depth).push_back(s);
     else if (s->pending() >= opts_.draft_backlog)
       absorb.push_back(s);
   }

@@ -23,8 +23,9 @@
 // at the step's depth; the policy verifies every tree in the step's forward; the target KV keeps
 // the root and the accepted path only; verification accepts a path and adds a bonus token
 // (spec/verifier.h). Depth: a DepthChooser's choice per step (set_depth_chooser), else always
-// the full settings (EngineOptions::spec). Drafters can be set, replaced or removed between steps
-// with sequences in flight (set_drafter).
+// the full settings (EngineOptions::spec); when the chooser asks for a canary, the decoding
+// sequence with the fewest pairs to absorb drafts at the full settings beside it. Drafters can be set, replaced or
+// removed between steps with sequences in flight (set_drafter).
 //
 // Sampling (per request): the logits first pass the logit processors (logit_process.h:
 // penalties, min_new_tokens, min_p), each row with its own context (for a draft-tree row, the
@@ -173,6 +174,8 @@ class Engine {
   // suffix class (DepthChooser).
   int look_up_suffix(const StepPlan& plan, std::vector<SuffixFound>& found);
   static bool grafts(const Seq& s) { return s.req.speculate && !s.req.probe; }  // a decoding one, when the step does
+  // Drafts at the full settings whatever the step's depth: a probe, or this step's canary.
+  bool full_settings(const Seq& s) const { return s.req.probe || s.id == canary_; }
   // Grafts the candidates of path probability min_prob or more; returns the nodes grafted.
   int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob);
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
@@ -207,6 +210,7 @@ class Engine {
   } draws_seen_;  // stats_' q measures the chooser has seen
   bool admission_open_ = true;
   uint64_t next_id_ = 1, drafter_generation_ = 0;
+  uint64_t canary_ = 0;  // this step's canary's id (DepthChooser::canary; 0: none)
   EngineStats stats_;
   ForwardProfile decode_parts_;
   // Steps since a prefill of many rows: the next few steps' costs are not typical

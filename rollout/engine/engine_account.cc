@@ -58,24 +58,24 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
       ss.extra_tokens += static_cast<double>(std::max<size_t>(1, committed[e].tokens.size()) - 1);
       if (suffix != DepthChooser::kNoSuffix && grafts(s)) {
         // The depth the drafter ran at for it: the step's (a grafting sequence is no probe, so it
-        // drafts exactly when the step's depth is above 0); a sequence without the drafter is as
-        // if it ran to the full depth and drafted nothing (its suffix drafts add their whole run
-        // at every depth).
+        // drafts exactly when the step's depth is above 0), the full one for the canary; a
+        // sequence without the drafter is as if it ran to the full depth and drafted nothing (its
+        // suffix drafts add their whole run at every depth).
         const SpecRound none;
         const SpecRound& r = committed[e].round ? s.result.rounds.back() : none;
-        const int64_t d = s.spec ? depth : opts_.spec.steps;
+        const int64_t d = s.spec && !full_settings(s) ? depth : opts_.spec.steps;
         ss.runs.push_back({static_cast<int32_t>(d), s.spec ? r.eagle_run : 0, r.suffix_run, r.drawn});
       }
     }
     for (const Seq* s : drafted.proposers) {         // each proposer verified one round this step
       const SpecRound& r = s->result.rounds.back();  // the drafter's part: what the depth governs
-      // Tried to the depth it ran at (a probe: the full settings'), where a chain stopped early
-      // (stop_below) too: acceptance per position is then what a round at that depth brings.
-      const int64_t asked = s->req.probe ? opts_.spec.steps : depth;
+      // Tried to the depth it ran at (a probe's or the canary's: the full settings'), where a chain
+      // stopped early (stop_below) too: acceptance per position is then what a round at that depth brings.
+      const int64_t asked = full_settings(*s) ? opts_.spec.steps : depth;
       if (r.drafted_by[0] > 0)
         ss.spec.add_round(r.drafted_by[0], r.eagle_run, std::max<int64_t>(r.eagle_depth, asked));
       ss.extra_tokens -= std::min<double>(r.eagle_run, ss.extra_tokens);
-      ss.mixed |= s->req.probe && depth != opts_.spec.steps;
+      ss.mixed |= full_settings(*s) && depth != opts_.spec.steps;
     }
     chooser_->observe(ss);
   }

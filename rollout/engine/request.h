@@ -175,6 +175,7 @@ struct EngineStats {
   int64_t suffix_steps = 0;          // steps that grafted them, and the sum of those steps' bars
   double suffix_bar_sum = 0;         // (the least path probability a new node needed: row_worth)
   int64_t last_depth = 0, last_decoding = 0;  // the latest step's depth and decoding sequences
+  int64_t canary_steps = 0;                   // steps that ran a canary at the full settings (DepthChooser::canary)
   // Sampled verification's measures of the drafter's q (Verdict::q_overlap, q_top, q_nodes).
   double q_overlap = 0, q_top = 0;
   int64_t q_nodes = 0;

@@ -291,7 +291,7 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const double per_seq = s.seconds / static_cast<double>(s.batch);
   // The measured throughput against what was predicted for this depth (relative error, EMA),
   // when the plain cost of the bucket anchors the prediction.
-  if (s.depth == last_depth_ && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
+  if (s.depth == last_depth_ && !s.mixed && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
     const double measured =
         (1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch)) / per_seq;
     const double err = std::fabs(last_pred_ - measured) / measured;

@@ -54,7 +54,11 @@
 // measured. A drafter not measured yet is assumed to accept everything (it runs at full depth
 // first, which measures it); a new drafter version starts from its predecessor's acceptance
 // with a weight of a couple of rounds (beside the prior's pseudo-rounds, which pull it up
-// toward the shallower positions' estimates).
+// toward the shallower positions' estimates), and until kMeasureNewDrafter of its rounds are in,
+// a step that does not run the full depth asks for a canary (DepthChooser::canary): a batch
+// settled on plain decoding would otherwise measure it only in explored steps, at most one in 20
+// and none with a backlog (a large batch's plain steps build one within a few steps), so a
+// worker could serve a better refreshed drafter plainly for hundreds of steps.
 //
 // Graft budget (row_worth): one more verification row in a step of B sequences at depth d costs
 // F'(R) = (F(R + B) - F(R)) / B seconds at the step's expected rows R = B (r_d + g), in which the
@@ -148,6 +152,10 @@ class DepthChooser {
   virtual double row_worth(int64_t batch, int64_t depth, int suffix) const { return 0.0; }
   virtual void observe(const StepSample& s) = 0;
   virtual void drafter_changed(uint64_t version) = 0;
+  // After choose(): the engine also runs one decoding sequence at the full settings in this step
+  // (a canary; the step is then mixed, StepSample::mixed). A new drafter is measured that way
+  // while the batch decodes plainly or shallower, at the cost of one sequence's rows and backlog.
+  virtual bool canary() const { return false; }
 };
 
 struct AdaptiveOptions {
@@ -173,6 +181,9 @@ class AdaptiveDepth final : public DepthChooser {
   double row_worth(int64_t batch, int64_t depth, int suffix) const override;
   void observe(const StepSample& s) override;
   void drafter_changed(uint64_t version) override;
+  bool canary() const override {
+    return opt_.fixed_depth < 0 && new_drafter_rounds_ < kMeasureNewDrafter && last_depth_ != full_.steps;
+  }
 
   struct Cell {
     double cost = 0;     // seconds per decoding sequence per step, grafted rows' share out; 0: never measured

@@ -37,20 +37,32 @@ struct SyntheticEngine {
     return base + per_row * static_cast<double>(B * (d + 1)) + per_draft * static_cast<double>(B * d);
   }
   double true_tps(int64_t B, int64_t d) const { return tokens_per_seq(d) * static_cast<double>(B) / step_seconds(B, d); }
-  StepSample run(int64_t B, int64_t d) {
+  // The backlog choose() is told of with `pairs`: what each sequence kept beyond a step's pairs.
+  int64_t backlog(int64_t B, int64_t D) const { return pairs ? B * std::max<int64_t>(0, plain_since - D) : 0; }
+  // canary > 0: one sequence also ran at that depth (DepthChooser::canary), absorbing its backlog.
+  StepSample run(int64_t B, int64_t d, int64_t canary = 0) {
     std::uniform_real_distribution<double> u(0, 1);
     StepSample s;
     s.batch = B;
     s.depth = d;
     const double jitter = 1 + noise * (2 * u(rng) - 1);
     s.seconds = step_seconds(B, d) * jitter;
+    if (canary > d) {
+      s.mixed = true;
+      s.seconds += (per_row + per_draft) * static_cast<double>(canary - d) * jitter;
+      s.draft_rows = d > 0 ? 0 : 1 + plain_since;
+      int64_t acc = 0;
+      while (acc < canary && u(rng) < reach)
+        ++acc;
+      s.spec.add_round(canary, acc, canary);
+    }
     if (curves) {
       s.forward_rows = B * (d + 1);
       s.forward_seconds = (base + per_row * static_cast<double>(s.forward_rows)) * jitter;
       s.draft_seconds = per_draft * static_cast<double>(B * d) * jitter;
     }
     if (pairs) {
-      s.draft_rows = d > 0 ? B * (1 + plain_since) : 0;
+      s.draft_rows += d > 0 ? B * (1 + plain_since) : 0;
       plain_since = d > 0 ? 0 : plain_since + 1;
     }
     for (int64_t b = 0; b < B && d > 0; ++b) {
@@ -191,6 +203,40 @@ TEST(AdaptiveDepth, AUselessDrafterFallsToPlainAndAGoodOneComesBack) {
     a.observe(env.run(4, a.choose(4)));
   s = a.snapshot();
   EXPECT_EQ(s.current[2], best_depth(env, 4, D));
+}
+
+// A worker's chooser settled on plain decoding at batch 8 (its drafter accepted nothing) is handed a
+// refreshed drafter that accepts well. Plain steps there build a backlog within a few steps, and
+// no step explores with one, so without a canary the new drafter went unmeasured as long as the
+// batch lived (all 300 steps here).
+TEST(AdaptiveDepth, ACanaryMeasuresANewDrafterWhileTheBatchDecodesPlainly) {
+  const int64_t D = 4, B = 8;
+  AdaptiveDepth a(SpecSettings{D, 1, D + 1});
+  SyntheticEngine env;
+  env.curves = true;
+  env.pairs = true;
+  env.per_draft = 2e-5;
+  env.reach = 0.02;
+  auto step = [&](int64_t& canaries) {
+    const int64_t d = a.choose(B, env.backlog(B, D));
+    canaries += a.canary();
+    a.observe(env.run(B, d, a.canary() ? D : 0));
+    return d;
+  };
+  int64_t canaries = 0, speculating = 0;
+  for (int i = 0; i < 400; ++i)
+    step(canaries);
+  ASSERT_EQ(a.snapshot().current[3], 0);
+  EXPECT_EQ(canaries, 0) << "a drafter measured at the full depth needs no canary";
+  a.drafter_changed(2);
+  env.reach = 0.9;
+  ASSERT_GT(env.backlog(B, D), 1000);
+  for (int i = 0; i < 300; ++i)
+    speculating += step(canaries) > 0 && i >= 200;
+  EXPECT_GE(canaries, 1);
+  EXPECT_LE(canaries, 16) << "one round per canary step: 16 measure the new drafter";
+  EXPECT_EQ(a.snapshot().current[3], best_depth(env, B, D));
+  EXPECT_GE(speculating, 90);
 }
 
 // Steps soon after a long prefill or an idle gap run slow (the weights have left the caches) and
