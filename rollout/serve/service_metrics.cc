@@ -149,15 +149,17 @@ void worker_series(std::ostream& os, const WorkerMetrics& m) {
       sample(os, "updraft_worker_tried_at_position_total",
              version_labels(ver) + ",position=\"" + std::to_string(j + 1) + "\"",
              static_cast<double>(cell.spec.tried_at[j]));
-  const std::pair<const char*, int64_t> events[] = {{"updraft_worker_policy_swaps_total", m.policy_swaps},
-                                                    {"updraft_worker_drafter_swaps_total", m.drafter_swaps},
-                                                    {"updraft_worker_mid_batch_swaps_total", m.mid_batch_swaps},
-                                                    {"updraft_worker_rollbacks_total", m.rollbacks},
-                                                    {"updraft_worker_preemptions_total", m.preemptions},
-                                                    {"updraft_worker_prefill_tokens_total", m.prefill_tokens},
-                                                    {"updraft_worker_cached_prompt_tokens_total", m.cached_prompt_tokens},
-                                                    {"updraft_worker_aborted_total", m.aborted},
-                                                    {"updraft_worker_steps_total", m.steps}};
+  const std::pair<const char*, int64_t> events[] = {
+      {"updraft_worker_policy_swaps_total", m.policy_swaps},
+      {"updraft_worker_drafter_swaps_total", m.drafter_swaps},
+      {"updraft_worker_mid_batch_swaps_total", m.mid_batch_swaps},
+      {"updraft_worker_rollbacks_total", m.rollbacks},
+      {"updraft_worker_preemptions_total", m.preemptions},
+      {"updraft_worker_prefill_tokens_total", m.prefill_tokens},
+      {"updraft_worker_cached_prompt_tokens_total", m.cached_prompt_tokens},
+      {"updraft_worker_aborted_total", m.aborted},
+      {"updraft_worker_steps_total", m.steps},
+      {"updraft_worker_canary_steps_total", m.canary_steps}};
   for (const auto& [name, v] : events) {
     family(os, name, "counter", "serving engine events");
     sample(os, name, "", static_cast<double>(v));

@@ -182,6 +182,7 @@ struct WorkerMetrics {
   RecorderStats records;
   // The serving engine.
   int64_t steps = 0, preemptions = 0, aborted = 0, running = 0, waiting = 0;
+  int64_t canary_steps = 0;  // steps that measured a new drafter with a canary (DepthChooser::canary)
   int64_t prefill_tokens = 0, cached_prompt_tokens = 0;  // context tokens prefilled, and taken by prefix reuse
   std::vector<int64_t> depth_steps;  // [d]: steps that ran at depth d
   bool adaptive = false;

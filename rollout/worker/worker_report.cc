@@ -112,6 +112,7 @@ void Worker::publish_state() {  // mu_ held
   rollback_undecided_ = rollback_.ready() || confirmation_ != nullptr;
   const EngineStats& st = s.engine->stats();
   metrics_.steps = st.steps;
+  metrics_.canary_steps = st.canary_steps;
   metrics_.preemptions = st.preemptions;
   metrics_.prefill_tokens = st.prompt_tokens;
   metrics_.cached_prompt_tokens = st.reused_tokens;

@@ -54,8 +54,9 @@ TEST_F(Canary, OneSequenceDraftsAtTheFullSettingsAndGreedyStaysLossless) {
       if (depth == 0) {  // the canary's round alone, tried to the full depth
         EXPECT_LE(s.spec.rounds, 1) << where;
         ASSERT_GE(static_cast<int64_t>(s.spec.tried_at.size()), 4);
-        if (s.spec.rounds == 1)
+        if (s.spec.rounds == 1) {
           EXPECT_EQ(s.spec.tried_at[3], 1) << where;
+        }
         stopped += s.spec.rounds * 4 - s.spec.drafted;
       } else if (depth == 2 && s.spec.rounds > 0) {
         EXPECT_LE(s.spec.tried_at.size() > 3 ? s.spec.tried_at[3] : 0, 1) << where << ": one sequence past depth 2";

@@ -72,6 +72,7 @@ TEST(RolloutService, UpdateWeightsFromDiskHotSwapsAndRefusesBadVersions) {
       << metrics;
   // Damaged, mislabelled and stale: each offer the worker refused is counted.
   EXPECT_NE(metrics.find("updraft_worker_rejected_versions_total{kind=\"drafter\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("updraft_worker_canary_steps_total "), std::string::npos) << metrics;
 }
 
 // Suffix drafts through the API: the second call for a prompt drafts from the first call's
