@@ -48,7 +48,7 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     ss.forward_rows = run.rows;
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
-    ss.cold = cold_step();
+    ss.cold = untypical(plan);
     ss.suffix = suffix;
     ss.grafted_rows = drafted.grafted;
     for (size_t e = 0; e < plan.entries.size(); ++e) {

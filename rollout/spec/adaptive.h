@@ -17,7 +17,7 @@
 // matches far ahead can leave the drafter out and one with no match can draft deep; a mean over
 // about the last 50 grafting steps of the class, as they come in bursts; the drafter and the suffix drafts overlap,
 // so a drafter that adds little over them is not paid for), and cost(b, d) the step's seconds per
-// decoding sequence (prefill rows' share of the forward left out). Every grafting step teaches
+// decoding sequence, measured in steps that prefilled nothing (StepSample::cold). Every grafting step teaches
 // extra at every depth, not only at its own (a depth not chosen would otherwise keep what it
 // measured long ago, say before a domain switch made the history useful, and never be chosen
 // again): a round's accepted path is the longer of the drafter's run a and the run s of nodes a
@@ -127,9 +127,13 @@ struct StepSample {
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
-  // The step ran soon after a long prefill, when the weights have partly left the caches (on a
-  // shared CPU host the next two or three steps measured up to 2.2x slower): its cost is not
-  // typical of its depth either, only its rounds teach acceptance.
+  // The step's cost is not typical of its depth either, only its rounds teach acceptance: it
+  // prefilled too, or it ran soon after a long prefill, when the weights have partly left the
+  // caches (on a shared CPU host the next two or three steps measured up to 2.2x slower). A
+  // prefill's share of the forward is not its share of the rows: the weights are read once for
+  // both, so the decoding rows' share was a fraction of what they cost alone (a serving stream at
+  // batch 4, each admission prefilled beside 3 decoding sequences: plain decoding at batch 2-3
+  // measured 0.2 ms a sequence against 0.58 at batch 4, and every such step decoded plainly).
   bool cold = false;
 };
 
