@@ -179,7 +179,7 @@ std::vector<GenResult> Engine::step() {
   const double seconds = seconds_since(t0);
   account(plan, committed, run, depth, drafted, seconds, suffix);
   if (gated)
-    observe_suffix(plan, committed, seconds, grafted);
+    observe_suffix(plan, committed, run, seconds, grafted);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
     steps_since_cold_ = 0;

@@ -178,7 +178,8 @@ class Engine {
   bool full_settings(const Seq& s) const { return s.req.probe || s.id == canary_; }
   // Grafts the candidates of path probability min_prob or more; returns the nodes grafted.
   int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob);
-  void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, double seconds, bool grafted);
+  void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, double seconds,
+                      bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
   void stream(const StepPlan& plan, const std::vector<Committed>& committed, int64_t step);
   void account(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, int64_t depth,
@@ -217,8 +218,6 @@ class Engine {
   int64_t steps_since_cold_ = 1 << 20;
   static constexpr int64_t kColdSteps = 3;  // see engine.cc
   bool cold_step() const { return steps_since_cold_ < kColdSteps; }
-  // The step's cost is not typical of its depth (StepSample::cold): it prefilled too, or is cold.
-  bool untypical(const StepPlan& plan) const { return plan.prefill_tokens > 0 || cold_step(); }
 };
 
 }  // namespace updraft

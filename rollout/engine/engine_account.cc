@@ -43,12 +43,13 @@ void Engine::account(const StepPlan& plan, const std::vector<Committed>& committ
     StepSample ss;
     ss.batch = plan.decoding;
     ss.depth = depth;
-    ss.seconds = seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
+    ss.seconds = seconds;
+    ss.prefill_rows = run.prefill_rows;
     ss.forward_seconds = run.forward_seconds;
     ss.forward_rows = run.rows;
     ss.draft_seconds = drafted.seconds;
     ss.draft_rows = drafted.absorbed;
-    ss.cold = untypical(plan);
+    ss.cold = cold_step();
     ss.suffix = suffix;
     ss.grafted_rows = drafted.grafted;
     for (size_t e = 0; e < plan.entries.size(); ++e) {

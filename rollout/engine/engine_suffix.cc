@@ -60,15 +60,17 @@ int64_t Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound
   return nodes;
 }
 
-void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, double seconds,
-                            bool grafted) {
+void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
+                            double seconds, bool grafted) {
   if (!suffix_gate_ || plan.decoding == 0)
     return;
   int64_t tokens = 0;
   for (size_t e = 0; e < plan.entries.size(); ++e)
     if (plan.entries[e].prefill == 0)
       tokens += static_cast<int64_t>(committed[e].tokens.size());
-  suffix_gate_->observe(plan.decoding, grafted, tokens, seconds, untypical(plan));  // a prefill's step: not counted
+  const double decode_s =
+      seconds - run.forward_seconds * static_cast<double>(run.prefill_rows) / static_cast<double>(run.rows);
+  suffix_gate_->observe(plan.decoding, grafted, tokens, decode_s, cold_step());
 }
 
 }  // namespace updraft

@@ -288,15 +288,6 @@ void AdaptiveDepth::observe(const StepSample& s) {
     return;
   const int b = bucket(s.batch);
   const size_t d = index_of(s.depth);
-  const double per_seq = s.seconds / static_cast<double>(s.batch);
-  // The measured throughput against what was predicted for this depth (relative error, EMA),
-  // when the plain cost of the bucket anchors the prediction.
-  if (s.depth == last_depth_ && !s.mixed && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
-    const double measured =
-        (1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch)) / per_seq;
-    const double err = std::fabs(last_pred_ - measured) / measured;
-    error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
-  }
   // A speculative step normally absorbs the pairs of the previous one (1 + accepted per sequence);
   // more is a backlog (a prompt, or pairs kept through plain steps), paid once: the drafter's
   // level time E is learned only without one, and a step's cost counts unless its backlog was
@@ -307,8 +298,18 @@ void AdaptiveDepth::observe(const StepSample& s) {
   const bool backlog = s.mixed || s.cold || (s.depth > 0 && s.draft_rows > cheap_backlog(s.batch));
   learn_curves(s, backlog || absorbed);
   learn_extra(s, b);
-  // What the cell prices: the step less its grafted rows, on the curve that now includes its forward.
-  const double base_per_seq = (s.seconds - grafted_seconds(s)) / static_cast<double>(s.batch);
+  // The decoding sequences' part of the step, on the curve that now includes its forward.
+  const double own = s.seconds - prefill_seconds(s);
+  // The measured throughput against what was predicted for this depth (relative error, EMA),
+  // when the plain cost of the bucket anchors the prediction.
+  if (s.depth == last_depth_ && !s.mixed && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
+    const double tokens = 1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch);
+    const double err = std::fabs(last_pred_ - tokens / (own / static_cast<double>(s.batch))) * own /
+                       (tokens * static_cast<double>(s.batch));
+    error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
+  }
+  // What the cell prices: that less its grafted rows.
+  const double base_per_seq = (own - grafted_seconds(s)) / static_cast<double>(s.batch);
   Cell& c = cells_[static_cast<size_t>(b)][d];
   // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
   // measured): a lone step over kStall times the settled estimate is left out; a run of

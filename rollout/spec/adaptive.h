@@ -17,7 +17,7 @@
 // matches far ahead can leave the drafter out and one with no match can draft deep; a mean over
 // about the last 50 grafting steps of the class, as they come in bursts; the drafter and the suffix drafts overlap,
 // so a drafter that adds little over them is not paid for), and cost(b, d) the step's seconds per
-// decoding sequence, measured in steps that prefilled nothing (StepSample::cold). Every grafting step teaches
+// decoding sequence, a step that also prefilled less its prefill rows' share (below). Every grafting step teaches
 // extra at every depth, not only at its own (a depth not chosen would otherwise keep what it
 // measured long ago, say before a domain switch made the history useful, and never be chosen
 // again): a round's accepted path is the longer of the drafter's run a and the run s of nodes a
@@ -47,7 +47,11 @@
 // min_samples steps (the host's stalls only ever add time, and a fresh engine's first drafter
 // pass, its cache's new pages faulted in, took 10x a typical one); otherwise it comes from a cost
 // curve learned from every step: F(rows), the policy forward's time for a number of rows
-// (decode, verification and prefill steps all measure it, 1 to thousands of rows), and E(B), a
+// (decode, verification and prefill steps all measure it, 1 to thousands of rows; a step that
+// also prefilled is priced as its forward times F(rows - prefill rows) / F(rows): the weights are
+// read once for both, so the decoding rows cost far more than their share of the rows, and
+// priced by rows, plain decoding at batch 2-3, seen only beside an admission's prefill in a
+// serving stream at batch 4, measured 0.2 ms a sequence against 0.58 at batch 4), and E(B), a
 // draft level's time for B sequences (as a cell: the least of its first min_samples, then an
 // EMA); r(b, d) = (F(B r_d) + d E(B)) / F(B) at the bucket's typical batch B. With
 // nothing measured yet, r = 1 + 0.1 d: drafting looks cheap until measured, so it gets
@@ -100,9 +104,10 @@ namespace updraft {
 struct StepSample {
   int64_t batch = 0;    // decoding sequences in the step
   int64_t depth = 0;    // the depth the speculating ones ran at (0: plain)
-  double seconds = 0;   // wall time less the prefill rows' share of the forward
+  double seconds = 0;   // wall time
   double forward_seconds = 0;  // the policy's forward
   int64_t forward_rows = 0;    // its rows (prefill included)
+  int64_t prefill_rows = 0;    // of them, prompt rows (their share priced on the cost curve)
   double draft_seconds = 0;    // the drafter's passes (absorbing pairs and proposing)
   int64_t draft_rows = 0;      // committed pairs the drafter absorbed in the step
   // The step's rounds (the drafter's part of them), each tried to the depth it ran at (a chain
@@ -127,13 +132,9 @@ struct StepSample {
   // Some sequences (probes) ran at another depth than `depth`: the step's cost is not that
   // depth's, only its rounds teach acceptance.
   bool mixed = false;
-  // The step's cost is not typical of its depth either, only its rounds teach acceptance: it
-  // prefilled too, or it ran soon after a long prefill, when the weights have partly left the
-  // caches (on a shared CPU host the next two or three steps measured up to 2.2x slower). A
-  // prefill's share of the forward is not its share of the rows: the weights are read once for
-  // both, so the decoding rows' share was a fraction of what they cost alone (a serving stream at
-  // batch 4, each admission prefilled beside 3 decoding sequences: plain decoding at batch 2-3
-  // measured 0.2 ms a sequence against 0.58 at batch 4, and every such step decoded plainly).
+  // The step ran soon after a long prefill, when the weights have partly left the caches (on a
+  // shared CPU host the next two or three steps measured up to 2.2x slower): its cost is not
+  // typical of its depth either, only its rounds teach acceptance.
   bool cold = false;
 };
 
@@ -235,6 +236,7 @@ class AdaptiveDepth final : public DepthChooser {
   double graft_rows(int b, size_t d, int suffix) const;  // suffix nodes grafted per sequence
   double graft_cost(int b, size_t d, int suffix) const;  // predicted grafted rows' seconds per sequence
   double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
+  double prefill_seconds(const StepSample& s) const;     // ...and its prefill rows'
   int64_t explore_candidate(int b, int suffix) const;
   int64_t cheap_backlog(int64_t batch) const;  // pairs absorbed at about one drafter pass's cost
   double settle(double est, int64_t samples, double x) const;  // a cell's or E's estimate with x

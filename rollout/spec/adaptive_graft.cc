@@ -41,6 +41,16 @@ double AdaptiveDepth::grafted_seconds(const StepSample& s) const {
   return f1 > 0 && f0 > 0 ? std::clamp(f1 - f0, 0.0, s.forward_seconds * g / rows) : 0.0;
 }
 
+// The forward less what its decoding rows alone would have taken on the curve; by rows until the
+// curve has a point.
+double AdaptiveDepth::prefill_seconds(const StepSample& s) const {
+  if (s.prefill_rows <= 0 || s.forward_rows <= 0 || s.forward_seconds <= 0)
+    return 0.0;
+  const auto rows = static_cast<double>(s.forward_rows), own = rows - static_cast<double>(s.prefill_rows);
+  const double f1 = forward_at(rows), f0 = forward_at(own);
+  return s.forward_seconds * (1.0 - (f1 > 0 && f0 > 0 ? std::min(1.0, f0 / f1) : own / rows));
+}
+
 double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) const {
   const int b = bucket(std::max<int64_t>(1, batch));
   if (suffix < 0 || cells_[static_cast<size_t>(b)][0].cost <= 0)

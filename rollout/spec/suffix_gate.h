@@ -10,8 +10,8 @@
 //
 // Model. Per batch bucket (AdaptiveDepth::bucket: 1, 2-3, 4-7, ..., 64+) and arm (off, on), an
 // EMA of the step's throughput per decoding sequence: tokens the decoding sequences emitted over
-// the step's seconds, over the batch. Cold steps (StepSample::cold: those that prefilled too, or
-// ran soon after a long prefill) are not counted.
+// the step's seconds (less the prefill rows' share), over the batch. Cold steps (StepSample::cold)
+// are not counted.
 //
 // Choice. A bucket starts with suffix drafts on; each arm is measured min_samples times first (the
 // steps alternate); then the arm with the higher throughput runs, the current one kept unless the
