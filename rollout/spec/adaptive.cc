@@ -308,8 +308,9 @@ void AdaptiveDepth::observe(const StepSample& s) {
                        (tokens * static_cast<double>(s.batch));
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
-  // What the cell prices: that less its grafted rows.
-  const double base_per_seq = (own - grafted_seconds(s)) / static_cast<double>(s.batch);
+  // What the cell prices: that less its grafted rows and a backlog's absorption.
+  const double base_per_seq =
+      (own - grafted_seconds(s) - (absorbed ? backlog_seconds(s, b) : 0.0)) / static_cast<double>(s.batch);
   Cell& c = cells_[static_cast<size_t>(b)][d];
   // A stall of the OS or the host must not price a depth out (once it is not chosen it is not
   // measured): a lone step over kStall times the settled estimate is left out; a run of

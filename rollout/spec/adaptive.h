@@ -38,7 +38,10 @@
 // nodes grafted per sequence at that depth and class (an EMA of its grafting steps; a depth not
 // run at that class yet borrows the most the class grafted at another). Only ratios matter within a
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
-// (the least of a cell's first min_samples steps, then EMAs of their step times; a step over 2x
+// (the least of a cell's first min_samples steps, then EMAs of their step times, a step that
+// absorbed a cheap backlog less its drafter time beyond d E(B) once E is settled: a batch-1 run's
+// first step of each sequence absorbs its prompt, and counted whole, a quarter of the full
+// depth's steps made it look 1.3x dearer than when run alone, so the chooser drafted shallower; a step over 2x
 // a settled estimate is a stall of the OS or the host and does not count unless three come in a
 // row, when they count as at most 3x: one stall must not price a depth out, as a depth no longer
 // chosen is no longer measured; a step whose drafter absorbed a backlog, a new sequence's prompt
@@ -237,6 +240,7 @@ class AdaptiveDepth final : public DepthChooser {
   double graft_cost(int b, size_t d, int suffix) const;  // predicted grafted rows' seconds per sequence
   double grafted_seconds(const StepSample& s) const;     // a measured step's grafted rows' share
   double prefill_seconds(const StepSample& s) const;     // ...and its prefill rows'
+  double backlog_seconds(const StepSample& s, int b) const;  // ...and a cheap backlog's absorption
   int64_t explore_candidate(int b, int suffix) const;
   int64_t cheap_backlog(int64_t batch) const;  // pairs absorbed at about one drafter pass's cost
   double settle(double est, int64_t samples, double x) const;  // a cell's or E's estimate with x

@@ -51,6 +51,14 @@ double AdaptiveDepth::prefill_seconds(const StepSample& s) const {
   return s.forward_seconds * (1.0 - (f1 > 0 && f0 > 0 ? std::min(1.0, f0 / f1) : own / rows));
 }
 
+// The drafter's time beyond what its levels take in a typical step (d E(B), which absorbs the
+// previous step's pairs): the backlog's absorption. 0 until E rests on min_samples steps.
+double AdaptiveDepth::backlog_seconds(const StepSample& s, int b) const {
+  bool settled = false;
+  const double e = draft_level_at(b, &settled);
+  return settled && e > 0 ? std::max(0.0, s.draft_seconds - static_cast<double>(s.depth) * e) : 0.0;
+}
+
 double AdaptiveDepth::row_worth(int64_t batch, int64_t depth, int suffix) const {
   const int b = bucket(std::max<int64_t>(1, batch));
   if (suffix < 0 || cells_[static_cast<size_t>(b)][0].cost <= 0)

@@ -1,6 +1,10 @@
-// Adaptive speculation (rollout/spec/adaptive.h): a step that also prefilled is priced as its
-// forward times F(decoding rows) / F(all rows) on the cost curve, not by its share of the rows.
+// Adaptive speculation (rollout/spec/adaptive.h): the parts of a step that are not its depth's
+// typical cost are priced apart. A step that also prefilled is priced as its forward times
+// F(decoding rows) / F(all rows) on the cost curve, not by its share of the rows; one that absorbed
+// a cheap backlog less its drafter time beyond d E.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "rollout/spec/adaptive.h"
 
@@ -22,7 +26,7 @@ StepSample step(int64_t batch, int64_t depth, int64_t prefill) {
   s.draft_rows = depth > 0 ? batch * (depth + 1) : 0;
   s.seconds = s.forward_seconds + s.draft_seconds;
   for (int64_t i = 0; i < batch && depth > 0; ++i)
-    s.spec.add_round(depth, 3, depth);
+    s.spec.add_round(depth, std::min<int64_t>(3, depth), depth);
   return s;
 }
 
@@ -44,6 +48,26 @@ TEST(AdaptiveDepth, APrefillsShareIsPricedOnTheCostCurve) {
   const double spec = (kBase + 15 * kRow + 4 * kLevel) / 3;
   EXPECT_NEAR(s.cells[b3][4].cost, spec, 0.2 * spec);
   EXPECT_GT(a.choose(3), 0) << "4 tokens a sequence for 1.4x plain's cost: speculate";
+}
+
+// At batch 1 the first step of each sequence absorbs its prompt (30 pairs here, 0.6 ms): counted
+// whole in the depth it ran at, it made that depth look dearer than when run alone.
+TEST(AdaptiveDepth, ACheapBacklogsAbsorptionIsPricedApart) {
+  AdaptiveOptions o;
+  o.explore_share = 0;
+  AdaptiveDepth a(SpecSettings{4, 1, 5}, o);
+  for (int i = 0; i < 200; ++i) {
+    const int64_t d = i % 5;
+    StepSample s = step(1, d, 0);
+    if (d == 4 && i % 4 == 0) {  // a sequence's first step
+      s.draft_rows = 30;
+      s.draft_seconds += 30 * 2e-5;
+      s.seconds += 30 * 2e-5;
+    }
+    a.observe(s);
+  }
+  const double typical = kBase + 5 * kRow + 4 * kLevel;
+  EXPECT_NEAR(a.snapshot().cells[0][4].cost, typical, 0.03 * typical);
 }
 
 }  // namespace
