@@ -202,10 +202,10 @@ int64_t Engine::choose_depth(const StepPlan& plan, int suffix) {
   const int64_t depth = chooser_->choose(plan.decoding, backlog, suffix);
   // A canary (DepthChooser::canary): the decoding sequence with the fewest pairs to absorb first.
   const Seq* pick = nullptr;
-  for (const StepEntry& e : plan.entries)
-    if (chooser_->canary() && depth != opts_.spec.steps && e.prefill == 0 && e.seq->spec && !e.seq->req.probe &&
-        (pick == nullptr || e.seq->pending() < pick->pending()))
-      pick = e.seq;
+  if (depth != opts_.spec.steps && chooser_->canary())
+    for (const StepEntry& e : plan.entries)
+      if (e.prefill == 0 && e.seq->spec && !e.seq->req.probe && (pick == nullptr || e.seq->pending() < pick->pending()))
+        pick = e.seq;
   if (pick != nullptr) {
     canary_ = pick->id;
     ++stats_.canary_steps;

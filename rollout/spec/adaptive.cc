@@ -303,9 +303,10 @@ void AdaptiveDepth::observe(const StepSample& s) {
   // The measured throughput against what was predicted for this depth (relative error, EMA),
   // when the plain cost of the bucket anchors the prediction.
   if (s.depth == last_depth_ && !s.mixed && cells_[static_cast<size_t>(b)][0].cost > 0 && last_pred_ > 0) {
-    const double tokens = 1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch);
-    const double err = std::fabs(last_pred_ - tokens / (own / static_cast<double>(s.batch))) * own /
-                       (tokens * static_cast<double>(s.batch));
+    const double measured =
+        (1.0 + (static_cast<double>(s.spec.accepted) + s.extra_tokens) / static_cast<double>(s.batch)) /
+        (own / static_cast<double>(s.batch));
+    const double err = std::fabs(last_pred_ - measured) / measured;
     error_ = error_ == 0 ? err : 0.9 * error_ + 0.1 * err;
   }
   // What the cell prices: that less its grafted rows and a backlog's absorption.

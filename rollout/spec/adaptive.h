@@ -40,8 +40,9 @@
 // bucket: cost(b, d) = cost(b, 0) x r(b, d), where r is measured when both cells have been
 // (the least of a cell's first min_samples steps, then EMAs of their step times, a step that
 // absorbed a cheap backlog less its drafter time beyond d E(B) once E is settled: a batch-1 run's
-// first step of each sequence absorbs its prompt, and counted whole, a quarter of the full
-// depth's steps made it look 1.3x dearer than when run alone, so the chooser drafted shallower; a step over 2x
+// first step of each sequence absorbs its prompt, and counted whole (14 of the full depth's 58
+// steps in a scratch run) the full depth's cell held 3.25 ms against 2.15 ms a step at fixed
+// depth 8, so the chooser drafted shallower; a step over 2x
 // a settled estimate is a stall of the OS or the host and does not count unless three come in a
 // row, when they count as at most 3x: one stall must not price a depth out, as a depth no longer
 // chosen is no longer measured; a step whose drafter absorbed a backlog, a new sequence's prompt
