@@ -32,10 +32,11 @@ namespace {
 int run_info() {
   std::printf("updraft %s\n", UPDRAFT_VERSION);
   std::printf("  CPU threads        : %d\n", omp_get_max_threads());
-  std::printf("  CPU AVX-512 kernels: %s\n", updraft::ops::cpu::cpu_has_avx512() ? "yes" : "no (portable path)");
+  std::printf("  CPU AVX-512 kernels: %s\n", updraft::ops::cpu::cpu_has_avx512() ? "yes" : "no");
   std::string kernels;
-  for (auto k : {updraft::ops::CpuBf16Kernel::kFma, updraft::ops::CpuBf16Kernel::kDot,
-                 updraft::ops::CpuBf16Kernel::kAmx, updraft::ops::CpuBf16Kernel::kPortable})
+  for (auto k :
+       {updraft::ops::CpuBf16Kernel::kFma, updraft::ops::CpuBf16Kernel::kDot, updraft::ops::CpuBf16Kernel::kAmx,
+        updraft::ops::CpuBf16Kernel::kAvx2, updraft::ops::CpuBf16Kernel::kPortable})
     if (updraft::ops::cpu_bf16_kernel_available(k))
       kernels += std::string(kernels.empty() ? "" : ", ") + updraft::ops::cpu_bf16_kernel_name(k);
   std::printf("  CPU bf16 kernels   : %s (in use: %s)\n", kernels.c_str(),
@@ -65,8 +66,9 @@ int main(int argc, char** argv) {
   std::string cpu_kernel = "auto";
   app.add_option("--cpu-kernel", cpu_kernel,
                  "CPU kernel for bf16 matmuls: auto (amx where the CPU has it, else dot with AVX512-BF16, else fma "
-                 "with AVX-512), fma, dot, amx (AMX tiles), portable; see docs/benchmarks.md")
-      ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "portable"}))
+                 "with AVX-512, else avx2 with AVX2 and FMA), fma, dot, amx (AMX tiles), avx2, portable; see "
+                 "docs/benchmarks.md")
+      ->check(CLI::IsMember({"auto", "fma", "dot", "amx", "avx2", "portable"}))
       ->capture_default_str();
   std::string draft_weights = "auto";
   app.add_option(

@@ -1,7 +1,7 @@
 // Kernels benchmark: how close decode-shaped GEMV gets to the memory bandwidth and
 // prefill-shaped GEMM to the FMA peak, both measured on this machine in the same run.
 //
-//   build/bin/kernels_bench [--quick] [--cpu-kernel auto|portable|fma|dot|amx]
+//   build/bin/kernels_bench [--quick] [--cpu-kernel auto|portable|avx2|fma|dot|amx]
 //
 // Prints the machine limits, then one line per shape with the achieved rate and its fraction
 // (the process's bf16 kernel), the draft proposal's top k, the built-in policy's attention over
@@ -116,7 +116,8 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
       small_pages.push_back(ops::prepare_linear(w));
     set_host_huge_pages(true);
   }
-  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel k :
+       {ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(k))
       continue;
     ops::set_cpu_bf16_kernel(k);
@@ -143,8 +144,8 @@ void policy_shapes_section(const bench::MachineLimits& m, const PolicyShapes& p,
       xs.push_back(random_tensor({T, w.size(1)}, DType::F32, 2));
       ys.push_back(Tensor::empty({T, w.size(0)}, DType::F32));
     }
-    for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot,
-                                 ops::CpuBf16Kernel::kAmx}) {
+    for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma,
+                                 ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
       if (!ops::cpu_bf16_kernel_available(k))
         continue;
       ops::set_cpu_bf16_kernel(k);
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
   std::string cpu_kernel;
   CLI::App app{"updraft kernels_bench: the CPU kernels against the machine's measured limits"};
   app.add_flag("--quick", quick, "smaller shapes and fewer rounds");
-  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, avx2, fma, dot or amx");
   CLI11_PARSE(app, argc, argv);
   if (!cpu_kernel.empty())
     ops::set_cpu_bf16_kernel(ops::parse_cpu_bf16_kernel(cpu_kernel));

@@ -32,5 +32,6 @@ double read_sum8_avx512(const float* p, size_t stride, size_t n);  // 8 streams,
 double fma_loop_avx512(long iters);
 double read_sum_generic(const float* p, size_t n);
 double fma_loop_generic(long iters);
+double fma_loop_avx2(long iters);  // only where ops::cpu::cpu_has_avx2_fma()
 
 }  // namespace updraft::bench

@@ -23,7 +23,8 @@
 // CPU bf16 kernel: one per process, since a row's last bits depend on the kernel. kAuto (the
 // default) resolves at the first bf16 linear(): kAmx (AMX-BF16 tiles; K not a multiple of 32
 // runs kFma) where the CPU and the OS grant it, else kDot (vdpbf16ps) with AVX512-BF16, else
-// kFma (weights widened in registers, f32 FMAs) with AVX-512, else kPortable. AMX needs its
+// kFma (weights widened in registers, f32 FMAs) with AVX-512, else kAvx2 (the same in 256-bit
+// vectors) with AVX2 and FMA, else kPortable. AMX needs its
 // weights in panels (prepare_linear) for one row to run as fast as kDot; it is far faster for
 // several rows (verification, batches, prefill).
 // set_cpu_bf16_kernel (CheckFailure if the CPU lacks the kernel) belongs before the first
@@ -97,11 +98,11 @@ struct LinearProduct {
 };
 void linear_shared_input(const Tensor& x, std::vector<LinearProduct> products);
 
-enum class CpuBf16Kernel { kAuto, kPortable, kFma, kDot, kAmx };
+enum class CpuBf16Kernel { kAuto, kPortable, kFma, kDot, kAmx, kAvx2 };
 void set_cpu_bf16_kernel(CpuBf16Kernel k);
 CpuBf16Kernel cpu_bf16_kernel();  // the kernel in use, resolving kAuto on the first call
 bool cpu_bf16_kernel_available(CpuBf16Kernel k);
 const char* cpu_bf16_kernel_name(CpuBf16Kernel k);
-CpuBf16Kernel parse_cpu_bf16_kernel(std::string_view name);  // auto|portable|fma|dot|amx, else CheckFailure
+CpuBf16Kernel parse_cpu_bf16_kernel(std::string_view name);  // auto|portable|avx2|fma|dot|amx, else CheckFailure
 
 }  // namespace updraft::ops

@@ -1,7 +1,8 @@
 // CPU matrix products: OpenBLAS sgemm for f32 weights beyond decode shapes (T > 8) and for
 // gemm(); our own GEMV kernels for every product with 16-bit weights. With bf16
 // weights the activations are rounded to bf16 first and every shape runs the process's bf16
-// kernel (gemm.h: vdpbf16ps, widening + FMA, or AMX tiles; the portable path without AVX-512).
+// kernel (gemm.h: vdpbf16ps, widening + FMA in 512- or 256-bit vectors, or AMX tiles; the portable
+// path without AVX2).
 #include <cblas.h>
 #include <omp.h>
 
@@ -94,6 +95,7 @@ struct GemvTiles {
 };
 constexpr GemvTiles kGemvTiles{kGemvMaxT, kGemvMaxT};
 constexpr GemvTiles kDotTiles{kDotPanelsMaxT, kDotPanelsTileT, kDotPanelRows};
+constexpr GemvTiles kAvx2Tiles{kAvx2MaxT, kAvx2MaxT};
 
 // Thread `id` of `nt`'s share of fn(t0, tn, n0, n1, next) — rows [t0, t0 + tn) of x against
 // weight rows [n0, n1) — over the whole [T, N] output, in the token tiles of `tiles`.
@@ -167,6 +169,11 @@ void dot_rows(const uint16_t* xb, int64_t tn, int64_t /*K*/, int64_t Kp, const G
 void fma_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
               float* y, int64_t next) {
   gemv_rows_bf16fma(xs, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
+}
+
+void avx2_rows(const float* xs, int64_t tn, int64_t K, int64_t Kp, const GemvProduct& p, int64_t n0, int64_t n1,
+               float* y, int64_t next) {
+  gemv_rows_bf16fma_avx2(xs, tn, K, Kp, p.w, n0, n1, y, p.N, next < 0 ? nullptr : p.w + next * K);
 }
 
 // T <= tiles.whole: thread `id` of `nt`'s share of the products of one x (q, k and v; gate and
@@ -306,6 +313,9 @@ bool linear_bf16(const Tensor& x, const std::vector<Bf16Product>& products) {
     if (kernel == CpuBf16Kernel::kDot) {
       thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> buf;
       linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), round_rows_bf16, dot_rows, kDotTiles, buf);
+    } else if (kernel == CpuBf16Kernel::kAvx2) {
+      thread_local std::vector<float, AlignedAllocator<float>> buf;
+      linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, avx2_rows, kAvx2Tiles, buf);
     } else {  // kFma, or AMX where K is not a multiple of 32
       thread_local std::vector<float, AlignedAllocator<float>> buf;
       linear_bf16_gemv(xp, T, K, gemv.data(), gemv.size(), split_rows_bf16fma, fma_rows, kGemvTiles, buf);

@@ -70,20 +70,6 @@ void rows_t(const float* xs, int64_t K, int64_t Kp, const uint16_t* w, int64_t n
 
 }  // namespace
 
-void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs) {
-  for (int64_t t = 0; t < T; ++t) {
-    const float* src = x + t * K;
-    for (int64_t k = 0; k < Kp; k += 32) {
-      float* dst = xs + k * T + t * 32;
-      for (int i = 0; i < 16; ++i) {
-        const int64_t ke = k + 2 * i, ko = ke + 1;
-        dst[i] = ke < K ? bf16_to_f32(f32_to_bf16(src[ke])) : 0.f;
-        dst[16 + i] = ko < K ? bf16_to_f32(f32_to_bf16(src[ko])) : 0.f;
-      }
-    }
-  }
-}
-
 void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead) {
   using Fn = void (*)(const float*, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,

@@ -19,6 +19,14 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+bool cpu_has_avx2_fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+}
+
 bool cpu_has_avx512_vnni() {  // here, not in the AVX-512 unit: it runs on every CPU
   static const bool has = [] {
     __builtin_cpu_init();
@@ -72,6 +80,21 @@ __attribute__((target_clones("avx2", "default"))) void gemv_rows_generic(const f
     }
     default:
       break;
+  }
+}
+
+// Baseline code: both FMA kernels (AVX-512 and AVX2) read its layout.
+void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = x + t * K;
+    for (int64_t k = 0; k < Kp; k += 32) {
+      float* dst = xs + k * T + t * 32;
+      for (int i = 0; i < 16; ++i) {
+        const int64_t ke = k + 2 * i, ko = ke + 1;
+        dst[i] = ke < K ? bf16_to_f32(f32_to_bf16(src[ke])) : 0.f;
+        dst[16 + i] = ko < K ? bf16_to_f32(f32_to_bf16(src[ko])) : 0.f;
+      }
+    }
   }
 }
 

@@ -51,11 +51,19 @@ void gemv_panels_bf16dot(const uint16_t* xb, int64_t T, int64_t Kp, const uint16
 
 // bf16 x bf16 products summed on the f32 FMA units. split_rows_bf16fma writes x [T, K] rounded
 // to bf16, step-major: for each 32-k step, the T rows' 16 even then 16 odd elements (f32, zeros
-// beyond K; T * Kp floats, 64-byte aligned). gemv_rows_bf16fma takes one such block of T rows;
-// otherwise as the dot kernel with row-major weights. Any CPU with AVX-512.
+// beyond K; T * Kp floats, 64-byte aligned; portable code). gemv_rows_bf16fma takes one such block
+// of T rows; otherwise as the dot kernel with row-major weights. Any CPU with AVX-512.
 void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs);
 void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
+// The same products in 256-bit vectors (gemv_bf16fma_avx2.cc), from the same split activations,
+// for CPUs with AVX2 and FMA (cpu_has_avx2_fma()), T up to kAvx2MaxT in one pass over the weights
+// (3 rows of x at a time against them, from L1); its own summation order (8 lanes, not 16), so its
+// bits differ from gemv_rows_bf16fma's, and likewise do not depend on T or the row split.
+bool cpu_has_avx2_fma();
+constexpr int64_t kAvx2MaxT = 16;
+void gemv_rows_bf16fma_avx2(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
+                            int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 
 // AMX-BF16 tiles (TDPBF16PS), for bf16 weights with K a multiple of 32. x is packed once per
 // call by pack_rows_amx into amx_packed_elems(T, K) bf16 values (token rows in chunks of 16,

@@ -64,8 +64,8 @@ TEST(AmxPanels, LinearReadsThePanelsOnlyOnTheAmxKernel) {
   const int64_t K = 448, N = 150;
   Tensor w = Tensor::from_f32(rand_vec(N * K, 40), {N, K}).to_dtype(DType::BF16);
   Tensor bias = Tensor::from_f32(rand_vec(N, 41), {N});
-  for (ops::CpuBf16Kernel kernel :
-       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma,
+                                    ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(kernel))
       continue;
     ops::set_cpu_bf16_kernel(kernel);

@@ -133,15 +133,15 @@ TEST(Gemv, AmxRowsAreBitwiseTheSameWhateverTheRowCountAndTheThreadSplit) {
   }
 }
 
-TEST(Gemv, Bf16FmaKernelMatchesThePortableKernelOnRoundedInputs) {
-  // The widening + FMA kernel over ragged K (masked last steps) and N, T = 1..8, with the
-  // activations split as split_rows_bf16fma lays them out (64-byte aligned).
-  if (!ops::cpu::cpu_has_avx512())
-    GTEST_SKIP() << "this CPU has no AVX-512";
+// The widening + FMA kernels (AVX-512 and AVX2) over ragged K (partial last steps) and N, T = 1..8,
+// with the activations split as split_rows_bf16fma lays them out (64-byte aligned).
+using FmaKernel = void (*)(const float*, int64_t, int64_t, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t,
+                           const uint16_t*);
+void expect_fma_kernel_matches_portable(FmaKernel kernel, int64_t max_t) {
   for (int64_t K : {5, 32, 77, 100, 448}) {
     const int64_t Kp = (K + 31) / 32 * 32;
     for (int64_t N : {1, 13, 29}) {
-      for (int64_t T = 1; T <= ops::cpu::kGemvMaxT; ++T) {
+      for (int64_t T = 1; T <= max_t; ++T) {
         std::vector<float> x = rand_vec(T * K, 60 + T + K);
         for (float& v : x)
           v = bf16_to_f32(f32_to_bf16(v));
@@ -149,7 +149,7 @@ TEST(Gemv, Bf16FmaKernelMatchesThePortableKernelOnRoundedInputs) {
         Tensor xs = Tensor::empty({T * Kp}, DType::F32);  // Tensor storage is 64-byte aligned
         ops::cpu::split_rows_bf16fma(x.data(), T, K, Kp, xs.data<float>());
         std::vector<float> y1(static_cast<size_t>(T * N)), y2(y1.size());
-        ops::cpu::gemv_rows_bf16fma(xs.data<float>(), T, K, Kp, w.data(), 0, N, y1.data(), N);
+        kernel(xs.data<float>(), T, K, Kp, w.data(), 0, N, y1.data(), N, nullptr);
         ops::cpu::gemv_rows_generic(x.data(), T, K, w.data(), DType::BF16, 0, N, y2.data(), N);
         for (size_t i = 0; i < y1.size(); ++i)
           ASSERT_NEAR(y1[i], y2[i], 1e-5 * (1 + std::fabs(y2[i])) * std::sqrt(K))
@@ -157,6 +157,18 @@ TEST(Gemv, Bf16FmaKernelMatchesThePortableKernelOnRoundedInputs) {
       }
     }
   }
+}
+
+TEST(Gemv, Bf16FmaKernelMatchesThePortableKernelOnRoundedInputs) {
+  if (!ops::cpu::cpu_has_avx512())
+    GTEST_SKIP() << "this CPU has no AVX-512";
+  expect_fma_kernel_matches_portable(ops::cpu::gemv_rows_bf16fma, ops::cpu::kGemvMaxT);
+}
+
+TEST(Gemv, Avx2FmaKernelMatchesThePortableKernelOnRoundedInputs) {
+  if (!ops::cpu::cpu_has_avx2_fma())
+    GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  expect_fma_kernel_matches_portable(ops::cpu::gemv_rows_bf16fma_avx2, ops::cpu::kAvx2MaxT);
 }
 
 // Restores the process's bf16 kernel when a test that switches it ends.
@@ -168,8 +180,8 @@ struct KernelGuard {
 // The bf16 kernels this CPU offers, portable first.
 std::vector<ops::CpuBf16Kernel> available_kernels() {
   std::vector<ops::CpuBf16Kernel> out;
-  for (ops::CpuBf16Kernel k :
-       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx})
+  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma,
+                               ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx})
     if (ops::cpu_bf16_kernel_available(k))
       out.push_back(k);
   return out;
@@ -322,7 +334,8 @@ TEST(Gemv, KernelsAgreeWithEachOtherToRounding) {
   Tensor ref = Tensor::empty({T, N}, DType::F32);
   ops::linear(x, w, nullptr, ref);
   const auto want = ref.to_f32_vector();
-  for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel kernel :
+       {ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(kernel))
       continue;
     ops::set_cpu_bf16_kernel(kernel);
@@ -337,6 +350,7 @@ TEST(Gemv, KernelsAgreeWithEachOtherToRounding) {
 TEST(Gemv, KernelChoiceIsByNameAndRefusesWhatTheCpuLacks) {
   KernelGuard guard;
   EXPECT_EQ(ops::parse_cpu_bf16_kernel("fma"), ops::CpuBf16Kernel::kFma);
+  EXPECT_EQ(ops::parse_cpu_bf16_kernel("avx2"), ops::CpuBf16Kernel::kAvx2);
   EXPECT_EQ(ops::parse_cpu_bf16_kernel("amx"), ops::CpuBf16Kernel::kAmx);
   EXPECT_THROW(ops::parse_cpu_bf16_kernel("avx9"), CheckFailure);
   EXPECT_NE(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kAuto) << "auto resolves on first use";
@@ -346,6 +360,10 @@ TEST(Gemv, KernelChoiceIsByNameAndRefusesWhatTheCpuLacks) {
     EXPECT_EQ(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kAmx) << "auto picks AMX where the CPU has it";
   } else if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kDot)) {
     EXPECT_EQ(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kDot);
+  } else if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kFma)) {
+    EXPECT_EQ(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kFma);
+  } else if (ops::cpu_bf16_kernel_available(ops::CpuBf16Kernel::kAvx2)) {
+    EXPECT_EQ(ops::cpu_bf16_kernel(), ops::CpuBf16Kernel::kAvx2) << "auto picks AVX2 without AVX-512";
   }
   for (ops::CpuBf16Kernel kernel : {ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(kernel)) {

@@ -51,8 +51,8 @@ TEST_F(SpecEngine, GreedyIsTokenIdenticalToPlainDecodingOnEveryCpuKernel) {
       prompt.push_back(static_cast<int32_t>((i * 7 + j * 3 + j * j) % cfg_.vocab_size));
     reqs.push_back(req(prompt, 0.f, 6 + (i * 11) % 23, 0));
   }
-  for (ops::CpuBf16Kernel k :
-       {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kFma, ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
+  for (ops::CpuBf16Kernel k : {ops::CpuBf16Kernel::kPortable, ops::CpuBf16Kernel::kAvx2, ops::CpuBf16Kernel::kFma,
+                               ops::CpuBf16Kernel::kDot, ops::CpuBf16Kernel::kAmx}) {
     if (!ops::cpu_bf16_kernel_available(k))
       continue;
     ops::set_cpu_bf16_kernel(k);
