@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/ops/backend.h"
+#include "kernels/ops/gemv_cpu.h"
 #include "kernels/ops/paged_attention_rows_cpu.h"
 #include "kernels/ops/vec_math.h"
 
@@ -206,9 +207,10 @@ struct ItemKeys {
 
 }  // namespace
 
-// Built twice (AVX-512 and baseline x86-64), chosen at load time by the CPU's features, so
-// the simd loops below use 16-wide vectors where the machine has them.
-__attribute__((target_clones("avx512f", "default"))) void paged_attention(
+// Built three times (AVX-512, AVX2 and baseline x86-64), chosen at load time by the CPU's
+// features, so the simd loops below use the widest vectors the machine has (on a Zen 1 host the
+// AVX2 build ran the generic loop 1.0-1.5x as fast as the baseline one, kernels_bench taking turns).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void paged_attention(
     const Tensor& q, const PagedKv& kv, const Tensor& block_table, const Tensor& kv_len, const Tensor& q_start,
     const Tensor& tree_mask, const Tensor& mask_len, float scale, Tensor& out) {
   const int64_t NH = q.size(1), HD = q.size(2), NKV = kv.k_cache.size(1);
@@ -243,6 +245,11 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     work += n * kl[b];
   }
   const int64_t items = static_cast<int64_t>(chunks.size()) * NKV;
+  // The specialised rows keep two queries' 16-float chunks and 16 keys' partial sums in registers:
+  // AVX-512's 32 of 64 bytes. In 16-byte or 32-byte registers they spill, and on an AVX2-only
+  // Zen 1 host the generic loop below ran the built-in policy's attention (kernels_bench) 2.3-3.3x
+  // as fast at 64 keys and 1-16 rows, 1.4-2.7x at 1024 keys.
+  const bool specialised = cpu_has_avx512();
   // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
   // between threads (a causal prefill's later chunks see more keys); with fewer chunks than
   // threads (a verification or a decode at batch 1) the heads are split between the threads.
@@ -259,10 +266,11 @@ __attribute__((target_clones("avx512f", "default"))) void paged_attention(
     const int64_t g = item % NKV, n = qs[b + 1] - qs[b], S = kl[b], prefix = S - (ml != nullptr ? ml[b] : n);
     gather_item(it, kp, vp, bt + b * MAXB, BS, NKV, HD, g, S, prefix, r0 - qs[b], rows,
                 tm != nullptr ? tm + r0 * tm_cols : nullptr, tm_cols);
-    if (rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
+    if (specialised &&
+        rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
                       it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
       return;
-    for (int64_t r = 0; r < rows; ++r) {  // other head sizes: a row's visible keys, then the generic loop
+    for (int64_t r = 0; r < rows; ++r) {  // otherwise: a row's visible keys, then the generic loop
       const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
       const std::vector<const float*>& ev = it.extra_v[static_cast<size_t>(r)];
       krows.assign(it.keys.begin(), it.keys.begin() + it.ns);
