@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, bench::kMost))
       ->capture_default_str();
   app.add_option("--batch", batch, "one batch size instead of 1, 4, 16 and 64")->check(CLI::Range(1, bench::kMost));
-  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, avx2, fma, dot or amx");
   app.add_flag("--teams", teams, "batch-1 decode on a second thread, alone and beside an idle OpenMP team");
   app.add_option("--model", model_dir, "with --teams: this policy instead of the bench policy");
   CLI11_PARSE(app, argc, argv);

@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   app.add_option("--domain", domain, "prompts of one domain only (default: the mix)")
       ->check(CLI::IsMember({"arith", "code"}));
   app.add_option("--dump-prompts", dump, "write the prompts to this file");
-  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, avx2, fma, dot or amx");
   app.add_option("--draft-weights", draft_weights, "the drafter's serving weights: bf16, int8 or auto")
       ->check(CLI::IsMember({"bf16", "int8", "auto"}));
   CLI11_PARSE(app, argc, argv);

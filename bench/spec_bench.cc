@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   app.add_option("--chains", chains, "chains of these depths instead of chain 4, chain 6 and tree 4x3")
       ->delimiter(',')
       ->check(CLI::Range(1, 16));
-  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, fma, dot or amx");
+  app.add_option("--cpu-kernel", cpu_kernel, "the CPU's bf16 kernel: auto, portable, avx2, fma, dot or amx");
   app.add_option("--anatomy-rows", anatomy_rows, "print only the round anatomy, verifying these numbers of rows")
       ->delimiter(',')
       ->check(CLI::Range(1, bench::kMost));
