@@ -22,7 +22,7 @@ MachineLimits probe_machine(size_t buffer_bytes = size_t{1} << 30);
 // exceeds the caches, the last-level cache's when it fits (as a model's weights read every step).
 double probe_read_gbps(size_t bytes);
 
-// The process's bf16 kernel's compute peak (GFLOP/s, all threads): kFma and kPortable the f32
+// The process's bf16 kernel's compute peak (GFLOP/s, all threads): kFma, kAvx2 and kPortable the f32
 // FMA peak, kDot and kAmx their instructions' measured issue rates.
 double bf16_peak_gflops(const MachineLimits& m, ops::CpuBf16Kernel kernel);
 
