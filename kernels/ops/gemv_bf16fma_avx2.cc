@@ -47,10 +47,10 @@ template <int R, int T>
 }
 
 // One 32-k step of R weight rows (ws[r]: the row's 32 weights at this step) against T rows of
-// activations (xk: the step's first row's 32 split values, rows `stride` * 32 floats apart... of
-// the step: row t at xk + t * 32). In four parts, the first half's even weights, its odd ones,
-// then the second half's: each part widens R rows, then every activation vector is loaded once
-// into a register for the R rows (R*T accumulators, R weights and one activation: at most 16 ymm).
+// activations (xk: the first row's 32 split values at this step, row t's at xk + t * 32). In four
+// parts, the first half's even weights, its odd ones, then the second half's: each part widens R
+// rows, then every activation vector is loaded once into a register for the R rows (R*T
+// accumulators, R weights and one activation: at most 16 ymm).
 template <int T, int R>
 [[gnu::always_inline]] inline void step(const uint16_t* const (&ws)[R], const float* xk, __m256 (&acc)[R][T]) {
   const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
