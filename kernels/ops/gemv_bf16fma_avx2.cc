@@ -112,25 +112,25 @@ void block(const float* xs, int64_t stride, int64_t K, const uint16_t* w, int64_
 
 // R weight rows at a time: R*T accumulators, R widened weights and one activation within the 16
 // ymm registers. Zen 1 loads one ymm a cycle and issues one ymm FMA, so an activation load should
-// serve three rows or more: beyond 4 rows of x, chunks of 3 (the last shorter) run over the same 3
-// weight rows, the later chunks reading them from L1 (a row's bits are the same in any chunk).
-// Raw kernel, 36 MiB of weights, 2 threads of a Zen 1 host (80 GFLOP/s measured FMA peak), in
-// GFLOP/s: chunks of 3 gave 52-60 from 3 rows of x on; chunks of 2, 4, 5 or 6 gave 42-53 beyond
-// 4 rows; 4 rows of x ran 60 as one chunk over 3 weight rows, 47-50 otherwise.
+// serve three rows or more: beyond 4 rows of x, chunks of 4 (3 + 2 for the last 5) run over the
+// same 3 weight rows, the later chunks reading them from L1 (a row's bits are the same in any
+// chunk). Raw kernel, 36 MiB of weights, 2 threads of a Zen 1 host (80 GFLOP/s measured FMA
+// peak), medians of 3 in GFLOP/s: chunks of 4 gave 65-70 at 7-16 rows of x, chunks of 3 57-62
+// (1.09-1.19x slower at 7, 8 and 10-16 rows; 3 + 3 and 4 + 2 ran alike at 6 rows).
 template <int T>
-constexpr int chunk_for() {
-  return T == 4 ? 4 : std::min(T, 3);
+constexpr int rows_for() {  // weight rows per block: 1 and 2 rows of x run as one chunk
+  return T == 1 ? 4 : T == 2 ? 5 : 3;
 }
-template <int C>
-constexpr int rows_for() {
-  return C == 1 ? 4 : C == 2 ? 5 : 3;
+template <int Rows>
+constexpr int next_chunk() {
+  return Rows == 5 ? 3 : std::min(Rows, 4);
 }
 
-// Rows [T0, T) of x against the R weight rows at n, in chunks of kChunk.
+// Rows [T0, T) of x against the R weight rows at n, in chunks of next_chunk's sizes.
 template <int T0, int T, int R, bool kAhead>
 [[gnu::always_inline]] inline void chunks(const float* xs, int64_t K, const uint16_t* w, int64_t n, float* y,
                                           int64_t ldy, const char* pf) {
-  constexpr int C = std::min(chunk_for<T>(), T - T0);
+  constexpr int C = next_chunk<T - T0>();
   block<C, R, kAhead>(xs + T0 * 32, T, K, w, n, y + T0 * ldy, ldy, pf);
   if constexpr (T0 + C < T)
     chunks<T0 + C, T, R, kAhead>(xs, K, w, n, y, ldy, pf);
@@ -139,7 +139,7 @@ template <int T0, int T, int R, bool kAhead>
 template <int T>
 void rows_t(const float* xs, int64_t K, const uint16_t* w, int64_t n0, int64_t n1, float* y, int64_t ldy,
             const uint16_t* ahead) {
-  constexpr int R = rows_for<chunk_for<T>()>();
+  constexpr int R = rows_for<T>();
   for_row_blocks<R>(K, w, n0, n1, ahead, [&](auto rows, auto in_ahead, int64_t n, const char* pf) {
     chunks<0, T, decltype(rows)::value, decltype(in_ahead)::value>(xs, K, w, n, y, ldy, pf);
   });
