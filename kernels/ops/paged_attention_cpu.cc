@@ -1,6 +1,8 @@
 // CPU paged attention: work items of (sequence, kv head, up to 32 new rows); the query heads that
-// share the kv head are scored together, two queries at a time over each key and value loaded
-// (paged_attention_rows_cpu.h). Softmax in f32.
+// share the kv head are scored together, with AVX-512 two queries at a time over each key and
+// value loaded (paged_attention_rows_cpu.h), with AVX2 a query over 8 keys and 3 queries over a
+// value row at a time (paged_attention_avx2.cc), each 64-key block read once for all the item's
+// rows; a generic loop otherwise. Softmax in f32.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include "kernels/ops/backend.h"
 #include "kernels/ops/gemv_cpu.h"
+#include "kernels/ops/paged_attention_avx2.h"
 #include "kernels/ops/paged_attention_rows_cpu.h"
 #include "kernels/ops/vec_math.h"
 
@@ -55,11 +58,7 @@ using namespace attention_rows;
   }
 }
 
-// A thread's buffers for attend_rows, kept across calls: scores, then probabilities (a query's
-// row of ld), and value accumulators, per query.
-struct Scratch {
-  std::vector<float> scores, acc;
-};
+using Scratch = AttentionScratch;  // a thread's buffers for attend_rows, kept across calls
 
 // accumulate_values for queries a and b over m value rows, their probabilities from column `from`.
 template <int HDc>
@@ -247,10 +246,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void paged_attentio
   }
   const int64_t items = static_cast<int64_t>(chunks.size()) * NKV;
   // The specialised rows keep two queries' 16-float chunks and 16 keys' partial sums in registers:
-  // AVX-512's 32 of 64 bytes. In 16-byte or 32-byte registers they spill, and on an AVX2-only
-  // Zen 1 host the generic loop below ran the built-in policy's attention (kernels_bench) 2.3-3.3x
-  // as fast at 64 keys and 1-16 rows, 1.4-2.7x at 1024 keys.
-  const bool specialised = cpu_has_avx512();
+  // AVX-512's 32 of 64 bytes. In 16-byte or 32-byte registers they spill (on an AVX2-only Zen 1
+  // host the generic loop below ran the built-in policy's attention 2.3-3.3x as fast at 64 keys and
+  // 1-16 rows, 1.4-2.7x at 1024 keys), so AVX2 machines run rows written for 16 ymm registers.
+  const bool specialised = cpu_has_avx512(), avx2_rows = !specialised && cpu_has_avx2_fma();
   // A chunk's NKV items (its heads, which share cache lines) on one thread, chunks alternating
   // between threads (a causal prefill's later chunks see more keys); with fewer chunks than
   // threads (a verification or a decode at batch 1) the heads are split between the threads.
@@ -270,6 +269,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void paged_attentio
     if (specialised &&
         rows_dispatch(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
                       it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
+      return;
+    if (avx2_rows &&
+        attend_rows_avx2(HD, qp + (r0 * NH + g * G) * HD, op + (r0 * NH + g * G) * HD, rows, G, NH * HD, it.keys.data(),
+                         it.vals.data(), it.ns, it.extra_k.data(), it.extra_v.data(), scale, scratch))
       return;
     for (int64_t r = 0; r < rows; ++r) {  // otherwise: a row's visible keys, then the generic loop
       const std::vector<const float*>& ek = it.extra_k[static_cast<size_t>(r)];
