@@ -145,7 +145,45 @@ void rows_t(const float* xs, int64_t K, const uint16_t* w, int64_t n0, int64_t n
   });
 }
 
+// v rounded to bf16 and back, as f32_to_bf16 rounds (to nearest, ties to even, carrying into the
+// exponent; a NaN quieted and truncated).
+[[gnu::always_inline]] inline __m256 round_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+  const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
+  return _mm256_castsi256_ps(_mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// The even then the odd elements of a (8) and b (8 more), each as 8 in order.
+[[gnu::always_inline]] inline void deinterleave(__m256 a, __m256 b, __m256& even, __m256& odd) {
+  // shuffle_ps works within 128-bit halves: (a0 a2 b0 b2 | a4 a6 b4 b6), then the 64-bit pairs
+  // reordered to (a0 a2 a4 a6 b0 b2 b4 b6).
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+
 }  // namespace
+
+void split_steps_bf16fma_avx2(const float* x, int64_t T, int64_t K, int64_t end, float* xs) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = x + t * K;
+    for (int64_t k = 0; k < end; k += 32) {
+      float* dst = xs + k * T + t * 32;
+      __m256 even[2], odd[2];
+      for (int h = 0; h < 2; ++h)  // elements k + 16h .. k + 16h + 15
+        deinterleave(round_bf16(_mm256_loadu_ps(src + k + 16 * h)), round_bf16(_mm256_loadu_ps(src + k + 16 * h + 8)),
+                     even[h], odd[h]);
+      _mm256_storeu_ps(dst, even[0]);
+      _mm256_storeu_ps(dst + 8, even[1]);
+      _mm256_storeu_ps(dst + 16, odd[0]);
+      _mm256_storeu_ps(dst + 24, odd[1]);
+    }
+  }
+}
 
 void gemv_rows_bf16fma_avx2(const float* xs, int64_t T, int64_t K, int64_t /*Kp*/, const uint16_t* w, int64_t n_begin,
                             int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead) {

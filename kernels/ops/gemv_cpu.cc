@@ -83,11 +83,15 @@ __attribute__((target_clones("avx2", "default"))) void gemv_rows_generic(const f
   }
 }
 
-// Baseline code: both FMA kernels (AVX-512 and AVX2) read its layout.
+// Baseline code: both FMA kernels (AVX-512 and AVX2) read its layout. With AVX2 the whole steps
+// are split 8 floats at a time (split_steps_bf16fma_avx2: the same bits), the rest here.
 void split_rows_bf16fma(const float* x, int64_t T, int64_t K, int64_t Kp, float* xs) {
+  const int64_t done = cpu_has_avx2_fma() ? K / 32 * 32 : 0;
+  if (done > 0)
+    split_steps_bf16fma_avx2(x, T, K, done, xs);
   for (int64_t t = 0; t < T; ++t) {
     const float* src = x + t * K;
-    for (int64_t k = 0; k < Kp; k += 32) {
+    for (int64_t k = done; k < Kp; k += 32) {
       float* dst = xs + k * T + t * 32;
       for (int i = 0; i < 16; ++i) {
         const int64_t ke = k + 2 * i, ko = ke + 1;

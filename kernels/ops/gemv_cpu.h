@@ -58,12 +58,15 @@ void gemv_rows_bf16fma(const float* xs, int64_t T, int64_t K, int64_t Kp, const 
                        int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
 // The same products in 256-bit vectors (gemv_bf16fma_avx2.cc), from the same split activations,
 // for CPUs with AVX2 and FMA (cpu_has_avx2_fma()), T up to kAvx2MaxT in one pass over the weights
-// (3 rows of x at a time against them, from L1); its own summation order (8 lanes, not 16), so its
-// bits differ from gemv_rows_bf16fma's, and likewise do not depend on T or the row split.
+// (up to 4 rows of x at a time against them, from L1); its own summation order (8 lanes, not 16),
+// so its bits differ from gemv_rows_bf16fma's, and likewise do not depend on T or the row split.
+// split_steps_bf16fma_avx2: split_rows_bf16fma's output for the steps below `end` (a multiple of
+// 32, <= K), bit for bit, 8 floats at a time; split_rows_bf16fma calls it where cpu_has_avx2_fma().
 bool cpu_has_avx2_fma();
 constexpr int64_t kAvx2MaxT = 16;
 void gemv_rows_bf16fma_avx2(const float* xs, int64_t T, int64_t K, int64_t Kp, const uint16_t* w, int64_t n_begin,
                             int64_t n_end, float* y, int64_t ldy, const uint16_t* ahead = nullptr);
+void split_steps_bf16fma_avx2(const float* x, int64_t T, int64_t K, int64_t end, float* xs);
 
 // AMX-BF16 tiles (TDPBF16PS), for bf16 weights with K a multiple of 32. x is packed once per
 // call by pack_rows_amx into amx_packed_elems(T, K) bf16 values (token rows in chunks of 16,

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/ops/gemv_cpu.h"
 
 namespace updraft {
 namespace {
@@ -34,6 +39,32 @@ TEST(Bf16, RoundToNearestEvenEdgeCases) {
     EXPECT_EQ(f32_to_bf16(c.in), c.want) << "input bits " << std::hex << f32_bits(c.in);
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(bits_f32(0x7f800001)))));  // signalling NaN stays NaN
+}
+
+// The FMA kernels' activation layout (ops/gemv_cpu.h): per 32-k step, each row's 16 even then 16
+// odd elements rounded to bf16, zeros past K. With AVX2 the whole steps are split 8 at a time;
+// every value's bits (ties, carries into inf, NaNs, subnormals) must be f32_to_bf16's.
+TEST(Bf16, SplitRowsForTheFmaKernelsRoundLikeTheScalarConversion) {
+  const int64_t T = 3, K = 81, Kp = 96;
+  const uint32_t edge[] = {0x3f808000, 0x3f818000, 0x3f808001, 0x3f807fff, 0x7f7fffff, 0xff7fffff, 0x7f800000,
+                           0xff800000, 0x7fc00000, 0x7f800001, 0xffbfffff, 0x00000001, 0x00010000, 0x80008000};
+  std::mt19937 rng(3);
+  std::vector<float> x(static_cast<size_t>(T * K));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = i % 3 == 0 ? bits_f32(edge[(i / 3) % std::size(edge)]) : bits_f32(static_cast<uint32_t>(rng()));
+  std::vector<float> want(static_cast<size_t>(T * Kp), 0.f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k)
+      want[static_cast<size_t>(k / 32 * 32 * T + t * 32 + (k % 32) / 2 + (k % 2) * 16)] =
+          bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(t * K + k)]));
+  std::vector<float> got(want.size(), 1.f);
+  ops::cpu::split_rows_bf16fma(x.data(), T, K, Kp, got.data());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0);
+  if (!ops::cpu::cpu_has_avx2_fma())
+    GTEST_SKIP() << "no AVX2 + FMA: the whole steps ran the scalar loop above";
+  std::vector<float> steps(want.size(), 1.f);
+  ops::cpu::split_steps_bf16fma_avx2(x.data(), T, K, 64, steps.data());
+  EXPECT_EQ(std::memcmp(steps.data(), want.data(), sizeof(float) * 64 * T), 0);
 }
 
 TEST(F16, RoundToNearestEvenEdgeCases) {
