@@ -155,8 +155,7 @@ void attend(const float* q, float* out, int64_t rows, int64_t G, int64_t row_str
   for (int64_t r = 0; r < rows; ++r)
     ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
   ld += 16;
-  scratch.scores.resize(static_cast<size_t>(Q * ld));
-  scratch.acc.assign(static_cast<size_t>(Q * HD), 0.f);
+  scratch.prepare(Q * ld, Q * HD);
   float* scores = scratch.scores.data();
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HD; };
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock)

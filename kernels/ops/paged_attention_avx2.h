@@ -12,9 +12,12 @@
 namespace updraft::ops::cpu {
 
 // A thread's buffers for an item's rows, kept across calls: scores, then probabilities (a
-// query's row of ld), and value accumulators, per query.
+// query's row of ld), and value accumulators, per query. prepare sizes them (acc all zeros); it is
+// defined in baseline code, so that no std::vector code built for AVX2 can stand in for the
+// baseline's copy at link time.
 struct AttentionScratch {
   std::vector<float> scores, acc;
+  void prepare(int64_t n_scores, int64_t n_acc);
 };
 
 // The rows of one item: query qi = r * G + h (r < rows, h < G) at q + r * row_stride + h * HD,

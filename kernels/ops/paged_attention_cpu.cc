@@ -19,6 +19,12 @@
 #include "kernels/ops/vec_math.h"
 
 namespace updraft::ops::cpu {
+
+void AttentionScratch::prepare(int64_t n_scores, int64_t n_acc) {
+  scores.resize(static_cast<size_t>(n_scores));
+  acc.assign(static_cast<size_t>(n_acc), 0.f);
+}
+
 namespace {
 
 using namespace attention_rows;
@@ -91,8 +97,7 @@ template <int HDc>
   for (int64_t r = 0; r < rows; ++r)
     ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
   ld += 16;
-  scores.resize(static_cast<size_t>(Q * ld));
-  acc.assign(static_cast<size_t>(Q * JF), 0.f);
+  scratch.prepare(Q * ld, Q * JF);
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HDc; };
   // The queries in pairs within a row (a row's heads see the same keys); with G odd, a row's
   // last head pairs with itself (its two results are the same, written twice).
