@@ -150,12 +150,7 @@ void attend(const float* q, float* out, int64_t rows, int64_t G, int64_t row_str
             const float* const* vals, int64_t ns, const std::vector<const float*>* extra_k,
             const std::vector<const float*>* extra_v, float scale, AttentionScratch& scratch) {
   constexpr int64_t HD = 8 * J, kBlock = 64;
-  const int64_t Q = rows * G;
-  int64_t ld = ns;
-  for (int64_t r = 0; r < rows; ++r)
-    ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
-  ld += 16;
-  scratch.prepare(Q * ld, Q * HD);
+  const int64_t Q = rows * G, ld = scratch.prepare(rows, G, ns, extra_k, HD);
   float* scores = scratch.scores.data();
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HD; };
   for (int64_t n0 = 0; n0 < ns; n0 += kBlock)

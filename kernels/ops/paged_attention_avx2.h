@@ -12,12 +12,13 @@
 namespace updraft::ops::cpu {
 
 // A thread's buffers for an item's rows, kept across calls: scores, then probabilities (a
-// query's row of ld), and value accumulators, per query. prepare sizes them (acc all zeros); it is
-// defined in baseline code, so that no std::vector code built for AVX2 can stand in for the
-// baseline's copy at link time.
+// query's row of ld), and value accumulators, per query. prepare sizes them for the rows x G
+// queries of an item (acc: per_query zeros each) and returns ld (the shared keys, the longest row's
+// own keys, and 16 floats to spare). It is defined in baseline code, so that no std::vector code
+// built for AVX2 can stand in for the baseline's copy at link time.
 struct AttentionScratch {
   std::vector<float> scores, acc;
-  void prepare(int64_t n_scores, int64_t n_acc);
+  int64_t prepare(int64_t rows, int64_t G, int64_t ns, const std::vector<const float*>* extra_k, int64_t per_query);
 };
 
 // The rows of one item: query qi = r * G + h (r < rows, h < G) at q + r * row_stride + h * HD,

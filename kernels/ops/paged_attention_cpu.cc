@@ -20,9 +20,15 @@
 
 namespace updraft::ops::cpu {
 
-void AttentionScratch::prepare(int64_t n_scores, int64_t n_acc) {
-  scores.resize(static_cast<size_t>(n_scores));
-  acc.assign(static_cast<size_t>(n_acc), 0.f);
+int64_t AttentionScratch::prepare(int64_t rows, int64_t G, int64_t ns, const std::vector<const float*>* extra_k,
+                                  int64_t per_query) {
+  int64_t ld = ns;
+  for (int64_t r = 0; r < rows; ++r)
+    ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
+  ld += 16;
+  scores.resize(static_cast<size_t>(rows * G * ld));
+  acc.assign(static_cast<size_t>(rows * G * per_query), 0.f);
+  return ld;
 }
 
 namespace {
@@ -92,12 +98,7 @@ template <int HDc>
                                                Scratch& scratch) {
   std::vector<float>&scores = scratch.scores, &acc = scratch.acc;
   constexpr int64_t JF = (HDc + 15) / 16 * 16;  // floats of a query's accumulators
-  const int64_t Q = rows * G;
-  int64_t ld = ns;
-  for (int64_t r = 0; r < rows; ++r)
-    ld = std::max(ld, ns + static_cast<int64_t>(extra_k[r].size()));
-  ld += 16;
-  scratch.prepare(Q * ld, Q * JF);
+  const int64_t Q = rows * G, ld = scratch.prepare(rows, G, ns, extra_k, JF);
   auto query = [&](int64_t qi) { return q + (qi / G) * row_stride + (qi % G) * HDc; };
   // The queries in pairs within a row (a row's heads see the same keys); with G odd, a row's
   // last head pairs with itself (its two results are the same, written twice).
