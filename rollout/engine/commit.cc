@@ -79,6 +79,8 @@ SpecRound round_of(const DraftTree& tree, const Verdict& v) {
   for (int64_t i = 1; i < tree.size(); ++i) {
     const auto k = static_cast<size_t>(tree.source_of(i));
     ++r.drafted_by[k];
+    if (k != static_cast<size_t>(DraftSource::kEagle))
+      r.suffix_claimed += std::exp(tree.score[static_cast<size_t>(i)]);
     r.depth = std::max(r.depth, tree.depth[static_cast<size_t>(i)]);
     if (k == static_cast<size_t>(DraftSource::kEagle))
       r.eagle_depth = std::max(r.eagle_depth, tree.depth[static_cast<size_t>(i)]);

@@ -152,7 +152,8 @@ std::vector<GenResult> Engine::step() {
   const int64_t depth = choose_depth(plan, suffix);
   Drafted drafted = draft(plan, depth);
   if (grafted) {  // nodes that pay for their rows at this batch and depth (DepthChooser::row_worth)
-    const double bar = chooser_ != nullptr ? chooser_->row_worth(plan.decoding, depth, suffix) : 0.0;
+    const double bar =
+        chooser_ != nullptr ? chooser_->row_worth(plan.decoding, depth, suffix) / calibration_.factor() : 0.0;
     drafted.grafted = graft_suffix(plan, found, bar);
     ++stats_.suffix_steps;
     stats_.suffix_bar_sum += bar;
@@ -180,6 +181,8 @@ std::vector<GenResult> Engine::step() {
   account(plan, committed, run, depth, drafted, seconds, suffix);
   if (gated)
     observe_suffix(plan, committed, run, seconds, grafted);
+  if (drafted.grafted > 0)
+    calibrate_suffix(plan, committed);
   ++steps_since_cold_;
   if (plan.prefill_tokens >= kColdPrefillRows)
     steps_since_cold_ = 0;

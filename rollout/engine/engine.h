@@ -178,6 +178,8 @@ class Engine {
   bool full_settings(const Seq& s) const { return s.req.probe || s.id == canary_; }
   // Grafts the candidates of path probability min_prob or more; returns the nodes grafted.
   int64_t graft_suffix(const StepPlan& plan, const std::vector<SuffixFound>& found, double min_prob);
+  // The grafting step's suffix nodes, predicted against accepted, into calibration_.
+  void calibrate_suffix(const StepPlan& plan, const std::vector<Committed>& committed);
   void observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run, double seconds,
                       bool grafted);
   void keep_pairs_of(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run);
@@ -202,6 +204,7 @@ class Engine {
   Scheduler scheduler_;
   SuffixDrafts suffix_;
   std::unique_ptr<SuffixGate> suffix_gate_;  // with EngineOptions::suffix.gate
+  SuffixCalibration calibration_;            // divides the bar grafted nodes must clear
   DepthChooser* chooser_ = nullptr;
   DrawChooser draws_;  // whether sampling requests' chains draw their drafts (EngineOptions::draft_sampling)
   struct {

@@ -60,6 +60,21 @@ int64_t Engine::graft_suffix(const StepPlan& plan, const std::vector<SuffixFound
   return nodes;
 }
 
+void Engine::calibrate_suffix(const StepPlan& plan, const std::vector<Committed>& committed) {
+  double claimed = 0;
+  int64_t accepted = 0;
+  for (size_t e = 0; e < plan.entries.size(); ++e) {
+    const GenResult& r = plan.entries[e].seq->result;
+    if (!committed[e].round || r.rounds.empty())
+      continue;
+    const SpecRound& round = r.rounds.back();
+    claimed += round.suffix_claimed;
+    accepted += round.accepted_by[static_cast<size_t>(DraftSource::kGroup)] +
+                round.accepted_by[static_cast<size_t>(DraftSource::kHistory)];
+  }
+  calibration_.observe(claimed, accepted);
+}
+
 void Engine::observe_suffix(const StepPlan& plan, const std::vector<Committed>& committed, const RunOut& run,
                             double seconds, bool grafted) {
   if (!suffix_gate_ || plan.decoding == 0)

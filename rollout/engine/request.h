@@ -85,6 +85,7 @@ struct SpecRound {
   int32_t eagle_run = 0, eagle_depth = 0, suffix_run = 0;
   int32_t rejected_at = -1;
   bool drawn = false;
+  float suffix_claimed = 0;  // the suffix nodes' path probabilities summed (their scores: log path probability)
 };
 
 struct GenResult {

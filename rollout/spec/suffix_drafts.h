@@ -21,7 +21,8 @@
 // parent node already has as a child is deduplicated into that child (it keeps its first source and
 // score; DraftTree::proposers records every source), a new one is appended (score: log path
 // probability) if its path probability clears the step's bar (the engine's depth chooser prices a
-// verification row at the live batch: DepthChooser::row_worth), until max_nodes new nodes. A
+// verification row at the live batch, DepthChooser::row_worth, divided by how far the grafted
+// nodes' path probabilities were borne out, SuffixCalibration), until max_nodes new nodes. A
 // candidate whose parent did not make it is dropped. The
 // nodes are then renumbered breadth-first with every node's children by descending score (ties:
 // drafter first), the order sampling verification tries them in. The result is still a DraftTree

@@ -48,4 +48,25 @@ void SuffixGate::observe(int64_t batch, bool on, int64_t tokens, double seconds,
   ++a.samples;
 }
 
+SuffixCalibration::SuffixCalibration(double ema, double min_claimed, double floor)
+    : ema_(ema), min_claimed_(min_claimed), floor_(floor) {
+  UPD_REQUIRE(ema > 0 && ema <= 1 && min_claimed >= 0 && floor > 0 && floor <= 1)
+      << "suffix calibration: ema in (0, 1], min_claimed >= 0, floor in (0, 1]";
+}
+
+void SuffixCalibration::observe(double claimed, int64_t accepted) {
+  if (claimed <= 0)
+    return;
+  const bool first = total_ == 0;
+  claimed_ = first ? claimed : (1 - ema_) * claimed_ + ema_ * claimed;
+  accepted_ = first ? static_cast<double>(accepted) : (1 - ema_) * accepted_ + ema_ * static_cast<double>(accepted);
+  total_ += claimed;
+}
+
+double SuffixCalibration::factor() const {
+  if (total_ < min_claimed_ || claimed_ <= 0)
+    return 1.0;
+  return std::clamp(accepted_ / claimed_, floor_, 1.0);
+}
+
 }  // namespace updraft

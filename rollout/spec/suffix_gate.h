@@ -71,4 +71,25 @@ class SuffixGate {
   std::array<int64_t, kBuckets> since_explore_{};
 };
 
+// How far grafted suffix nodes' path probabilities (from the indexes' counts) are borne out: an EMA
+// of the suffix nodes accepted per grafting step over an EMA of what their path probabilities
+// predicted, at most 1 (never above what the counts claim). The engine divides the depth
+// chooser's bar (DepthChooser::row_worth) by it, so that candidates accepted less often than their
+// counts claim must claim more to earn a row. On a 2-core Zen 1 host at temperature 1, history
+// nodes that cleared a mean bar of 0.52 were accepted at about 0.3 per node, and merged drafts ran
+// 0.85-0.88x EAGLE-only (docs/benchmarks.md, "Session 46"). 1 until min_claimed nodes were
+// predicted; never below `floor`.
+class SuffixCalibration {
+ public:
+  explicit SuffixCalibration(double ema = 0.05, double min_claimed = 8.0, double floor = 0.1);
+  // A step that grafted: the sum of its suffix nodes' path probabilities, and how many of them the
+  // verification accepted.
+  void observe(double claimed, int64_t accepted);
+  double factor() const;
+
+ private:
+  double ema_, min_claimed_, floor_;
+  double claimed_ = 0, accepted_ = 0, total_ = 0;
+};
+
 }  // namespace updraft

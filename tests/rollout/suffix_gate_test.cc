@@ -98,5 +98,27 @@ TEST_F(SuffixEngine, StepsThatFindNoCandidatesLeaveTheGateOut) {
   EXPECT_LE(e.stats().suffix_steps, asked) << "a step grafted without asking the gate";
 }
 
+// The calibration of suffix nodes' path probabilities: 1 until enough were predicted, then the
+// accepted share of the predicted (EMA), never above 1 nor below its floor.
+TEST(SuffixCalibration, ScalesByTheAcceptedShareOfThePredictedNodes) {
+  SuffixCalibration c(0.5, 8.0, 0.1);
+  EXPECT_EQ(c.factor(), 1.0);
+  c.observe(4.0, 1);
+  EXPECT_EQ(c.factor(), 1.0) << "4 predicted nodes are not enough to judge by";
+  c.observe(4.0, 1);
+  EXPECT_DOUBLE_EQ(c.factor(), 0.25);
+  c.observe(0.0, 3);  // a step whose grafts predicted nothing teaches nothing
+  EXPECT_DOUBLE_EQ(c.factor(), 0.25);
+  c.observe(4.0, 3);  // EMA 0.5: accepted 2 of 4 predicted
+  EXPECT_DOUBLE_EQ(c.factor(), 0.5);
+  for (int i = 0; i < 40; ++i)
+    c.observe(2.0, 4);  // accepted more than the counts claimed: left at 1
+  EXPECT_EQ(c.factor(), 1.0);
+  for (int i = 0; i < 40; ++i)
+    c.observe(5.0, 0);
+  EXPECT_EQ(c.factor(), 0.1) << "the floor";
+  EXPECT_THROW(SuffixCalibration(0.0), Error);
+}
+
 }  // namespace
 }  // namespace updraft
